@@ -1,0 +1,5 @@
+"""``python -m sweeper`` runs the command line."""
+
+from sweeper.cli import main
+
+main()

@@ -1,0 +1,78 @@
+"""The ``sweeper`` command line: thin commands over the orchestration layer.
+
+Every command lives in its own module here and is listed once in
+``COMMAND_MODULES``. Commands check input, call ``sweeper.*`` and display;
+a ``SweeperError`` becomes one line on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+import click
+
+from sweeper import __version__
+from sweeper.errors import SweeperError
+
+# module name -> the click command it defines (the one table of commands)
+COMMAND_MODULES = {
+    "serve": "sweeper.cli.serve_cmd",
+    "demo": "sweeper.cli.demo_cmd",
+}
+
+
+class _LazyGroup(click.Group):
+    """Imports a command's module only when that command is used or listed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = COMMAND_MODULES.get(cmd_name)
+        if module_name is None:
+            return None
+        return importlib.import_module(module_name).command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sweeper")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.pass_context
+def app(ctx: click.Context, debug: bool) -> None:
+    """Quality-gated parameter sweeps for LLM serving.
+
+    Every trial starts a real (patched) vLLM server with candidate settings,
+    measures tokens/s and perplexity exactly as the Fast Gemma Challenge does,
+    and rejects configurations over the perplexity cap.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def main() -> None:
+    """Console-script entry point: one exit path for user-facing errors."""
+    debug = "--debug" in sys.argv[1:] or os.environ.get("SWEEPER_DEBUG") == "1"
+    try:
+        app.main(standalone_mode=False)
+    except SweeperError as exc:
+        if debug:
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

@@ -1,0 +1,40 @@
+"""The bundled demo: a tiny Gemma 4 model with an MTP drafter, its manifest and data.
+
+Everything here is package data built by ``scripts/build_tiny_model.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DemoPaths:
+    model: Path
+    drafter: Path
+    manifest: Path
+    prompts_tuning: Path
+    prompts_heldout: Path
+    ppl_tuning: Path
+    ppl_heldout: Path
+
+    def as_dict(self) -> dict[str, str]:
+        return {key: str(value) for key, value in dataclasses.asdict(self).items()}
+
+    def missing(self) -> list[str]:
+        return [key for key, value in dataclasses.asdict(self).items() if not Path(value).exists()]
+
+
+def demo_paths() -> DemoPaths:
+    return DemoPaths(
+        model=DATA_DIR / "model",
+        drafter=DATA_DIR / "drafter",
+        manifest=DATA_DIR / "manifest.json",
+        prompts_tuning=DATA_DIR / "prompts_tuning.json",
+        prompts_heldout=DATA_DIR / "prompts_heldout.json",
+        ppl_tuning=DATA_DIR / "ppl_tuning.jsonl",
+        ppl_heldout=DATA_DIR / "ppl_heldout.jsonl",
+    )

@@ -1,0 +1,88 @@
+"""The one exception tree of sweeper.
+
+This module imports nothing from the rest of the project, so every layer
+(``evaluators``, ``storage``, ``search_spaces`` and ``sweeper`` itself) can
+raise from the same tree::
+
+    SweeperError                 root; the CLI turns it into one line + exit code
+    ├── UserInputError           bad input from the user: exit code 2
+    │   ├── ManifestError        a manifest file or field is wrong
+    │   ├── SearchSpaceError     a search-space file or parameter is wrong
+    │   └── DataError            a prompt set or PPL reference set is wrong
+    ├── ServerError              the model server did not do its job
+    │   ├── ServerStartError     it exited during start-up
+    │   ├── ServerTimeoutError   it was not ready before the deadline
+    │   └── ServerIdentityError  something else answers on its port
+    ├── MeasurementError         a measurement could not be completed
+    ├── StorageError             the study database could not be used
+    └── StudyError               the study cannot go on or has no answer
+
+Callers react by group: a ``UserInputError`` is fixed by the user and never
+retried; a ``ServerError`` or ``MeasurementError`` fails one trial and the
+sweep goes on; a ``StorageError`` or ``StudyError`` ends the command.
+"""
+
+from __future__ import annotations
+
+
+class SweeperError(Exception):
+    """Root of every error sweeper raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UserInputError(SweeperError):
+    """Input that the user has to fix; nothing was written."""
+
+    exit_code = 2
+
+
+class ManifestError(UserInputError):
+    """A manifest file, or one of its fields, is not valid."""
+
+    def __init__(self, source: str, field: str | None, problem: str) -> None:
+        self.source = source
+        self.field = field
+        self.problem = problem
+        where = f"{source}: field '{field}'" if field else source
+        super().__init__(f"{where}: {problem}")
+
+
+class SearchSpaceError(UserInputError):
+    """A search-space file, or one of its parameters, is not valid."""
+
+
+class DataError(UserInputError):
+    """A prompt set or PPL reference set is not valid."""
+
+
+class ServerError(SweeperError):
+    """The model server failed to start, answer or stop as expected."""
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        super().__init__(message)
+
+
+class ServerStartError(ServerError):
+    """The server process exited before it was ready."""
+
+
+class ServerTimeoutError(ServerError):
+    """The server was not ready before its deadline."""
+
+
+class ServerIdentityError(ServerError):
+    """The process answering on the port is not the one sweeper started."""
+
+
+class MeasurementError(SweeperError):
+    """A measurement (TPS, PPL, fidelity) could not be completed."""
+
+
+class StorageError(SweeperError):
+    """The study database could not be opened, read or written."""
+
+
+class StudyError(SweeperError):
+    """The study cannot go on, or has no answer to give."""
