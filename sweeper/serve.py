@@ -184,12 +184,12 @@ def build_serve_command(
     )
 
 
-def exec_server(command: ServeCommand) -> None:  # pragma: no cover - replaces the process
-    """Replace this process with the vLLM server."""
+def exec_server(command: ServeCommand, env: Mapping[str, str]) -> None:  # pragma: no cover
+    """Replace this process with the vLLM server, running with ``env``."""
     logger.info("exec: %s", command.shell())
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(command.argv[0], list(command.argv))
+    os.execve(command.argv[0], list(command.argv), dict(env))
 
 
 # -- the knobs ------------------------------------------------------------

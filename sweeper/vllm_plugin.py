@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 
-logger = logging.getLogger("sweeper.vllm_plugin")
+# under "vllm." so that vLLM's own log handler and level apply in its processes
+logger = logging.getLogger("vllm.sweeper_patches")
 
 _applied: set[str] = set()
 

@@ -21,6 +21,7 @@ from sweeper.errors import SweeperError
 COMMAND_MODULES = {
     "serve": "sweeper.cli.serve_cmd",
     "demo": "sweeper.cli.demo_cmd",
+    "eval": "sweeper.cli.eval_cmd",
 }
 
 

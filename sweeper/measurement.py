@@ -1,0 +1,174 @@
+"""The seam between the study and whatever measures a configuration.
+
+``run_study`` calls ``evaluate(params)`` or ``evaluate(params, context)``;
+the callable returns a ``Measurement`` (or a mapping with the same keys).
+The ``TrialContext`` gives it what the study knows (trial number, the env
+overrides for the base manifest, the PPL cap in force, a PPL already
+measured for the same outputs) and takes what the study should keep while
+the trial is still running (phase timings, the server token that lets a
+later run stop a server left behind, the rendered manifest, the log tail).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from storage import TrialStore
+from sweeper.errors import MeasurementError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """What one trial measured.
+
+    ``ppl=None`` means "not measured": allowed when the context offered a
+    ``known_ppl`` (reuse where only speed knobs changed). ``tps=None`` is
+    allowed only with ``early_stopped=True`` (stopped because the PPL was
+    already over the cap). ``phases`` maps phase name to seconds, in order;
+    ``requests`` holds one mapping per request (a ``kind`` key groups them).
+    """
+
+    tps: float | None
+    ppl: float | None
+    early_stopped: bool = False
+    extras: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    requests: Sequence[Mapping[str, Any]] = ()
+    manifest: Mapping[str, Any] | None = None
+    log_tail: str = ""
+    server_token: str | None = None
+    versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("tps", "ppl"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise MeasurementError(f"measurement field {name!r} must be a number, not {value!r}")
+            if not math.isfinite(value) or value < 0 or (name == "ppl" and value == 0):
+                raise MeasurementError(f"measurement field {name!r} is not a valid value: {value!r}")
+        if self.tps is None and not self.early_stopped:
+            raise MeasurementError("measurement has no 'tps' (only an early-stopped trial may omit it)")
+
+    @classmethod
+    def coerce(cls, value: Any) -> Measurement:
+        """Accept a Measurement, a mapping with its keys, or an object with tps/ppl attributes."""
+        if isinstance(value, Measurement):
+            return value
+        if isinstance(value, Mapping):
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = set(value) - known
+            if unknown:
+                raise MeasurementError(f"measurement has unknown fields {sorted(unknown)}")
+            return cls(**value)
+        if hasattr(value, "tps") and hasattr(value, "ppl"):
+            return cls(tps=value.tps, ppl=value.ppl)
+        raise MeasurementError(
+            f"evaluate returned {type(value).__name__}, not a Measurement or a mapping with tps/ppl"
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialEvent:
+    """Told to the progress callback: a trial started, entered a phase, or finished."""
+
+    kind: str  # started | phase | finished
+    study_name: str
+    number: int
+    params: Mapping[str, Any]
+    role: str = "sampled"
+    phase: str | None = None
+    state: str | None = None  # complete | failed | interrupted (finished only)
+    tps: float | None = None
+    ppl: float | None = None
+    feasible: bool | None = None
+    error: str | None = None
+    best_number: int | None = None
+    best_tps: float | None = None
+    elapsed_s: float = 0.0
+
+
+class TrialContext:
+    """Handed to ``evaluate(params, context)``; one per trial.
+
+    Read: ``number``, ``study_name``, ``params``, ``overrides`` (env
+    overrides for the base manifest), ``role`` ("baseline", an enqueued
+    config's name, "sampled" or "retry of #N"), ``ppl_cap`` (None while a
+    relative cap waits for the baseline), ``known_ppl`` / ``known_ppl_trial``
+    (set when PPL reuse is allowed and these outputs were measured before),
+    ``stop_requested`` (Ctrl-C/SIGTERM arrived: finish or give up quickly).
+
+    Write (stored at once, so they survive a crash): ``phase(name)`` or
+    ``record_phase``, ``set_server_token``, ``set_manifest``, ``set_log_tail``.
+    """
+
+    def __init__(
+        self,
+        *,
+        study_name: str,
+        number: int,
+        params: Mapping[str, Any],
+        overrides: Mapping[str, str],
+        role: str,
+        ppl_cap: float | None,
+        known_ppl: float | None,
+        known_ppl_trial: int | None,
+        store: TrialStore,
+        stop_event: threading.Event,
+        on_phase: Callable[[str], None] | None = None,
+    ) -> None:
+        self.study_name = study_name
+        self.number = number
+        self.params = dict(params)
+        self.overrides = dict(overrides)
+        self.role = role
+        self.ppl_cap = ppl_cap
+        self.known_ppl = known_ppl
+        self.known_ppl_trial = known_ppl_trial
+        self._store = store
+        self._stop_event = stop_event
+        self._on_phase = on_phase
+        self.server_token: str | None = None
+        self.manifest: Mapping[str, Any] | None = None
+        self.log_tail: str = ""
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_event.is_set()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase (``with context.phase("start"): ...``); kept even if it raises."""
+        if self._on_phase is not None:
+            self._on_phase(name)
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.record_phase(name, time.monotonic() - start)
+
+    def record_phase(self, name: str, seconds: float) -> None:
+        self._store.add_phase(self.study_name, self.number, name, float(seconds))
+
+    def set_server_token(self, token: str) -> None:
+        """The value of SWEEPER_SERVER_TOKEN in the server's environment (to stop it later)."""
+        self.server_token = token
+        self._store.update_running(self.study_name, self.number, server_token=token)
+
+    def set_manifest(self, manifest: Mapping[str, Any]) -> None:
+        self.manifest = dict(manifest)
+        self._store.update_running(self.study_name, self.number, manifest=self.manifest)
+
+    def set_log_tail(self, text: str) -> None:
+        self.log_tail = text
+        self._store.update_running(self.study_name, self.number, log_tail=text)
