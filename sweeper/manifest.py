@@ -185,6 +185,14 @@ class Manifest:
                 ) from None
         return dataclasses.replace(self, env=env, **fields)
 
+    def redacted(self) -> Manifest:
+        """A copy whose secret-looking env values (tokens, keys, passwords) are removed.
+
+        Used for everything sweeper stores, logs, reports or exports.
+        """
+        env = {key: value for key, value in self.env.items() if not is_secret_name(key)}
+        return dataclasses.replace(self, env=env)
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "name": self.name,
@@ -216,6 +224,15 @@ class Manifest:
             raise
         logger.info("wrote manifest %s", path)
         return path
+
+
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "APIKEY", "CREDENTIAL", "AUTH")
+
+
+def is_secret_name(name: str) -> bool:
+    """Does an env variable's name say it holds a secret (HF_TOKEN, AWS_SECRET_ACCESS_KEY...)?"""
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS) or upper.endswith("_KEY")
 
 
 def parse_assignments(items: list[str] | tuple[str, ...], *, option: str = "--set") -> dict[str, str]:

@@ -126,3 +126,24 @@ def test_parse_assignments():
     assert parse_assignments(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
     with pytest.raises(ManifestError, match="expected KEY=VALUE"):
         parse_assignments(["novalue"])
+
+
+def test_redacted_drops_secrets_only(tmp_path: Path):
+    env = {
+        "HF_TOKEN": "hf_abc",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "OPENAI_API_KEY": "k",
+        "DB_PASSWORD": "p",
+        "MAX_MODEL_LEN": "4096",
+        "CENTROID_TOP_K": "49",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
+    manifest = Manifest.load(write(tmp_path, {**VALID, "env": env}))
+    clean = manifest.redacted()
+    assert dict(clean.env) == {
+        "MAX_MODEL_LEN": "4096",
+        "CENTROID_TOP_K": "49",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
+    assert "hf_abc" not in clean.to_json()
+    assert manifest.env["HF_TOKEN"] == "hf_abc"  # the original is untouched
