@@ -1,0 +1,99 @@
+"""Measurements against a running OpenAI-compatible server: pure HTTP and numbers.
+
+Each measurement takes a ``base_url``, the served model name, its data and a
+frozen settings dataclass, and returns a frozen result with ``to_dict()``.
+Progress goes to an optional ``progress(phase, done, total)`` callback.
+Nothing here knows about Optuna, manifests or how the server was started.
+
+Data (load, check, split, build)::
+
+    load_prompts(source) -> PromptSet              ShareGPT / {prompt} records
+    load_ppl_records(source) -> PplRecordSet       the challenge's two PPL shapes
+    check_prompt_lengths(...), check_ppl_records(...)   DataError before server time
+    PromptSet.split(...), PplRecordSet.split(...)  seeded tuning / held-out split
+    build_ppl_reference(base_url, model, prompts)  a PPL set from a reference server
+
+Measurements::
+
+    run_warmup(base_url, model, WarmupSettings())        -> WarmupResult
+    measure_ppl(base_url, model, records, PplSettings()) -> PplResult
+    measure_tps(base_url, model, prompts, TpsSettings()) -> TpsResult
+    measure_fidelity(base_url, model, reference)         -> FidelityResult
+    RunningPpl: the running PPL estimate with a standard error (early stopping)
+    served_models(base_url) -> {name: max_model_len}
+"""
+
+from __future__ import annotations
+
+from evaluators._common import ProgressCallback, served_models
+from evaluators.fidelity import (
+    Divergence,
+    FidelityReference,
+    FidelityResult,
+    ReferenceEntry,
+    first_divergence,
+    generate_reference,
+    measure_fidelity,
+)
+from evaluators.ppl import (
+    PplResult,
+    PplSettings,
+    RecordScore,
+    RunningPpl,
+    measure_ppl,
+    ppl_from_nll,
+    ppl_gate,
+    score_record,
+)
+from evaluators.ppl_records import PplRecord, PplRecordSet, check_ppl_records, load_ppl_records
+from evaluators.ppl_reference import build_ppl_reference
+from evaluators.prompts import Prompt, PromptSet, check_prompt_lengths, load_prompts
+from evaluators.spec_metrics import (
+    SpecDecodeCounters,
+    SpecDecodeStats,
+    scrape_spec_decode,
+    spec_decode_delta,
+)
+from evaluators.tps import RequestRecord, TpsResult, TpsSettings, measure_tps
+from evaluators.warmup import WarmupResult, WarmupSettings, run_warmup, synthetic_prompts
+
+__all__ = [
+    "Divergence",
+    "FidelityReference",
+    "FidelityResult",
+    "PplRecord",
+    "PplRecordSet",
+    "PplResult",
+    "PplSettings",
+    "ProgressCallback",
+    "Prompt",
+    "PromptSet",
+    "RecordScore",
+    "ReferenceEntry",
+    "RequestRecord",
+    "RunningPpl",
+    "SpecDecodeCounters",
+    "SpecDecodeStats",
+    "TpsResult",
+    "TpsSettings",
+    "WarmupResult",
+    "WarmupSettings",
+    "build_ppl_reference",
+    "check_ppl_records",
+    "check_prompt_lengths",
+    "first_divergence",
+    "generate_reference",
+    "load_ppl_records",
+    "load_prompts",
+    "measure_fidelity",
+    "measure_ppl",
+    "measure_tps",
+    "ppl_from_nll",
+    "ppl_gate",
+    "run_warmup",
+    "score_record",
+    "scrape_spec_decode",
+    "served_models",
+    "spec_decode_delta",
+    "synthetic_prompts",
+]

@@ -1,0 +1,49 @@
+"""Study storage: Optuna's tables plus ours, on one SQLAlchemy URL.
+
+A local SQLite file is the default (nothing to start); PostgreSQL
+(``postgresql+psycopg2://...``) lets several workers share a study.
+``optuna-dashboard URL`` works on the same database.
+"""
+
+from __future__ import annotations
+
+from storage._engine import DEFAULT_URL, normalize_url, optuna_storage, redact
+from storage._queries import (
+    STUDY_ATTR_PREFIX,
+    StudyStatus,
+    best_feasible,
+    is_answer,
+    pareto_front,
+    study_names,
+    study_status,
+)
+from storage._store import TrialOutcome, TrialRecord, TrialStore
+from storage._verification import (
+    VerificationRecord,
+    VerificationRun,
+    VerificationStore,
+    latest_by_trial,
+    verifications,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "STUDY_ATTR_PREFIX",
+    "StudyStatus",
+    "TrialOutcome",
+    "TrialRecord",
+    "TrialStore",
+    "VerificationRecord",
+    "VerificationRun",
+    "VerificationStore",
+    "best_feasible",
+    "is_answer",
+    "latest_by_trial",
+    "normalize_url",
+    "optuna_storage",
+    "pareto_front",
+    "redact",
+    "study_names",
+    "study_status",
+    "verifications",
+]

@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 class Measurement:
     """What one trial measured.
 
+    ``ppl=math.inf`` is a measured gate failure (a token with zero probability).
     ``ppl=None`` means "not measured": allowed when the context offered a
     ``known_ppl`` (reuse where only speed knobs changed). ``tps=None`` is
     allowed only with ``early_stopped=True`` (stopped because the PPL was
@@ -55,7 +56,9 @@ class Measurement:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise MeasurementError(f"measurement field {name!r} must be a number, not {value!r}")
-            if not math.isfinite(value) or value < 0 or (name == "ppl" and value == 0):
+            # an infinite PPL (a -inf logprob) is a measured gate failure, not an error
+            finite = math.isfinite(value) or (name == "ppl" and value == math.inf)
+            if not finite or value < 0 or (name == "ppl" and value == 0):
                 raise MeasurementError(f"measurement field {name!r} is not a valid value: {value!r}")
         if self.tps is None and not self.early_stopped:
             raise MeasurementError("measurement has no 'tps' (only an early-stopped trial may omit it)")
@@ -82,12 +85,14 @@ class Measurement:
 class TrialEvent:
     """Told to the progress callback: a trial started, entered a phase, or finished."""
 
-    kind: str  # started | phase | finished
+    kind: str  # started | phase | progress | finished
     study_name: str
     number: int
     params: Mapping[str, Any]
     role: str = "sampled"
     phase: str | None = None
+    done: int | None = None  # phase / progress: units of work done of total
+    total: int | None = None
     state: str | None = None  # complete | failed | interrupted (finished only)
     tps: float | None = None
     ppl: float | None = None
@@ -110,6 +115,7 @@ class TrialContext:
 
     Write (stored at once, so they survive a crash): ``phase(name)`` or
     ``record_phase``, ``set_server_token``, ``set_manifest``, ``set_log_tail``.
+    Display only: ``notify_phase(name, done, total)``, ``notify_progress``.
     """
 
     def __init__(
@@ -125,7 +131,8 @@ class TrialContext:
         known_ppl_trial: int | None,
         store: TrialStore,
         stop_event: threading.Event,
-        on_phase: Callable[[str], None] | None = None,
+        on_phase: Callable[[str, int | None, int | None], None] | None = None,
+        on_progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.study_name = study_name
         self.number = number
@@ -138,6 +145,8 @@ class TrialContext:
         self._store = store
         self._stop_event = stop_event
         self._on_phase = on_phase
+        self._on_progress = on_progress
+        self.recorded_phases: list[tuple[str, float]] = []
         self.server_token: str | None = None
         self.manifest: Mapping[str, Any] | None = None
         self.log_tail: str = ""
@@ -149,8 +158,7 @@ class TrialContext:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase (``with context.phase("start"): ...``); kept even if it raises."""
-        if self._on_phase is not None:
-            self._on_phase(name)
+        self.notify_phase(name)
         start = time.monotonic()
         try:
             yield
@@ -158,7 +166,19 @@ class TrialContext:
             self.record_phase(name, time.monotonic() - start)
 
     def record_phase(self, name: str, seconds: float) -> None:
+        """Store a phase's duration now (a crash later keeps it)."""
+        self.recorded_phases.append((name, float(seconds)))
         self._store.add_phase(self.study_name, self.number, name, float(seconds))
+
+    def notify_phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
+        """Tell the progress display that a phase began (not stored)."""
+        if self._on_phase is not None:
+            self._on_phase(name, done, total)
+
+    def notify_progress(self, name: str, done: int, total: int) -> None:
+        """Tell the progress display how far the phase is (not stored)."""
+        if self._on_progress is not None:
+            self._on_progress(name, done, total)
 
     def set_server_token(self, token: str) -> None:
         """The value of SWEEPER_SERVER_TOKEN in the server's environment (to stop it later)."""

@@ -22,6 +22,11 @@ COMMAND_MODULES = {
     "serve": "sweeper.cli.serve_cmd",
     "demo": "sweeper.cli.demo_cmd",
     "eval": "sweeper.cli.eval_cmd",
+    "run": "sweeper.cli.run_cmd",
+    "verify": "sweeper.cli.verify_cmd",
+    "report": "sweeper.cli.report_cmd",
+    "export": "sweeper.cli.export_cmd",
+    "import": "sweeper.cli.import_cmd",
 }
 
 
@@ -57,6 +62,9 @@ def app(ctx: click.Context, debug: bool) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    if not debug:  # one line per request is noise at INFO
+        for chatty in ("httpx", "httpcore", "optuna"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def main() -> None:

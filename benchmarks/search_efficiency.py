@@ -1,0 +1,164 @@
+"""How many trials each search mode and sampler needs on a challenge-shaped landscape.
+
+Every run goes through ``sweeper.run_study`` with the pluggable evaluator
+(``landscape.Landscape``: three integer knobs, the gate cutting off small
+windows, 1 % TPS noise; see that module) and a fresh SQLite study. A run
+stops as soon as it has evaluated a gate-passing configuration whose
+noise-free TPS is within 1 % of the best feasible TPS; the table shows the
+median number of trials that took over seeds (every trial counts, enqueued
+ones included; ">N" when most seeds did not get there within N trials),
+how many seeds got there, and the median number of distinct windows
+measured by then (the PPL runs needed when PPL is reused where only speed
+knobs changed).
+
+    python benchmarks/search_efficiency.py            # the full table, a few minutes
+    python benchmarks/search_efficiency.py --quick    # fewer seeds, about a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+from landscape import PPL_CAP, Landscape  # noqa: E402
+
+import sweeper  # noqa: E402
+from search_spaces import load_preset  # noqa: E402
+from sweeper.measurement import TrialEvent  # noqa: E402
+
+# the user's base manifest: the stock drafter (centroid top-k 32) with 4 speculative tokens
+BASE_ENV = {"SPECULATIVE_CONFIG": json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 4})}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Row:
+    mode: str
+    sampler: str
+    enqueue: bool  # the preset's known configs (VIDRAFT and the baseline) first
+    slow: bool = False  # GP-based: fewer seeds, a lower cap
+    note: str = ""
+
+
+ROWS = (
+    Row(mode="tps", sampler="guided", enqueue=True, note="the default"),
+    Row(mode="tps", sampler="guided", enqueue=False, note="ablation: no known configs"),
+    Row(mode="tps", sampler="gp", enqueue=True, slow=True, note="ablation: known configs, plain GP"),
+    Row(mode="tps", sampler="gp", enqueue=False, slow=True, note="plain Optuna"),
+    Row(mode="tps", sampler="tpe", enqueue=False, note="plain Optuna"),
+    Row(mode="tps", sampler="nsga2", enqueue=False, note="plain Optuna"),
+    Row(mode="tps", sampler="random", enqueue=False, note="random search"),
+    Row(mode="tps", sampler="grid", enqueue=False, note="grid search (8 values a knob)"),
+    Row(mode="pareto", sampler="gp", enqueue=False, slow=True, note="plain Optuna, 2 objectives"),
+    Row(mode="pareto", sampler="tpe", enqueue=False, note="plain Optuna, 2 objectives"),
+)
+
+
+@dataclasses.dataclass
+class Outcome:
+    trials: int | None  # None: not reached within the cap
+    windows: int | None
+    seconds: float
+
+
+def run_one(row: Row, seed: int, cap: int, folder: Path) -> Outcome:
+    landscape = Landscape(seed)
+    space = load_preset("gemma4-e4b-a10g").bind(BASE_ENV)
+    stop = threading.Event()
+    seen: list[dict] = []
+    reached: list[int] = []
+
+    def progress(event: TrialEvent) -> None:
+        if event.kind != "finished" or reached:
+            return
+        seen.append(dict(event.params))
+        if landscape.is_near_best(event.params):
+            reached.append(len(seen))
+            stop.set()
+
+    start = time.monotonic()
+    sweeper.run_study(
+        space,
+        landscape,
+        study_name=f"{row.mode}-{row.sampler}-{row.enqueue}-{seed}",
+        storage=str(folder / f"{row.mode}-{row.sampler}-{row.enqueue}-{seed}.db"),
+        n_trials=cap,
+        ppl_cap=PPL_CAP,
+        sampler=row.sampler,
+        mode=row.mode,
+        seed=seed,
+        enqueue_space_configs=row.enqueue,
+        progress=progress,
+        stop_event=stop,
+        handle_signals=False,
+    )
+    if not reached:
+        return Outcome(trials=None, windows=None, seconds=time.monotonic() - start)
+    windows = len({params["sliding_window"] for params in seen})
+    return Outcome(trials=reached[0], windows=windows, seconds=time.monotonic() - start)
+
+
+def median_text(values: list[int | None], cap: int) -> str:
+    """Median with unreached runs counted as worse than the cap."""
+    ranked = sorted(v if v is not None else cap + 1 for v in values)
+    middle = statistics.median(ranked)
+    return f">{cap}" if middle > cap else f"{middle:g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=9, help="seeds per row (default 9)")
+    parser.add_argument("--slow-seeds", type=int, default=5, help="seeds per GP row (default 5)")
+    parser.add_argument("--cap", type=int, default=150, help="trial cap per run (default 150)")
+    parser.add_argument("--slow-cap", type=int, default=40, help="trial cap per GP run (default 40)")
+    parser.add_argument("--quick", action="store_true", help="3 seeds, caps 60/25")
+    parser.add_argument("--only", default="", help="comma-separated samplers to run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.slow_seeds, args.cap, args.slow_cap = 3, 3, 60, 25
+    logging.basicConfig(level=logging.ERROR)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    only = {name for name in args.only.split(",") if name}
+
+    print(
+        "Trials to a config within 1 % of the best feasible TPS "
+        "(gemma4-e4b-a10g space, synthetic challenge-shaped landscape, 1 % TPS noise)\n"
+    )
+    print("| mode | sampler | known configs first | seeds | median trials | reached | "
+          "median windows measured | note |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
+        for row in ROWS:
+            if only and row.sampler not in only:
+                continue
+            seeds = args.slow_seeds if row.slow else args.seeds
+            cap = args.slow_cap if row.slow else args.cap
+            outcomes = [run_one(row, seed, cap, Path(tmp)) for seed in range(seeds)]
+            trials = [o.trials for o in outcomes]
+            windows = [o.windows for o in outcomes if o.windows is not None]
+            reached = sum(t is not None for t in trials)
+            print(
+                f"| {row.mode} | {row.sampler} | {'yes' if row.enqueue else 'no'} | {seeds} | "
+                f"{median_text(trials, cap)} | {reached}/{seeds} within {cap} | "
+                f"{statistics.median(windows) if windows else '-'} | {row.note} |",
+                flush=True,
+            )
+    print(f"\n{time.monotonic() - started:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

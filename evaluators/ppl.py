@@ -1,0 +1,348 @@
+"""PPL as the challenge scores it, with a running estimate for early stopping.
+
+Each record is sent to ``/v1/completions`` as an integer prompt with
+``prompt_logprobs: 1``, ``max_tokens: 1``, ``temperature: 0`` and
+``add_special_tokens: false``; the logprob of every scored token is read
+from ``choices[0].prompt_logprobs``. PPL is token-weighted:
+``exp(sum of NLL / scored tokens)`` over all records.
+
+A missing logprob raises MeasurementError naming the record and position. A
+``-inf`` or NaN logprob makes the PPL infinite: the result says so
+(``finite`` is False) and the gate fails; nothing crashes.
+
+``RunningPpl`` is the estimate after some records, with a standard error,
+so that a study can stop a trial whose PPL is clearly over the cap::
+
+    running = RunningPpl(population=len(records))
+    for record in records:
+        running.add(score_record(client, model, record))
+        if running.clearly_over(cap, confidence=0.99):
+            break
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from evaluators._common import (
+    DEFAULT_TIMEOUT_S,
+    ProgressCallback,
+    finite_or_none,
+    make_client,
+    post_json,
+    report,
+)
+from evaluators.ppl_records import PplRecord, PplRecordSet
+from sweeper.errors import MeasurementError
+
+logger = logging.getLogger(__name__)
+
+MAX_LOG_PPL = 700.0  # exp() of more overflows a float: the PPL is reported as infinite
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordScore:
+    """One record's negative log-likelihood over its scored tokens."""
+
+    id: str
+    nll: float
+    tokens: int
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.nll)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "nll": finite_or_none(self.nll), "tokens": self.tokens}
+
+
+def ppl_from_nll(nll: float, tokens: int) -> float:
+    """Token-weighted PPL, ``inf`` when the NLL is not finite or too large for a float."""
+    if tokens <= 0:
+        return math.nan
+    mean = nll / tokens
+    if not math.isfinite(mean) or mean > MAX_LOG_PPL:
+        return math.inf
+    return math.exp(mean)
+
+
+def ppl_gate(ppl: float, cap: float) -> bool:
+    """True if ``ppl`` passes the quality gate: finite and at most ``cap``."""
+    return math.isfinite(ppl) and ppl <= cap
+
+
+class RunningPpl:
+    """The PPL of the records scored so far, with an uncertainty.
+
+    The records are treated as a random sample without replacement from the
+    ``population`` records of the set (score them in a seeded random order:
+    ``measure_ppl`` does). The mean NLL per token is a ratio estimator; its
+    standard error comes from the per-record residuals ``nll_i - mean * n_i``
+    with the finite-population correction, so it is 0 once every record is in.
+    """
+
+    def __init__(self, population: int | None = None) -> None:
+        self.population = population
+        self.scores: list[RecordScore] = []
+        self.nll = 0.0
+        self.tokens = 0
+
+    def add(self, score: RecordScore) -> None:
+        self.scores.append(score)
+        self.nll += score.nll
+        self.tokens += score.tokens
+
+    @property
+    def count(self) -> int:
+        return len(self.scores)
+
+    @property
+    def finite(self) -> bool:
+        return all(s.finite for s in self.scores)
+
+    @property
+    def mean_nll(self) -> float:
+        return self.nll / self.tokens if self.tokens else math.nan
+
+    @property
+    def ppl(self) -> float:
+        return ppl_from_nll(self.nll, self.tokens)
+
+    @property
+    def stderr(self) -> float:
+        """Standard error of the mean NLL per token (log-PPL); inf with fewer than 2 records."""
+        m = self.count
+        if self.population is not None and m >= self.population and self.finite:
+            return 0.0
+        if m < 2 or not self.finite:
+            return math.inf
+        mean = self.mean_nll
+        residuals = [s.nll - mean * s.tokens for s in self.scores]
+        variance = sum(r * r for r in residuals) / (m - 1)
+        mean_tokens = self.tokens / m
+        fpc = 1.0
+        if self.population:
+            fpc = max(0.0, 1.0 - m / self.population)
+        return math.sqrt(fpc * variance / m) / mean_tokens
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """Two-sided interval of the PPL at ``confidence`` (normal approximation)."""
+        if not self.finite:
+            return math.inf, math.inf
+        z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0)
+        spread = z * self.stderr
+        low = self.mean_nll - spread
+        return (
+            math.exp(min(low, MAX_LOG_PPL)) if math.isfinite(low) else 0.0,
+            ppl_from_nll(self.mean_nll + spread, 1),
+        )
+
+    def lower_bound(self, confidence: float) -> float:
+        """One-sided lower confidence bound of the PPL."""
+        if not self.finite:
+            return math.inf
+        z = statistics.NormalDist().inv_cdf(confidence)
+        low = self.mean_nll - z * self.stderr
+        return math.exp(min(low, MAX_LOG_PPL)) if math.isfinite(low) else 0.0
+
+    def clearly_over(self, cap: float, *, confidence: float = 0.99, min_records: int = 16) -> bool:
+        """True when the PPL exceeds ``cap`` even at its lower ``confidence`` bound.
+
+        An infinite NLL decides at once; otherwise at least ``min_records``
+        records must be in (the normal approximation needs a few).
+        """
+        if not self.finite:
+            return True
+        if self.count < min(min_records, self.population or min_records):
+            return False
+        return self.lower_bound(confidence) > cap
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PplSettings:
+    """How the PPL phase runs.
+
+    ``order_seed``: score the records in this seeded random order (None:
+    file order); the final PPL does not depend on it, the running estimate
+    needs it. ``stop_above``: stop as soon as the PPL is clearly over this
+    cap at ``stop_confidence``. ``max_records``: score only the first ones.
+    """
+
+    order_seed: int | None = 0
+    max_records: int | None = None
+    stop_above: float | None = None
+    stop_confidence: float = 0.99
+    min_records: int = 16
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not 0.5 < self.stop_confidence < 1.0:
+            raise ValueError(f"PplSettings.stop_confidence must be in (0.5, 1), not {self.stop_confidence}")
+        if self.stop_above is not None and not self.stop_above > 0:
+            raise ValueError(f"PplSettings.stop_above must be positive, not {self.stop_above}")
+        if self.max_records is not None and self.max_records < 1:
+            raise ValueError("PplSettings.max_records must be at least 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PplResult:
+    """The PPL phase's result. When ``stopped_early``, ``ppl`` is the running estimate."""
+
+    settings: PplSettings
+    ppl: float
+    nll: float
+    tokens: int
+    records_scored: int
+    records_total: int
+    stopped_early: bool
+    ppl_low: float
+    ppl_high: float
+    stderr_log_ppl: float
+    scores: tuple[RecordScore, ...]
+    duration_s: float
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.ppl)
+
+    @property
+    def complete(self) -> bool:
+        return self.records_scored == self.records_total
+
+    @property
+    def nonfinite_records(self) -> tuple[str, ...]:
+        return tuple(s.id for s in self.scores if not s.finite)
+
+    def passes(self, cap: float) -> bool:
+        """The gate: complete, finite and at most ``cap``."""
+        return self.complete and ppl_gate(self.ppl, cap)
+
+    def to_dict(self, *, records: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "ppl": finite_or_none(self.ppl),
+            "ppl_finite": self.finite,
+            "ppl_tokens": self.tokens,
+            "nll": finite_or_none(self.nll),
+            "records_scored": self.records_scored,
+            "records_total": self.records_total,
+            "stopped_early": self.stopped_early,
+            "ppl_low": finite_or_none(self.ppl_low),
+            "ppl_high": finite_or_none(self.ppl_high),
+            "stderr_log_ppl": finite_or_none(self.stderr_log_ppl),
+            "nonfinite_records": list(self.nonfinite_records),
+            "duration_s": self.duration_s,
+            "settings": self.settings.to_dict(),
+        }
+        if records:
+            data["records"] = [s.to_dict() for s in self.scores]
+        return data
+
+
+def score_record(client: httpx.Client, model: str, record: PplRecord) -> RecordScore:
+    """Score one record on the server ``client`` talks to."""
+    payload = {
+        "model": model,
+        "prompt": list(record.token_ids),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": 1,
+        "add_special_tokens": False,
+    }
+    body = post_json(client, "/v1/completions", payload, what=f"PPL record {record.id!r}")
+    try:
+        entries = body["choices"][0]["prompt_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise MeasurementError(f"PPL record {record.id!r}: the answer has no prompt_logprobs") from None
+    if not isinstance(entries, list) or len(entries) < record.score_end:
+        raise MeasurementError(
+            f"PPL record {record.id!r}: {len(entries) if isinstance(entries, list) else 0} "
+            f"prompt_logprobs entries for a {len(record.token_ids)}-token prompt"
+        )
+    nll = 0.0
+    for position in range(record.score_start, record.score_end):
+        token = record.token_ids[position]
+        entry = entries[position]
+        item = entry.get(str(token)) if isinstance(entry, dict) else None
+        if not isinstance(item, dict) or item.get("logprob") is None:
+            raise MeasurementError(
+                f"PPL record {record.id!r}: no logprob for token {token} at position {position}"
+            )
+        logprob = float(item["logprob"])
+        nll -= -math.inf if math.isnan(logprob) else logprob
+    return RecordScore(id=record.id, nll=nll, tokens=record.scored_tokens)
+
+
+def scoring_order(count: int, seed: int | None) -> list[int]:
+    """Indices in the order ``measure_ppl`` scores them."""
+    order = list(range(count))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return order
+
+
+def measure_ppl(
+    base_url: str,
+    model: str,
+    records: Sequence[PplRecord] | PplRecordSet,
+    settings: PplSettings | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+) -> PplResult:
+    """Score the records against a ready server; stop early if ``settings.stop_above`` is
+    set and the running PPL is clearly over it."""
+    settings = settings or PplSettings()
+    chosen = list(records)[: settings.max_records] if settings.max_records else list(records)
+    if not chosen:
+        raise MeasurementError("PPL measurement: the record set is empty")
+    running = RunningPpl(population=len(chosen))
+    stopped = False
+    began = time.perf_counter()
+    order = scoring_order(len(chosen), settings.order_seed)
+    with make_client(base_url, settings.timeout_s) as client:
+        for done, index in enumerate(order, start=1):
+            score = score_record(client, model, chosen[index])
+            if not score.finite:
+                logger.warning("PPL record %r has a non-finite NLL", score.id)
+            running.add(score)
+            report(progress, "ppl", done, len(chosen))
+            if settings.stop_above is not None and done < len(chosen) and running.clearly_over(
+                settings.stop_above,
+                confidence=settings.stop_confidence,
+                min_records=settings.min_records,
+            ):
+                low = running.lower_bound(settings.stop_confidence)
+                logger.info(
+                    "PPL stopped after %d/%d records: %.4f (lower bound %.4f) is over the cap %.4f",
+                    done, len(chosen), running.ppl, low, settings.stop_above,
+                )
+                stopped = True
+                break
+    low, high = running.interval(settings.stop_confidence)
+    result = PplResult(
+        settings=settings,
+        ppl=running.ppl,
+        nll=running.nll,
+        tokens=running.tokens,
+        records_scored=running.count,
+        records_total=len(chosen),
+        stopped_early=stopped,
+        ppl_low=low,
+        ppl_high=high,
+        stderr_log_ppl=running.stderr,
+        scores=tuple(running.scores),
+        duration_s=time.perf_counter() - began,
+    )
+    logger.info("PPL %.4f over %d tokens of %d records", result.ppl, result.tokens, result.records_scored)
+    return result

@@ -1,0 +1,137 @@
+"""Train the target model on documents of the synthetic language."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from .corpus import Language
+from .demo_data import HEADER, MIDDLE
+from .tokenizer import FIRST_WORD_ID
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TargetTraining:
+    steps: int = 600
+    batch: int = 16
+    seq_len: int = 160
+    lr: float = 3e-3
+    warmup: int = 30
+    weight_decay: float = 0.01
+    log_every: int = 25
+
+
+def documents(language: Language, batch: int, seq_len: int, rng: np.random.Generator) -> torch.Tensor:
+    """``batch`` chat-formatted documents of exactly ``seq_len`` tokens."""
+    rows = []
+    for _ in range(batch):
+        prompt = int(rng.integers(4, seq_len - len(HEADER) - len(MIDDLE) - 8))
+        response = seq_len - len(HEADER) - len(MIDDLE) - prompt
+        tokens, _ = language.document(prompt, response, rng, HEADER, MIDDLE)
+        rows.append(tokens[:seq_len])
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def labels_of(tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token labels; chat markers are not scored (only words are)."""
+    labels = tokens.clone()
+    labels[labels < FIRST_WORD_ID] = -100
+    return labels
+
+
+def silence_global_attention(model: torch.nn.Module) -> None:
+    """Zero the attention output of every full-attention layer and freeze it.
+
+    transformers forces Gemma 4's last layer to full attention. With its
+    output at zero the model only ever sees the sliding window, so cutting the
+    window really removes information.
+    """
+    for layer, kind in zip(model.model.layers, model.config.layer_types, strict=True):
+        if kind == "full_attention":
+            with torch.no_grad():
+                layer.self_attn.o_proj.weight.zero_()
+            layer.self_attn.o_proj.weight.requires_grad_(False)
+
+
+def set_window(model: torch.nn.Module, window: int) -> None:
+    """Change the sliding window of a transformers Gemma 4 model in place."""
+    model.config.sliding_window = window
+    for layer in model.model.layers:
+        if layer.self_attn.is_sliding:
+            layer.self_attn.sliding_window = window
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
+    """Mean NLL per scored token over fixed batches."""
+    model.eval()
+    total, count = 0.0, 0
+    for tokens in batches:
+        logits = model(input_ids=tokens).logits[:, :-1].float()
+        labels = labels_of(tokens)[:, 1:]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
+        )
+        total += float(loss)
+        count += int((labels != -100).sum())
+    model.train()
+    return total / max(count, 1)
+
+
+def train_target(
+    model: torch.nn.Module, language: Language, settings: TargetTraining, seed: int
+) -> dict[str, float]:
+    """Train in place; returns the held-out PPL at the trained window and at half of it."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    silence_global_attention(model)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr,
+        betas=(0.9, 0.95),
+    )
+    held_rng = np.random.default_rng(seed + 99)
+    held = [documents(language, settings.batch, settings.seq_len, held_rng) for _ in range(2)]
+    started = time.monotonic()
+    for step in range(1, settings.steps + 1):
+        progress = step / settings.steps
+        scale = min(1.0, step / settings.warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+        for group in optimizer.param_groups:
+            group["lr"] = settings.lr * scale
+        tokens = documents(language, settings.batch, settings.seq_len, rng)
+        logits = model(input_ids=tokens).logits[:, :-1]
+        labels = labels_of(tokens)[:, 1:]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        if step % settings.log_every == 0 or step == settings.steps:
+            elapsed = time.monotonic() - started
+            logger.info(
+                "target step %d/%d loss %.3f (ppl %.2f) lr %.2e, %.0f s, eta %.0f s",
+                step, settings.steps, float(loss), math.exp(float(loss)), settings.lr * scale,
+                elapsed, elapsed / step * (settings.steps - step),
+            )  # fmt: skip
+    window = int(model.config.sliding_window)
+    result = {f"ppl_w{window}": math.exp(evaluate(model, held))}
+    for other in sorted({window // 2, (3 * window) // 4}):
+        set_window(model, other)
+        result[f"ppl_w{other}"] = math.exp(evaluate(model, held))
+    set_window(model, window)
+    logger.info("target held-out PPL by window: %s", {k: round(v, 3) for k, v in result.items()})
+    return result

@@ -1,0 +1,77 @@
+"""Study database URLs: SQLite files by default, PostgreSQL for shared studies."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+from sqlalchemy.engine import Engine, make_url
+
+from sweeper.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_URL = "sqlite:///sweeper-study.db"
+SQLITE_TIMEOUT_S = 60.0
+
+
+def normalize_url(url: str | os.PathLike[str] | None) -> str:
+    """A SQLAlchemy URL; a bare path means a SQLite file (made absolute)."""
+    if url is None or str(url) == "":
+        url = DEFAULT_URL
+    text = str(url)
+    if "://" not in text:
+        return f"sqlite:///{Path(text).expanduser().resolve()}"
+    try:
+        parsed = make_url(text)
+    except sqlalchemy.exc.ArgumentError as exc:
+        raise StorageError(f"not a database URL: {text!r} ({exc})") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database).expanduser()
+        if not path.is_absolute():
+            text = f"sqlite:///{path.resolve()}"
+    return text
+
+
+def redact(url: str) -> str:
+    """The URL as it may be shown: the password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url
+
+
+def engine_kwargs(url: str) -> dict[str, Any]:
+    if make_url(url).get_backend_name() == "sqlite":
+        return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    return {"pool_pre_ping": True}
+
+
+def create_engine(url: str) -> Engine:
+    """An engine for our own tables (SQLite in WAL mode so readers do not block a sweep)."""
+    try:
+        engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
+    except (sqlalchemy.exc.ArgumentError, ImportError) as exc:
+        raise StorageError(f"cannot use study database {redact(url)}: {exc}") from None
+    if engine.dialect.name == "sqlite":
+
+        @sqlalchemy.event.listens_for(engine, "connect")
+        def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+    return engine
+
+
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage on the same database (liveness is tracked in our tables)."""
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError, ValueError) as exc:
+        raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None

@@ -1,0 +1,304 @@
+"""TrialStore: writes and reads our per-trial records (see ``_tables``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, selectinload
+
+from storage._engine import create_engine, normalize_url, redact
+from storage._tables import Base, PhaseRow, RequestRow, TrialRow
+from sweeper.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_MAX_CHARS = 64_000
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialOutcome:
+    """What a finished trial left: the measurement or the error."""
+
+    state: str  # complete | failed | interrupted | stale
+    tps: float | None = None
+    ppl: float | None = None
+    ppl_cap: float | None = None
+    feasible: bool | None = None
+    ppl_reused_from: int | None = None
+    early_stopped: bool = False
+    tps_imputed: bool = False
+    extras: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    phases: Sequence[tuple[str, float]] = ()
+    requests: Sequence[Mapping[str, Any]] = ()
+    manifest: Mapping[str, Any] | None = None
+    log_tail: str | None = None
+    server_token: str | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    """One trial as stored (phases and requests only when asked for)."""
+
+    study_name: str
+    number: int
+    optuna_trial_id: int
+    state: str
+    role: str
+    params: Mapping[str, Any]
+    overrides: Mapping[str, str]
+    manifest: Mapping[str, Any] | None
+    tps: float | None
+    ppl: float | None
+    ppl_cap: float | None
+    feasible: bool | None
+    ppl_reused_from: int | None
+    early_stopped: bool
+    tps_imputed: bool
+    extras: Mapping[str, Any]
+    versions: Mapping[str, str]
+    error_kind: str | None
+    error_message: str | None
+    log_tail: str | None
+    server_token: str | None
+    host: str
+    pid: int
+    started_at: datetime.datetime
+    heartbeat_at: datetime.datetime
+    finished_at: datetime.datetime | None
+    phases: tuple[tuple[str, float], ...] = ()
+    requests: tuple[Mapping[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for key in ("started_at", "heartbeat_at", "finished_at"):
+            data[key] = data[key].isoformat() if data[key] else None
+        return data
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _aware(moment: datetime.datetime | None) -> datetime.datetime | None:
+    """SQLite returns naive datetimes: they were written in UTC."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.timezone.utc)
+    return moment
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON columns reject NaN/inf on some backends: store them as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class TrialStore:
+    """Our tables on one database URL (created on first use)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = normalize_url(url)
+        self.engine = create_engine(self.url)
+        try:
+            Base.metadata.create_all(self.engine)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise StorageError(f"cannot create sweeper tables in {redact(self.url)}: {exc}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                yield session
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise StorageError(f"study database {redact(self.url)}: {exc}") from exc
+
+    def _row(self, session: Session, study_name: str, number: int) -> TrialRow:
+        row = session.scalar(
+            select(TrialRow).where(TrialRow.study_name == study_name, TrialRow.number == number)
+        )
+        if row is None:
+            raise StorageError(f"study {study_name!r} has no recorded trial {number}")
+        return row
+
+    # -- writing ----------------------------------------------------------------
+
+    def start_trial(
+        self,
+        *,
+        study_name: str,
+        number: int,
+        optuna_trial_id: int,
+        params: Mapping[str, Any],
+        overrides: Mapping[str, str],
+        role: str,
+        host: str,
+        pid: int,
+        ppl_cap: float | None,
+    ) -> None:
+        with self._session() as session:
+            session.add(
+                TrialRow(
+                    study_name=study_name,
+                    number=number,
+                    optuna_trial_id=optuna_trial_id,
+                    state="running",
+                    role=role,
+                    params=_json_safe(dict(params)),
+                    overrides=dict(overrides),
+                    ppl_cap=ppl_cap,
+                    host=host,
+                    pid=pid,
+                )
+            )
+
+    def _row_id(self, session: Session, study_name: str, number: int) -> int:
+        row_id = session.scalar(
+            select(TrialRow.id).where(TrialRow.study_name == study_name, TrialRow.number == number)
+        )
+        if row_id is None:
+            raise StorageError(f"study {study_name!r} has no recorded trial {number}")
+        return row_id
+
+    def _update(self, session: Session, study_name: str, number: int, **values: Any) -> int:
+        row_id = self._row_id(session, study_name, number)
+        session.execute(update(TrialRow).where(TrialRow.id == row_id).values(**values))
+        return row_id
+
+    def update_running(self, study_name: str, number: int, **fields: Any) -> None:
+        """Set ``server_token`` / ``manifest`` / ``log_tail`` while the trial runs."""
+        allowed = {"server_token", "manifest", "log_tail"}
+        if set(fields) - allowed:
+            raise ValueError(f"cannot update {sorted(set(fields) - allowed)} of a running trial")
+        if "manifest" in fields:
+            fields["manifest"] = _json_safe(fields["manifest"])
+        if "log_tail" in fields and fields["log_tail"] is not None:
+            fields["log_tail"] = fields["log_tail"][-LOG_TAIL_MAX_CHARS:]
+        with self._session() as session:
+            self._update(session, study_name, number, **fields)
+
+    def beat(self, study_name: str, number: int) -> None:
+        """The worker running this trial is alive."""
+        with self._session() as session:
+            self._update(session, study_name, number, heartbeat_at=_now())
+
+    def add_phase(self, study_name: str, number: int, name: str, seconds: float) -> None:
+        with self._session() as session:
+            row_id = self._row_id(session, study_name, number)
+            self._add_phases(session, row_id, [(name, seconds)])
+
+    @staticmethod
+    def _add_phases(session: Session, row_id: int, phases: Sequence[tuple[str, float]]) -> None:
+        start = session.scalar(
+            select(sqlalchemy.func.count()).select_from(PhaseRow).where(PhaseRow.trial_row_id == row_id)
+        )
+        session.add_all(
+            PhaseRow(trial_row_id=row_id, position=start + i, name=name, seconds=float(seconds))
+            for i, (name, seconds) in enumerate(phases)
+        )
+
+    def finish_trial(self, study_name: str, number: int, outcome: TrialOutcome) -> None:
+        values: dict[str, Any] = {
+            key: getattr(outcome, key)
+            for key in (
+                "state", "tps", "ppl", "ppl_cap", "feasible", "ppl_reused_from", "early_stopped",
+                "tps_imputed", "error_kind", "error_message",
+            )
+        }  # fmt: skip
+        values.update(
+            finished_at=_now(),
+            extras=_json_safe(dict(outcome.extras)),
+            versions=dict(outcome.versions),
+        )
+        if outcome.manifest is not None:
+            values["manifest"] = _json_safe(dict(outcome.manifest))
+        if outcome.log_tail is not None:
+            values["log_tail"] = outcome.log_tail[-LOG_TAIL_MAX_CHARS:]
+        if outcome.server_token is not None:
+            values["server_token"] = outcome.server_token
+        with self._session() as session:
+            row_id = self._update(session, study_name, number, **values)
+            if outcome.phases:
+                self._add_phases(session, row_id, outcome.phases)
+            session.add_all(
+                RequestRow(
+                    trial_row_id=row_id,
+                    position=position,
+                    kind=str(data.get("kind", "")),
+                    data=_json_safe(dict(data)),
+                )
+                for position, data in enumerate(outcome.requests)
+            )
+
+    # -- reading ----------------------------------------------------------------
+
+    def records(
+        self, study_name: str, *, states: Sequence[str] | None = None, details: bool = False
+    ) -> list[TrialRecord]:
+        query = select(TrialRow).where(TrialRow.study_name == study_name)
+        if states is not None:
+            query = query.where(TrialRow.state.in_(list(states)))
+        if details:
+            query = query.options(selectinload(TrialRow.phases), selectinload(TrialRow.requests))
+        with self._session() as session:
+            rows = session.scalars(query.order_by(TrialRow.number)).all()
+            return [_record(row, details=details) for row in rows]
+
+    def record(self, study_name: str, number: int, *, details: bool = True) -> TrialRecord:
+        """One trial, with its phases and per-request rows unless ``details`` is False."""
+        with self._session() as session:
+            return _record(self._row(session, study_name, number), details=details)
+
+    def study_names(self) -> list[str]:
+        with self._session() as session:
+            return list(session.scalars(select(TrialRow.study_name).distinct()).all())
+
+
+def _record(row: TrialRow, *, details: bool) -> TrialRecord:
+    return TrialRecord(
+        study_name=row.study_name,
+        number=row.number,
+        optuna_trial_id=row.optuna_trial_id,
+        state=row.state,
+        role=row.role,
+        params=dict(row.params or {}),
+        overrides=dict(row.overrides or {}),
+        manifest=row.manifest,
+        tps=row.tps,
+        ppl=row.ppl,
+        ppl_cap=row.ppl_cap,
+        feasible=row.feasible,
+        ppl_reused_from=row.ppl_reused_from,
+        early_stopped=bool(row.early_stopped),
+        tps_imputed=bool(row.tps_imputed),
+        extras=dict(row.extras or {}),
+        versions=dict(row.versions or {}),
+        error_kind=row.error_kind,
+        error_message=row.error_message,
+        log_tail=row.log_tail,
+        server_token=row.server_token,
+        host=row.host,
+        pid=row.pid,
+        started_at=_aware(row.started_at),
+        heartbeat_at=_aware(row.heartbeat_at),
+        finished_at=_aware(row.finished_at),
+        phases=tuple((p.name, p.seconds) for p in row.phases) if details else (),
+        requests=tuple(dict(r.data) for r in row.requests) if details else (),
+    )

@@ -1,0 +1,380 @@
+"""Verification records: re-measurements of a study's best trials on held-out data.
+
+``sweeper_verifications`` has one row per verification of one trial (the
+criteria it was judged by, the held-out data, the verdict) and
+``sweeper_verification_runs`` one row per repeat (a fresh server each).
+A verification is written when it starts (status ``running``) and each
+repeat as soon as it ends, so an interrupted verification leaves what it
+measured; the verdict is written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
+
+from storage._engine import create_engine, normalize_url, redact
+from storage._tables import Base
+from sweeper.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+# the verdicts; "running" also stands for a verification that never finished
+VERIFIED = "verified"
+FAILED = "failed"
+RUNNING = "running"
+INTERRUPTED = "interrupted"
+STATUSES = (VERIFIED, FAILED, RUNNING, INTERRUPTED)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _aware(moment: datetime.datetime | None) -> datetime.datetime | None:
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.timezone.utc)
+    return moment
+
+
+def _finite(value: float | None) -> float | None:
+    """Float columns take no NaN/inf on every backend: an infinite PPL is stored as None."""
+    return value if value is None or math.isfinite(value) else None
+
+
+class VerificationRow(Base):
+    __tablename__ = "sweeper_verifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_name: Mapped[str] = mapped_column(String(512), index=True)
+    trial_number: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    tuned_tps: Mapped[float] = mapped_column(Float)
+    tuned_ppl: Mapped[float] = mapped_column(Float)
+    ppl_cap: Mapped[float] = mapped_column(Float)
+    tolerance: Mapped[float] = mapped_column(Float)
+    repeats: Mapped[int] = mapped_column(Integer)
+    median_tps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_ppl: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # where the held-out data came from (file or dataset id), and what else was set
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    finished_at: Mapped[datetime.datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+
+    runs: Mapped[list[VerificationRunRow]] = relationship(
+        back_populates="verification",
+        order_by="VerificationRunRow.repeat",
+        cascade="all, delete-orphan",
+    )
+
+
+class VerificationRunRow(Base):
+    __tablename__ = "sweeper_verification_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    verification_id: Mapped[int] = mapped_column(
+        ForeignKey("sweeper_verifications.id", ondelete="CASCADE"), index=True
+    )
+    repeat: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # complete | failed
+    tps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ppl: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ppl_infinite: Mapped[bool] = mapped_column(default=False)
+    early_stopped: Mapped[bool] = mapped_column(default=False)
+    error_kind: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    phases: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
+    extras: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    log_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+    verification: Mapped[VerificationRow] = relationship(back_populates="runs")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerificationRun:
+    """One repeat: a fresh server measuring the candidate on the held-out data."""
+
+    repeat: int
+    state: str  # complete | failed
+    tps: float | None = None
+    ppl: float | None = None  # math.inf: a non-finite logprob
+    early_stopped: bool = False
+    error_kind: str | None = None
+    error_message: str | None = None
+    phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    extras: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    log_tail: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.ppl is not None and not math.isfinite(self.ppl):
+            data["ppl"] = "inf"
+        data.pop("log_tail")
+        return data
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerificationRecord:
+    """One verification of one trial, as stored."""
+
+    id: int
+    study_name: str
+    trial_number: int
+    status: str
+    reason: str
+    params: Mapping[str, Any]
+    tuned_tps: float
+    tuned_ppl: float
+    ppl_cap: float
+    tolerance: float
+    repeats: int
+    median_tps: float | None
+    max_ppl: float | None
+    data: Mapping[str, Any]
+    started_at: datetime.datetime
+    finished_at: datetime.datetime | None
+    runs: tuple[VerificationRun, ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        return self.status == VERIFIED
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (VERIFIED, FAILED)
+
+    @property
+    def tps_deviation(self) -> float | None:
+        """(median held-out TPS - tuned TPS) / tuned TPS."""
+        if self.median_tps is None or not self.tuned_tps:
+            return None
+        return (self.median_tps - self.tuned_tps) / self.tuned_tps
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["runs"] = [run.to_dict() for run in self.runs]
+        data["tps_deviation"] = self.tps_deviation
+        for key in ("started_at", "finished_at"):
+            data[key] = data[key].isoformat() if data[key] else None
+        return data
+
+
+class VerificationStore:
+    """The verification tables on one database URL (created on first use)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = normalize_url(url)
+        self.engine = create_engine(self.url)
+        try:
+            Base.metadata.create_all(
+                self.engine,
+                tables=[VerificationRow.__table__, VerificationRunRow.__table__],
+            )
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise StorageError(
+                f"cannot create verification tables in {redact(self.url)}: {exc}"
+            ) from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> VerificationStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                yield session
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise StorageError(f"study database {redact(self.url)}: {exc}") from exc
+
+    # -- writing ----------------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        study_name: str,
+        trial_number: int,
+        params: Mapping[str, Any],
+        tuned_tps: float,
+        tuned_ppl: float,
+        ppl_cap: float,
+        tolerance: float,
+        repeats: int,
+        data: Mapping[str, Any],
+    ) -> int:
+        """Record a verification that starts now; returns its id."""
+        with self._session() as session:
+            row = VerificationRow(
+                study_name=study_name,
+                trial_number=trial_number,
+                status=RUNNING,
+                reason="",
+                params=dict(params),
+                tuned_tps=tuned_tps,
+                tuned_ppl=tuned_ppl,
+                ppl_cap=ppl_cap,
+                tolerance=tolerance,
+                repeats=repeats,
+                data=dict(data),
+            )
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def add_run(self, verification_id: int, run: VerificationRun) -> None:
+        with self._session() as session:
+            row = self._row(session, verification_id)
+            row.runs.append(
+                VerificationRunRow(
+                    repeat=run.repeat,
+                    state=run.state,
+                    tps=run.tps,
+                    ppl=_finite(run.ppl),
+                    ppl_infinite=run.ppl is not None and not math.isfinite(run.ppl),
+                    early_stopped=run.early_stopped,
+                    error_kind=run.error_kind,
+                    error_message=run.error_message,
+                    phases={str(k): float(v) for k, v in run.phases.items()},
+                    extras=_json_safe(dict(run.extras)),
+                    log_tail=run.log_tail,
+                    seconds=run.seconds,
+                )
+            )
+
+    def finish(
+        self,
+        verification_id: int,
+        *,
+        status: str,
+        reason: str,
+        median_tps: float | None,
+        max_ppl: float | None,
+    ) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown verification status {status!r}")
+        with self._session() as session:
+            row = self._row(session, verification_id)
+            row.status = status
+            row.reason = reason
+            row.median_tps = median_tps
+            row.max_ppl = _finite(max_ppl)
+            row.finished_at = _now()
+
+    # -- reading ----------------------------------------------------------------
+
+    def records(self, study_name: str) -> list[VerificationRecord]:
+        """Every verification of the study, oldest first."""
+        query = (
+            select(VerificationRow)
+            .where(VerificationRow.study_name == study_name)
+            .options(selectinload(VerificationRow.runs))
+            .order_by(VerificationRow.id)
+        )
+        with self._session() as session:
+            return [_record(row) for row in session.scalars(query).all()]
+
+    def latest(self, study_name: str) -> dict[int, VerificationRecord]:
+        """The newest verification of each verified-or-tried trial, by trial number."""
+        return latest_by_trial(self.records(study_name))
+
+    @staticmethod
+    def _row(session: Session, verification_id: int) -> VerificationRow:
+        row = session.get(VerificationRow, verification_id)
+        if row is None:
+            raise StorageError(f"no verification with id {verification_id}")
+        return row
+
+
+def latest_by_trial(records: Sequence[VerificationRecord]) -> dict[int, VerificationRecord]:
+    """The newest record per trial (finished ones win over a newer unfinished one)."""
+    latest: dict[int, VerificationRecord] = {}
+    for record in sorted(records, key=lambda r: r.id):
+        current = latest.get(record.trial_number)
+        if current is None or record.finished or not current.finished:
+            latest[record.trial_number] = record
+    return latest
+
+
+def verifications(url: str | None, study_name: str) -> list[VerificationRecord]:
+    """Every verification of a study (none when the tables do not exist yet)."""
+    url = normalize_url(url)
+    engine = create_engine(url)
+    try:
+        if not sqlalchemy.inspect(engine).has_table(VerificationRow.__tablename__):
+            return []
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise StorageError(f"study database {redact(url)}: {exc}") from exc
+    finally:
+        engine.dispose()
+    store = VerificationStore(url)
+    try:
+        return store.records(study_name)
+    finally:
+        store.close()
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _record(row: VerificationRow) -> VerificationRecord:
+    return VerificationRecord(
+        id=row.id,
+        study_name=row.study_name,
+        trial_number=row.trial_number,
+        status=row.status,
+        reason=row.reason or "",
+        params=dict(row.params or {}),
+        tuned_tps=row.tuned_tps,
+        tuned_ppl=row.tuned_ppl,
+        ppl_cap=row.ppl_cap,
+        tolerance=row.tolerance,
+        repeats=row.repeats,
+        median_tps=row.median_tps,
+        max_ppl=row.max_ppl,
+        data=dict(row.data or {}),
+        started_at=_aware(row.started_at),
+        finished_at=_aware(row.finished_at),
+        runs=tuple(
+            VerificationRun(
+                repeat=run.repeat,
+                state=run.state,
+                tps=run.tps,
+                ppl=math.inf if run.ppl_infinite else run.ppl,
+                early_stopped=bool(run.early_stopped),
+                error_kind=run.error_kind,
+                error_message=run.error_message,
+                phases=dict(run.phases or {}),
+                extras=dict(run.extras or {}),
+                log_tail=run.log_tail,
+                seconds=run.seconds or 0.0,
+            )
+            for run in row.runs
+        ),
+    )

@@ -1,0 +1,66 @@
+"""``sweeper export``: the study's answer as a manifest that runs as is."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import click
+
+from storage import DEFAULT_URL
+from sweeper.export import export_answer
+from sweeper.manifest import Manifest
+
+logger = logging.getLogger(__name__)
+
+
+@click.command("export")
+@click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
+@click.option("--storage", default=DEFAULT_URL, show_default=True, envvar="SWEEPER_STORAGE",
+              help="Study database: SQLAlchemy URL or SQLite path.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+              help="Manifest file to write (default: ./<derived name>.json).")
+@click.option("--manifest", "manifest_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Base manifest the study ran on (default: the one the study recorded).")
+@click.option("--allow-unverified", is_flag=True,
+              help="Export the best feasible trial even if it is not verified on held-out data.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(
+    study_name: str | None,
+    storage: str,
+    output: str | None,
+    manifest_path: str | None,
+    allow_unverified: bool,
+    as_json: bool,
+) -> None:
+    """Write the study's winner as a manifest in the challenge's format.
+
+    The winner is the fastest trial VERIFIED on held-out data ('sweeper
+    verify'); an unverified one is refused unless --allow-unverified. The
+    manifest keeps the base manifest's fields, carries the winner's env,
+    a name derived from its values and a description with its TPS, PPL and
+    verification status. Secret env values (tokens, keys) are left out.
+    Nothing is written when the export is refused.
+    """
+    manifest = Manifest.load(manifest_path) if manifest_path else None
+    result = export_answer(
+        storage=storage,
+        study_name=study_name,
+        output=output,
+        base_manifest=manifest,
+        allow_unverified=allow_unverified,
+    )
+    if result.left_out_secrets:
+        click.echo(
+            f"note: secret env values left out: {', '.join(result.left_out_secrets)} "
+            "(set them in the environment that serves the manifest)",
+            err=True,
+        )
+    if not result.answer.verified:
+        click.echo(f"warning: exported an answer that is {result.answer.status.upper()}", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(f"wrote {result.path} ({result.manifest.name})")
+    click.echo(f"  {result.answer.describe()}")
+    click.echo(f"  run it with: sweeper serve {result.path}")

@@ -1,0 +1,139 @@
+"""``sweeper verify``: re-measure the best feasible trials on held-out data."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from storage import DEFAULT_URL, VerificationRecord
+from sweeper.errors import StudyError
+from sweeper.manifest import Manifest
+from sweeper.verify import VerifyEvent, VerifyResult, VerifySettings, verify_study
+
+logger = logging.getLogger(__name__)
+
+
+class NotVerifiedError(StudyError):
+    """Verification ran, and no candidate passed it."""
+
+
+@click.command("verify")
+@click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
+@click.option("--storage", default=DEFAULT_URL, show_default=True, envvar="SWEEPER_STORAGE",
+              help="Study database: SQLAlchemy URL or SQLite path.")
+@click.option("--top", default=3, show_default=True, help="Verify the N best feasible configurations.")
+@click.option("--repeats", default=3, show_default=True, help="Fresh servers per candidate.")
+@click.option("--tolerance", default=0.05, show_default=True,
+              help="Largest allowed gap between held-out median TPS and tuned TPS (0.05 = 5 %).")
+@click.option("--manifest", "manifest_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Base manifest the study ran on (default: the one the study recorded).")
+@click.option("--prompts", metavar="P", help="Held-out prompt set (default: recorded, or the demo's held-out set).")
+@click.option("--ppl-data", metavar="D", help="Held-out PPL records (default: recorded, or the demo's held-out set).")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Where the servers' logs go.")
+@click.option("--redo", is_flag=True, help="Verify again candidates that already have a verdict.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(
+    study_name: str | None,
+    storage: str,
+    top: int,
+    repeats: int,
+    tolerance: float,
+    manifest_path: str | None,
+    prompts: str | None,
+    ppl_data: str | None,
+    run_dir: str | None,
+    redo: bool,
+    as_json: bool,
+) -> None:
+    """Re-measure the study's best feasible configurations on held-out data.
+
+    Each candidate runs REPEATS times, each time in a fresh server, on
+    prompts and PPL records the study never tuned on. It is VERIFIED when
+    its held-out PPL stays under the cap in every repeat and its median
+    held-out TPS is within TOLERANCE of its tuned TPS. Results are stored in
+    the study database (see 'sweeper status', 'sweeper report'). Exits with
+    code 1 when no candidate is verified.
+    """
+    settings = VerifySettings(top=top, repeats=repeats, tolerance=tolerance, redo=redo)
+    manifest = Manifest.load(manifest_path) if manifest_path else None
+    console = Console(stderr=True)
+    result = verify_study(
+        storage=storage,
+        study_name=study_name,
+        settings=settings,
+        base_manifest=manifest,
+        prompts=prompts,
+        ppl_data=ppl_data,
+        run_dir=run_dir,
+        progress=_Progress(console, repeats),
+    )
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        Console().print(verification_table(result.verifications, title=f"sweeper verify: {result.study_name}"))
+        for number, why in result.skipped:
+            click.echo(f"trial #{number}: {why}")
+        click.echo(f"answer: {result.answer.describe()}")
+    _exit_status(result)
+
+
+def _exit_status(result: VerifyResult) -> None:
+    if result.answer.verified:
+        return
+    tried = len(result.verifications) + len(result.skipped)
+    raise NotVerifiedError(
+        f"none of the {tried} candidate(s) of study {result.study_name!r} is verified; "
+        f"try more candidates with --top, or look at the reasons above"
+    )
+
+
+def verification_table(verifications: tuple[VerificationRecord, ...] | list, *, title: str) -> Table:
+    """One row per verification (also used by 'sweeper status')."""
+    table = Table(title=title)
+    for column in ("trial", "status", "tuned TPS", "held-out TPS (median)", "deviation",
+                   "held-out PPL (max)", "cap", "repeats", "reason"):  # fmt: skip
+        table.add_column(column)
+    for v in verifications:
+        style = "green" if v.verified else "red" if v.status == "failed" else "yellow"
+        table.add_row(
+            f"#{v.trial_number}",
+            f"[{style}]{v.status.upper()}[/{style}]",
+            f"{v.tuned_tps:.2f}",
+            "-" if v.median_tps is None else f"{v.median_tps:.2f}",
+            "-" if v.tps_deviation is None else f"{v.tps_deviation:+.1%}",
+            "-" if v.max_ppl is None else f"{v.max_ppl:.4f}",
+            f"{v.ppl_cap:.4f}",
+            f"{len(v.runs)}/{v.repeats}",
+            v.reason,
+        )
+    return table
+
+
+class _Progress:
+    """One line per repeat on stderr."""
+
+    def __init__(self, console: Console, repeats: int) -> None:
+        self.console = console
+        self.repeats = repeats
+
+    def __call__(self, event: VerifyEvent) -> None:
+        if event.kind == "candidate":
+            self.console.print(f"[bold]trial #{event.trial_number}[/bold]: verifying on held-out data")
+        elif event.kind == "repeat-started":
+            self.console.print(f"  repeat {event.repeat + 1}/{self.repeats}: starting a fresh server")
+        elif event.kind == "repeat-finished" and event.run is not None:
+            run = event.run
+            if run.state == "complete":
+                tps = "-" if run.tps is None else f"{run.tps:.2f}"
+                ppl = "-" if run.ppl is None else f"{run.ppl:.4f}"
+                self.console.print(f"  repeat {event.repeat + 1}: TPS {tps}, PPL {ppl} ({run.seconds:.0f} s)")
+            else:
+                self.console.print(f"  repeat {event.repeat + 1}: [red]failed[/red]: {run.error_message}")
+        elif event.kind == "verdict" and event.verification is not None:
+            v = event.verification
+            style = "green" if v.verified else "red"
+            self.console.print(f"  [{style}]{v.status.upper()}[/{style}]: {v.reason}")

@@ -1,0 +1,341 @@
+"""Everything a report shows, read once from the study database into plain frozen data.
+
+The plot modules (``_png``, ``_plotly``) and the file writers (``_files``,
+``_page``) draw from ``ReportData`` only, so what a report shows can be
+tested on the data and on the figures without a browser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from storage import (
+    TrialRecord,
+    TrialStore,
+    VerificationRecord,
+    is_answer,
+    normalize_url,
+    optuna_storage,
+    pareto_front,
+    study_status,
+)
+from sweeper.errors import StudyError, SweeperError
+from sweeper.manifest import Manifest, is_secret_name
+from sweeper.recipe import StudyRecipe, recipe_from_settings
+from sweeper.verify import Answer, study_answer, verify_command
+
+logger = logging.getLogger(__name__)
+
+FEASIBLE, INFEASIBLE, FAILED, RUNNING = "feasible", "infeasible", "failed", "running"
+CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED, RUNNING)
+COLORS = {
+    FEASIBLE: "#2a9d8f",
+    INFEASIBLE: "#e76f51",
+    FAILED: "#8d99ae",
+    RUNNING: "#f4a261",
+    "verified": "#1d3557",
+    "verify-failed": "#9d0208",
+    "cap": "#d62828",
+    "winner": "#ffb703",
+    "front": "#264653",
+}
+LABELS = {
+    FEASIBLE: "feasible (PPL under the cap)",
+    INFEASIBLE: "infeasible (PPL over the cap)",
+    FAILED: "failed (no measurement; drawn at TPS 0)",
+    RUNNING: "running",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialPoint:
+    """One trial as the plots draw it."""
+
+    number: int
+    state: str
+    category: str
+    role: str
+    tps: float | None
+    ppl: float | None
+    params: Mapping[str, Any]
+    verification: str | None  # verified | failed | running | interrupted | None
+    tps_imputed: bool = False
+    early_stopped: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+
+    def hover(self) -> str:
+        lines = [f"trial #{self.number} ({self.role}): {self.category}"]
+        if self.tps is not None:
+            lines.append(f"TPS {self.tps:.2f}" + (" (imputed: stopped early)" if self.tps_imputed else ""))
+        if self.ppl is not None:
+            lines.append(f"PPL {self.ppl:.4f}" if math.isfinite(self.ppl) else "PPL inf")
+        lines += [f"{k} = {v}" for k, v in self.params.items()]
+        if self.verification:
+            lines.append(f"verification: {self.verification}")
+        if self.error:
+            lines.append(f"error: {self.error[:120]}")
+        return "<br>".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PhaseTime:
+    name: str
+    seconds: float
+    count: int
+    share: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnvChange:
+    key: str
+    base: str | None  # None: not set in the base manifest
+    answer: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReportData:
+    study_name: str
+    storage: str
+    mode: str
+    settings: Mapping[str, Any]
+    cap: float | None
+    counts: Mapping[str, int]
+    points: tuple[TrialPoint, ...]
+    param_names: tuple[str, ...]
+    answer: Answer
+    pareto: tuple[int, ...]
+    verifications: tuple[VerificationRecord, ...]
+    best_so_far: tuple[tuple[int, float | None], ...]
+    importance: Mapping[str, Mapping[str, float]]  # "tps"/"ppl" -> parameter -> importance
+    importance_note: str
+    phases: tuple[PhaseTime, ...]
+    env_changes: tuple[EnvChange, ...]
+    base_name: str | None
+    base_known: bool  # False: the base manifest could not be read (base values unknown)
+
+    @property
+    def unset_label(self) -> str:
+        """How a base value absent from the base env reads (unknown when the base was not read)."""
+        return "(not set)" if self.base_known else "(unknown: pass --manifest)"
+
+    @property
+    def winner(self) -> TrialPoint | None:
+        record = self.answer.record
+        return None if record is None else self.point(record.number)
+
+    def point(self, number: int) -> TrialPoint:
+        return next(p for p in self.points if p.number == number)
+
+    def by_category(self, category: str) -> list[TrialPoint]:
+        return [p for p in self.points if p.category == category]
+
+    @property
+    def has_feasible(self) -> bool:
+        return any(p.category == FEASIBLE for p in self.points)
+
+    def messages(self) -> list[str]:
+        """What a reader must know before trusting the report (also printed by the CLI)."""
+        notes = []
+        if not self.has_feasible:
+            notes.append(
+                f"no trial of study {self.study_name!r} passed the PPL cap"
+                + (f" {self.cap:.4f}" if self.cap is not None else "")
+                + ": there is no winner (the report shows what was tried)"
+            )
+        elif not self.answer.verified:
+            record = self.answer.record
+            assert record is not None
+            notes.append(
+                f"the winner, trial #{record.number}, is {self.answer.status.upper()}: run "
+                f"'{verify_command(self.study_name, self.storage)}' to re-measure it on held-out data"
+            )
+        return notes
+
+
+def _category(record: TrialRecord) -> str:
+    if record.state == "running":
+        return RUNNING
+    if record.state != "complete" or record.tps is None or record.ppl is None:
+        return FAILED
+    return FEASIBLE if is_answer(record) else INFEASIBLE
+
+
+def _point(record: TrialRecord, verification: VerificationRecord | None) -> TrialPoint:
+    category = _category(record)
+    return TrialPoint(
+        number=record.number,
+        state=record.state,
+        category=category,
+        role=record.role,
+        tps=record.tps if category != FAILED else None,
+        ppl=record.ppl,
+        params=dict(record.params),
+        verification=verification.status if verification else None,
+        tps_imputed=record.tps_imputed,
+        early_stopped=record.early_stopped,
+        error=f"{record.error_kind}: {record.error_message}" if record.error_message else None,
+        seconds=sum(seconds for _, seconds in record.phases),
+    )
+
+
+def _cap(records: Sequence[TrialRecord], settings: Mapping[str, Any]) -> float | None:
+    caps = [r.ppl_cap for r in sorted(records, key=lambda r: r.number) if r.ppl_cap is not None]
+    if caps:
+        return caps[-1]
+    value = settings.get("ppl_cap")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _best_so_far(points: Sequence[TrialPoint]) -> tuple[tuple[int, float | None], ...]:
+    best: float | None = None
+    series = []
+    for point in sorted(points, key=lambda p: p.number):
+        if point.category == FEASIBLE and point.tps is not None and not point.tps_imputed:
+            best = point.tps if best is None else max(best, point.tps)
+        series.append((point.number, best))
+    return tuple(series)
+
+
+def _phases(
+    records: Sequence[TrialRecord], verifications: Sequence[VerificationRecord]
+) -> tuple[PhaseTime, ...]:
+    totals: dict[str, list[float]] = {}
+    for record in records:
+        for name, seconds in record.phases:
+            totals.setdefault(name, []).append(seconds)
+    for verification in verifications:
+        for run in verification.runs:
+            for name, seconds in run.phases.items():
+                totals.setdefault(f"verify: {name}", []).append(seconds)
+    grand = sum(sum(v) for v in totals.values()) or 1.0
+    return tuple(
+        PhaseTime(name=name, seconds=sum(values), count=len(values), share=sum(values) / grand)
+        for name, values in sorted(totals.items(), key=lambda item: -sum(item[1]))
+    )
+
+
+def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], str]:
+    """Importance of each parameter for reaching the best quarter of TPS, and of PPL.
+
+    Optuna's PED-ANOVA evaluator (no scikit-learn needed), on complete trials.
+    """
+    import optuna
+
+    storage = optuna_storage(url)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        complete = [
+            t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+        ]
+        if len(complete) < 2:
+            return {}, f"needs at least 2 measured trials ({len(complete)} so far)"
+        result: dict[str, dict[str, float]] = {}
+        for target in ("tps", "ppl"):
+            usable = [t for t in complete if isinstance(t.user_attrs.get(target), (int, float))]
+            if len(usable) < 2:
+                continue
+            sign = -1.0 if target == "tps" else 1.0  # PED-ANOVA ranks low values as good
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                values = optuna.importance.get_param_importances(
+                    study,
+                    evaluator=optuna.importance.PedAnovaImportanceEvaluator(target_quantile=0.25),
+                    target=lambda t, key=target, s=sign: s * float(t.user_attrs.get(key, math.nan)),
+                )
+            result[target] = {name: float(value) for name, value in values.items()}
+        note = "" if result else "no parameter varied across the measured trials"
+        return result, note
+    except (RuntimeError, ValueError, ZeroDivisionError) as exc:
+        logger.info("parameter importance not computed: %s", exc)
+        return {}, f"not computed ({exc})"
+    finally:
+        storage.remove_session()
+
+
+def _base_env(
+    base_manifest: Manifest | None, recipe: StudyRecipe, records: Sequence[TrialRecord]
+) -> tuple[dict[str, str] | None, str | None]:
+    if base_manifest is None and recipe.base_manifest:
+        try:
+            base_manifest = Manifest.load(recipe.base_manifest)
+        except SweeperError as exc:
+            logger.warning("base manifest of the study not readable: %s", exc)
+    if base_manifest is not None:
+        return dict(base_manifest.env), base_manifest.name
+    for record in records:  # a trial that ran the base manifest unchanged
+        if not record.overrides and isinstance(record.manifest, Mapping):
+            return dict(record.manifest.get("env") or {}), None
+    return None, None
+
+
+def _env_changes(
+    answer: Answer, base_env: Mapping[str, str] | None, recipe: StudyRecipe
+) -> tuple[EnvChange, ...]:
+    record = answer.record
+    if record is None:
+        return ()
+    overrides = {**recipe.overrides, **record.overrides}
+    return tuple(
+        EnvChange(
+            key=key,
+            base=None if base_env is None else base_env.get(key),
+            answer=value,
+        )
+        for key, value in sorted(overrides.items())
+        if not is_secret_name(key)
+    )
+
+
+def assemble_report_data(
+    storage: str | None, study_name: str | None = None, *, base_manifest: Manifest | None = None
+) -> ReportData:
+    """Read the study for a report; StudyError when it does not exist or has no trials."""
+    url = normalize_url(storage)
+    status = study_status(url, study_name)
+    if not status.trials:
+        raise StudyError(
+            f"study {status.study_name!r} has no trials yet: nothing to report "
+            f"(run 'sweeper run --study {status.study_name}' first)"
+        )
+    store = TrialStore(url)
+    try:
+        records = store.records(status.study_name, details=True)
+    finally:
+        store.close()
+    latest = status.verifications
+    answer = study_answer(records, latest)
+    points = tuple(_point(r, latest.get(r.number)) for r in records)
+    names: list[str] = []
+    for record in records:
+        names += [n for n in record.params if n not in names]
+    recipe = recipe_from_settings(status.settings)
+    base_env, base_name = _base_env(base_manifest, recipe, records)
+    values, note = importance(url, status.study_name)
+    from storage import verifications as all_verifications
+
+    return ReportData(
+        study_name=status.study_name,
+        storage=status.url,
+        mode=str(status.settings.get("mode", "tps")),
+        settings=dict(status.settings),
+        cap=_cap(records, status.settings),
+        counts=dict(status.counts),
+        points=points,
+        param_names=tuple(names),
+        answer=answer,
+        pareto=tuple(r.number for r in pareto_front(records)),
+        verifications=tuple(sorted(latest.values(), key=lambda v: v.trial_number)),
+        best_so_far=_best_so_far(points),
+        importance=values,
+        importance_note=note,
+        phases=_phases(records, all_verifications(url, status.study_name)),
+        env_changes=_env_changes(answer, base_env, recipe),
+        base_name=base_name,
+        base_known=base_env is not None,
+    )

@@ -1,0 +1,150 @@
+"""trials.csv and summary.md: the report's tables, for spreadsheets and for reading."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from sweeper.report._data import ReportData
+from sweeper.verify import verify_command
+
+logger = logging.getLogger(__name__)
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Atomically: the file is the old one or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _num(value: float | None, spec: str) -> str:
+    if value is None:
+        return ""
+    if not math.isfinite(value):
+        return "inf"
+    return format(value, spec)
+
+
+def trials_csv(data: ReportData) -> str:
+    """One row per trial: outcome, verification, each parameter in its own column."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    header = ["number", "state", "category", "role", "tps", "ppl", "ppl_cap", "tps_imputed",
+              "early_stopped", "verification", "pareto", "winner", "seconds", "error"]  # fmt: skip
+    header += [f"param:{name}" for name in data.param_names]
+    writer.writerow(header)
+    winner = data.answer.record.number if data.answer.record else None
+    for point in data.points:
+        row: list[Any] = [
+            point.number, point.state, point.category, point.role,
+            _num(point.tps, ".4f"), _num(point.ppl, ".6f"), _num(data.cap, ".6f"),
+            int(point.tps_imputed), int(point.early_stopped), point.verification or "",
+            int(point.number in data.pareto), int(point.number == winner),
+            f"{point.seconds:.2f}", point.error or "",
+        ]  # fmt: skip
+        row += [_cell(point.params.get(name)) for name in data.param_names]
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def clean(cell: str) -> str:
+        return str(cell).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def summary_markdown(data: ReportData) -> str:
+    """The winner, how its manifest differs from the base, verification, time by phase."""
+    lines = [f"# Study `{data.study_name}`", ""]
+    counts = data.counts
+    cap = f"{data.cap:.4f}" if data.cap is not None else "not set yet"
+    lines += [
+        f"- storage: `{data.storage}`",
+        f"- mode: {data.mode}; PPL cap: {cap}",
+        f"- trials: {len(data.points)} ({counts.get('feasible', 0)} feasible, "
+        f"{counts.get('infeasible', 0)} infeasible, {counts.get('FAIL', 0)} failed)",
+        "",
+    ]
+    for message in data.messages():
+        lines += [f"> **Note:** {message}", ""]
+    lines += ["## Winner", ""]
+    record = data.answer.record
+    if record is None:
+        lines += ["No trial passed the PPL cap: there is no winner.", ""]
+    else:
+        lines += [
+            f"Trial **#{record.number}** ({record.role}): **{data.answer.status.upper()}**",
+            "",
+            f"- TPS {record.tps:.2f}, PPL {record.ppl:.4f} (cap {cap})",
+        ]
+        lines += [f"- `{name}` = `{value}`" for name, value in record.params.items()]
+        lines += ["", "### How its manifest differs from the base", ""]
+        if data.env_changes:
+            base = f" `{data.base_name}`" if data.base_name else ""
+            lines += _table(
+                ["env", f"base{base}", "winner"],
+                [[f"`{c.key}`", f"`{c.base}`" if c.base is not None else data.unset_label, f"`{c.answer}`"]
+                 for c in data.env_changes],
+            )  # fmt: skip
+        else:
+            lines.append("No difference: the base manifest's own values won.")
+        lines.append("")
+    lines += ["## Verification on held-out data", ""]
+    if data.verifications:
+        lines += _table(
+            ["trial", "status", "tuned TPS", "held-out median TPS", "deviation", "max held-out PPL",
+             "repeats", "reason"],
+            [[f"#{v.trial_number}", v.status.upper(), f"{v.tuned_tps:.2f}", _num(v.median_tps, ".2f"),
+              f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "", _num(v.max_ppl, ".4f"),
+              f"{len(v.runs)}/{v.repeats}", v.reason] for v in data.verifications],
+        )  # fmt: skip
+    else:
+        lines.append(f"No trial verified yet: run `{verify_command(data.study_name, data.storage)}`.")
+    lines += ["", "## Pareto front (feasible trials)", ""]
+    if data.pareto:
+        lines += _table(
+            ["trial", "TPS", "PPL", *data.param_names],
+            [[f"#{p.number}", _num(p.tps, ".2f"), _num(p.ppl, ".4f"),
+              *(_cell(p.params.get(n)) for n in data.param_names)]
+             for p in (data.point(n) for n in data.pareto)],
+        )  # fmt: skip
+    else:
+        lines.append("Empty: no feasible trial.")
+    lines += ["", "## Where the time went", ""]
+    if data.phases:
+        total = sum(p.seconds for p in data.phases)
+        lines += _table(
+            ["phase", "seconds", "share", "times"],
+            [[p.name, f"{p.seconds:.1f}", f"{p.share:.1%}", str(p.count)] for p in data.phases]
+            + [["**total**", f"{total:.1f}", "100%", ""]],
+        )
+    else:
+        lines.append("No phase timings were recorded.")
+    lines += ["", "## Parameter importance", ""]
+    if data.importance:
+        targets = list(data.importance)
+        lines += _table(
+            ["parameter", *(f"for {t.upper()}" for t in targets)],
+            [[n, *(f"{data.importance[t].get(n, 0.0):.3f}" for t in targets)] for n in data.param_names],
+        )
+    else:
+        lines.append(f"Not available: {data.importance_note}.")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""``sweeper run``: a base manifest + a search space + real servers -> a study.
+
+``RunPlan`` holds every choice of one run, with the demo's defaults: the
+``tiny-cpu`` preset on the bundled manifest, a SQLite file in the current
+folder, the baseline measured first and a cap 5 % above its PPL. ``execute``
+checks everything that can be checked before a server starts (manifest,
+space, data), builds the server evaluator and runs the study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from evaluators import PplSettings, TpsSettings
+from search_spaces import SearchSpace, load_preset, load_space, preset_names
+from sweeper.demo import demo_paths
+from sweeper.errors import UserInputError
+from sweeper.evaluate import EvalSettings
+from sweeper.manifest import Manifest
+from sweeper.measurement import TrialEvent
+from sweeper.server_evaluator import ServerEvaluator
+from sweeper.study import StudyResult, run_study
+
+logger = logging.getLogger(__name__)
+
+DEMO_PRESET = "tiny-cpu"
+DEMO_STUDY = "tiny-cpu-demo"
+DEMO_STORAGE = "sqlite:///sweeper-study.db"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """Everything one ``sweeper run`` decides; the defaults run the demo."""
+
+    manifest: str | None = None  # None: the bundled demo manifest
+    space: str = DEMO_PRESET  # a preset name or a YAML/TOML file
+    study_name: str | None = None
+    storage: str = DEMO_STORAGE
+    n_trials: int | None = 8
+    timeout: str | float | None = None
+    mode: str = "tps"
+    sampler: str | None = None
+    seed: int | None = 0
+    ppl_cap: float | None = None
+    ppl_cap_rel: float | None = 1.05
+    reuse_quality: bool = True
+    max_consecutive_failures: int = 3
+    prompts: str | None = None  # None: the demo's tuning prompts
+    ppl_data: str | None = None  # None: the demo's tuning PPL records
+    num_prompts: int = 8
+    output_len: int = 128
+    warmup_requests: int = 1
+    warmup_prompts: int | None = None  # None: the manifest's WARMUP_* or the default 64
+    ppl_max_records: int | None = None
+    run_dir: str = "sweeper-runs"
+    ready_timeout_s: float = 900.0
+    verify_top: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ppl_cap is not None and self.ppl_cap_rel is not None:
+            object.__setattr__(self, "ppl_cap_rel", None)  # an absolute cap wins
+        for name in ("num_prompts", "output_len"):
+            if getattr(self, name) < 1:
+                raise UserInputError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.ppl_cap is not None and not self.ppl_cap > 0:
+            raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
+        if self.ppl_cap_rel is not None and not self.ppl_cap_rel >= 1.0:
+            raise UserInputError(f"--ppl-cap-rel must be at least 1.0, not {self.ppl_cap_rel}")
+
+    def resolved_study_name(self, manifest: Manifest, space: SearchSpace) -> str:
+        if self.study_name:
+            return self.study_name
+        if self.manifest is None and self.space == DEMO_PRESET:
+            return DEMO_STUDY
+        return f"{manifest.name}-{space.name}"
+
+
+def load_run_space(spec: str) -> SearchSpace:
+    """A preset name or a search-space file."""
+    if spec in preset_names():
+        return load_preset(spec)
+    if os.path.exists(spec):
+        return load_space(spec)
+    raise UserInputError(
+        f"search space {spec!r}: neither a preset ({', '.join(preset_names())}) nor a file"
+    )
+
+
+def eval_settings(plan: RunPlan, run_dir: Path) -> EvalSettings:
+    demo = demo_paths()
+    from evaluators import WarmupSettings
+
+    warmup = None
+    if plan.warmup_prompts is not None:
+        warmup = WarmupSettings(num_prompts=plan.warmup_prompts)
+    return EvalSettings(
+        prompts=plan.prompts or str(demo.prompts_tuning),
+        ppl_data=plan.ppl_data or str(demo.ppl_tuning),
+        tps=TpsSettings(
+            num_prompts=plan.num_prompts,
+            output_len=plan.output_len,
+            warmup_requests=plan.warmup_requests,
+        ),
+        ppl=PplSettings(max_records=plan.ppl_max_records),
+        warmup=warmup,
+        ready_timeout_s=plan.ready_timeout_s,
+        log_path=run_dir / "eval.log",
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreparedRun:
+    plan: RunPlan
+    manifest: Manifest
+    space: SearchSpace
+    study_name: str
+    evaluator: ServerEvaluator
+
+
+def prepare(plan: RunPlan) -> PreparedRun:
+    """Check manifest, space and data, and build the evaluator; no server starts."""
+    manifest_path = plan.manifest or str(demo_paths().manifest)
+    manifest = Manifest.load(manifest_path)
+    space = load_run_space(plan.space).bind(manifest.env)
+    study_name = plan.resolved_study_name(manifest, space)
+    run_dir = Path(plan.run_dir) / study_name
+    settings = eval_settings(plan, run_dir)
+    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir)
+    return PreparedRun(
+        plan=plan, manifest=manifest, space=space, study_name=study_name, evaluator=evaluator
+    )
+
+
+def execute(
+    prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | None = None
+) -> StudyResult:
+    plan = prepared.plan
+    logger.info(
+        "study %r: space %s, %s trials, storage %s",
+        prepared.study_name,
+        prepared.space.name,
+        plan.n_trials or "unlimited",
+        plan.storage,
+    )
+    return run_study(
+        prepared.space,
+        prepared.evaluator,
+        study_name=prepared.study_name,
+        storage=plan.storage,
+        n_trials=plan.n_trials,
+        timeout=plan.timeout,
+        ppl_cap=plan.ppl_cap,
+        ppl_cap_rel=plan.ppl_cap_rel,
+        sampler=plan.sampler,
+        seed=plan.seed,
+        mode=plan.mode,
+        reuse_quality=plan.reuse_quality,
+        max_consecutive_failures=plan.max_consecutive_failures,
+        progress=progress,
+    )
