@@ -12,7 +12,7 @@ measured by then (the PPL runs needed when PPL is reused where only speed
 knobs changed).
 
     python benchmarks/search_efficiency.py            # the full table, a few minutes
-    python benchmarks/search_efficiency.py --quick    # fewer seeds, about a minute
+    python benchmarks/search_efficiency.py --quick    # fewer seeds and trials
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +42,11 @@ from search_spaces import load_preset  # noqa: E402
 from sweeper.measurement import TrialEvent  # noqa: E402
 
 # the user's base manifest: the stock drafter (centroid top-k 32) with 4 speculative tokens
-BASE_ENV = {"SPECULATIVE_CONFIG": json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 4})}
+BASE_ENV = {
+    "SPECULATIVE_CONFIG": json.dumps(
+        {"method": "mtp", "model": "drafter", "num_speculative_tokens": 4}
+    )
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,12 +61,15 @@ class Row:
 ROWS = (
     Row(mode="tps", sampler="guided", enqueue=True, note="the default"),
     Row(mode="tps", sampler="guided", enqueue=False, note="ablation: no known configs"),
-    Row(mode="tps", sampler="gp", enqueue=True, slow=True, note="ablation: known configs, plain GP"),
+    Row(
+        mode="tps", sampler="gp", enqueue=True, slow=True, note="ablation: known configs, plain GP"
+    ),
     Row(mode="tps", sampler="gp", enqueue=False, slow=True, note="plain Optuna"),
     Row(mode="tps", sampler="tpe", enqueue=False, note="plain Optuna"),
     Row(mode="tps", sampler="nsga2", enqueue=False, note="plain Optuna"),
     Row(mode="tps", sampler="random", enqueue=False, note="random search"),
     Row(mode="tps", sampler="grid", enqueue=False, note="grid search (8 values a knob)"),
+    Row(mode="pareto", sampler="guided", enqueue=True, note="the default, 2 objectives"),
     Row(mode="pareto", sampler="gp", enqueue=False, slow=True, note="plain Optuna, 2 objectives"),
     Row(mode="pareto", sampler="tpe", enqueue=False, note="plain Optuna, 2 objectives"),
 )
@@ -117,48 +126,66 @@ def median_text(values: list[int | None], cap: int) -> str:
     return f">{cap}" if middle > cap else f"{middle:g}"
 
 
+def _task(task: tuple[Row, int, int, str]) -> Outcome:
+    logging.basicConfig(level=logging.ERROR)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    row, seed, cap, folder = task
+    return run_one(row, seed, cap, Path(folder))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=9, help="seeds per row (default 9)")
-    parser.add_argument("--slow-seeds", type=int, default=5, help="seeds per GP row (default 5)")
-    parser.add_argument("--cap", type=int, default=150, help="trial cap per run (default 150)")
-    parser.add_argument("--slow-cap", type=int, default=40, help="trial cap per GP run (default 40)")
-    parser.add_argument("--quick", action="store_true", help="3 seeds, caps 60/25")
+    parser.add_argument("--seeds", type=int, default=7, help="seeds per row (default 7)")
+    parser.add_argument("--slow-seeds", type=int, default=3, help="seeds per GP row (default 3)")
+    parser.add_argument("--cap", type=int, default=80, help="trial cap per run (default 80)")
+    parser.add_argument(
+        "--slow-cap", type=int, default=30, help="trial cap per GP run (default 30)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
+    parser.add_argument("--quick", action="store_true", help="3 seeds, caps 40/20")
     parser.add_argument("--only", default="", help="comma-separated samplers to run")
     args = parser.parse_args(argv)
     if args.quick:
-        args.seeds, args.slow_seeds, args.cap, args.slow_cap = 3, 3, 60, 25
-    logging.basicConfig(level=logging.ERROR)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
+        args.seeds, args.slow_seeds, args.cap, args.slow_cap = 3, 3, 40, 20
     only = {name for name in args.only.split(",") if name}
+    rows = [row for row in ROWS if not only or row.sampler in only]
 
     print(
         "Trials to a config within 1 % of the best feasible TPS "
         "(gemma4-e4b-a10g space, synthetic challenge-shaped landscape, 1 % TPS noise)\n"
     )
-    print("| mode | sampler | known configs first | seeds | median trials | reached | "
-          "median windows measured | note |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| mode | sampler | known configs first | seeds | median trials | reached | "
+        "median windows measured | note |"
+    )
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sweeper-bench-") as tmp:
-        for row in ROWS:
-            if only and row.sampler not in only:
-                continue
-            seeds = args.slow_seeds if row.slow else args.seeds
-            cap = args.slow_cap if row.slow else args.cap
-            outcomes = [run_one(row, seed, cap, Path(tmp)) for seed in range(seeds)]
-            trials = [o.trials for o in outcomes]
-            windows = [o.windows for o in outcomes if o.windows is not None]
-            reached = sum(t is not None for t in trials)
-            print(
-                f"| {row.mode} | {row.sampler} | {'yes' if row.enqueue else 'no'} | {seeds} | "
-                f"{median_text(trials, cap)} | {reached}/{seeds} within {cap} | "
-                f"{statistics.median(windows) if windows else '-'} | {row.note} |",
-                flush=True,
-            )
-    print(f"\n{time.monotonic() - started:.0f} s in all")
+        tasks = [
+            (row, seed, args.slow_cap if row.slow else args.cap, tmp)
+            for row in rows
+            for seed in range(args.slow_seeds if row.slow else args.seeds)
+        ]
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(max(1, args.jobs), maxtasksperchild=8) as pool:
+            results = iter(pool.imap(_task, tasks))
+            for row in rows:
+                seeds = args.slow_seeds if row.slow else args.seeds
+                cap = args.slow_cap if row.slow else args.cap
+                outcomes = [next(results) for _ in range(seeds)]
+                trials = [o.trials for o in outcomes]
+                windows = [o.windows for o in outcomes if o.windows is not None]
+                reached = sum(t is not None for t in trials)
+                print(
+                    f"| {row.mode} | {row.sampler} | {'yes' if row.enqueue else 'no'} | {seeds} | "
+                    f"{median_text(trials, cap)} | {reached}/{seeds} within {cap} | "
+                    f"{statistics.median(windows) if windows else '-'} | {row.note} |",
+                    flush=True,
+                )
+    print(f"\n{time.monotonic() - started:.0f} s in all ({args.jobs} parallel runs)")
     return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the GP's torch: one thread per run
     sys.exit(main())

@@ -63,21 +63,34 @@ def vllm_bench_tps(
     add_cli_args(parser)
     args = parser.parse_args(
         [
-            "--backend", "openai-chat",
-            "--base-url", server.base_url,
-            "--endpoint", "/v1/chat/completions",
-            "--model", tokenizer,
-            "--tokenizer", tokenizer,
-            "--served-model-name", server.served_model_name,
-            "--dataset-name", "sharegpt",
-            "--dataset-path", str(sharegpt),
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            server.base_url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            tokenizer,
+            "--tokenizer",
+            tokenizer,
+            "--served-model-name",
+            server.served_model_name,
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            str(sharegpt),
             "--disable-shuffle",
-            "--num-prompts", str(tps.num_prompts),
-            "--sharegpt-output-len", str(tps.output_len),
+            "--num-prompts",
+            str(tps.num_prompts),
+            "--sharegpt-output-len",
+            str(tps.output_len),
             "--ignore-eos",
-            "--temperature", "0",
-            "--max-concurrency", "1",
-            "--num-warmups", str(tps.warmup_requests),
+            "--temperature",
+            "0",
+            "--max-concurrency",
+            "1",
+            "--num-warmups",
+            str(tps.warmup_requests),
             "--disable-tqdm",
         ]
     )
@@ -97,7 +110,9 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--warmup-requests", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2, help="alternating rounds of both clients")
-    parser.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE"
+    )
     parser.add_argument("--verbose", action="store_true", help="show vllm bench serve's output")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
@@ -120,8 +135,13 @@ def main() -> None:
         sharegpt = prompts.save(Path(tmp) / "prompts_sharegpt.json")
         log = io.StringIO()
         began = time.perf_counter()
-        with ServerProcess(manifest, overrides=overrides, log_path=Path(tmp) / "server.log") as server:
-            print(f"server ready in {server.ready_seconds:.1f} s at {server.base_url}", file=sys.stderr)
+        with ServerProcess(
+            manifest, overrides=overrides, log_path=Path(tmp) / "server.log"
+        ) as server:
+            print(
+                f"server ready in {server.ready_seconds:.1f} s at {server.base_url}",
+                file=sys.stderr,
+            )
             run_warmup(server.base_url, server.served_model_name, WarmupSettings())
             for round_index in range(options.repeats):
                 order = ("sweeper", "vllm") if round_index % 2 == 0 else ("vllm", "sweeper")
@@ -131,8 +151,10 @@ def main() -> None:
                         figures["sweeper"] = sweeper_tps(server, data, tps)
                     else:
                         figures["vllm"], _ = vllm_bench_tps(server, tokenizer, sharegpt, tps, log)
-                    print(f"round {round_index + 1}: {client} {figures[client]:.2f} tok/s",
-                          file=sys.stderr)
+                    print(
+                        f"round {round_index + 1}: {client} {figures[client]:.2f} tok/s",
+                        file=sys.stderr,
+                    )
                 rows.append({**figures, "ratio": figures["sweeper"] / figures["vllm"]})
         if options.verbose:
             print(log.getvalue(), file=sys.stderr)
@@ -161,8 +183,10 @@ def main() -> None:
         print(f"{index:>5}  {row['sweeper']:>12.2f}  {row['vllm']:>10.2f}  {row['ratio']:>6.3f}")
     print(f"{'median':>5}  {median_sweeper:>12.2f}  {median_vllm:>10.2f}  {summary['ratio']:>6.3f}")
     verdict = "agree within 5 %" if summary["within_5_percent"] else "DIFFER by more than 5 %"
-    print(f"sweeper eval and vllm bench serve {verdict} "
-          f"({options.num_prompts} prompts x {options.output_len} tokens, concurrency 1)")
+    print(
+        f"sweeper eval and vllm bench serve {verdict} "
+        f"({options.num_prompts} prompts x {options.output_len} tokens, concurrency 1)"
+    )
 
 
 if __name__ == "__main__":

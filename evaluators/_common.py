@@ -126,8 +126,10 @@ def served_models(base_url: str, *, timeout_s: float = 30.0) -> dict[str, int | 
 
 
 def is_int_list(value: Any) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and all(
-        isinstance(item, int) and not isinstance(item, bool) for item in value
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, (str, bytes))
+        and all(isinstance(item, int) and not isinstance(item, bool) for item in value)
     )
 
 

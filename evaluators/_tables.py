@@ -130,6 +130,6 @@ def split_items(
     count = round(len(items) * heldout_fraction)
     ranked = sorted(keys, key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
     heldout_keys = set(ranked[:count])
-    tuning = [item for item, k in zip(items, keys) if k not in heldout_keys]
-    heldout = [item for item, k in zip(items, keys) if k in heldout_keys]
+    tuning = [item for item, k in zip(items, keys, strict=True) if k not in heldout_keys]
+    heldout = [item for item, k in zip(items, keys, strict=True) if k in heldout_keys]
     return tuning, heldout

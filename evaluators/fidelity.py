@@ -47,7 +47,7 @@ class ReferenceEntry:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FidelityReference:
-    """Greedy token ids of a baseline server for some prompts (self-contained: holds the prompts)."""
+    """A baseline server's greedy token ids for some prompts (the prompts are included)."""
 
     output_len: int
     entries: tuple[ReferenceEntry, ...]
@@ -60,7 +60,8 @@ class FidelityReference:
             "model": self.model,
             "output_len": self.output_len,
             "entries": [
-                {"id": e.id, "prompt": e.prompt, "token_ids": list(e.token_ids)} for e in self.entries
+                {"id": e.id, "prompt": e.prompt, "token_ids": list(e.token_ids)}
+                for e in self.entries
             ],
         }
 
@@ -83,7 +84,9 @@ class FidelityReference:
         except json.JSONDecodeError as exc:
             raise DataError(f"{label}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise DataError(f"{label}: not a fidelity reference (field 'format' must be {FORMAT!r})")
+            raise DataError(
+                f"{label}: not a fidelity reference (field 'format' must be {FORMAT!r})"
+            )
         entries = data.get("entries")
         if not isinstance(entries, list) or not entries:
             raise DataError(f"{label}: field 'entries' must be a non-empty list")
@@ -106,7 +109,12 @@ class FidelityReference:
         output_len = data.get("output_len")
         if not isinstance(output_len, int) or output_len < 1:
             raise DataError(f"{label}: field 'output_len' must be a positive integer")
-        return cls(output_len=output_len, entries=tuple(parsed), model=str(data.get("model", "")), source=label)
+        return cls(
+            output_len=output_len,
+            entries=tuple(parsed),
+            model=str(data.get("model", "")),
+            source=label,
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,7 +153,7 @@ class FidelityResult:
 
 def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | None:
     """Index of the first differing token (or where one sequence ends); None if equal."""
-    for position, (a, b) in enumerate(zip(expected, actual)):
+    for position, (a, b) in enumerate(zip(expected, actual, strict=False)):
         if a != b:
             return position
     if len(expected) != len(actual):
@@ -171,7 +179,9 @@ def generate_token_ids(
     except (KeyError, IndexError, TypeError):
         token_ids = None
     if not is_int_list(token_ids):
-        raise MeasurementError(f"{what}: the answer has no token_ids (return_token_ids unsupported?)")
+        raise MeasurementError(
+            f"{what}: the answer has no token_ids (return_token_ids unsupported?)"
+        )
     return tuple(token_ids)
 
 
@@ -190,7 +200,10 @@ def generate_reference(
     with make_client(base_url, timeout_s) as client:
         for index, prompt in enumerate(chosen):
             ids = generate_token_ids(
-                client, model, prompt.text, output_len=output_len,
+                client,
+                model,
+                prompt.text,
+                output_len=output_len,
                 what=f"fidelity reference for prompt {prompt.id!r}",
             )
             entries.append(ReferenceEntry(id=prompt.id, prompt=prompt.text, token_ids=ids))
@@ -212,7 +225,10 @@ def measure_fidelity(
     with make_client(base_url, timeout_s) as client:
         for index, entry in enumerate(reference.entries):
             actual = generate_token_ids(
-                client, model, entry.prompt, output_len=len(entry.token_ids),
+                client,
+                model,
+                entry.prompt,
+                output_len=len(entry.token_ids),
                 what=f"fidelity prompt {entry.id!r}",
             )
             position = first_divergence(entry.token_ids, actual)

@@ -186,7 +186,9 @@ class PplSettings:
 
     def __post_init__(self) -> None:
         if not 0.5 < self.stop_confidence < 1.0:
-            raise ValueError(f"PplSettings.stop_confidence must be in (0.5, 1), not {self.stop_confidence}")
+            raise ValueError(
+                f"PplSettings.stop_confidence must be in (0.5, 1), not {self.stop_confidence}"
+            )
         if self.stop_above is not None and not self.stop_above > 0:
             raise ValueError(f"PplSettings.stop_above must be positive, not {self.stop_above}")
         if self.max_records is not None and self.max_records < 1:
@@ -264,7 +266,9 @@ def score_record(client: httpx.Client, model: str, record: PplRecord) -> RecordS
     try:
         entries = body["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
-        raise MeasurementError(f"PPL record {record.id!r}: the answer has no prompt_logprobs") from None
+        raise MeasurementError(
+            f"PPL record {record.id!r}: the answer has no prompt_logprobs"
+        ) from None
     if not isinstance(entries, list) or len(entries) < record.score_end:
         raise MeasurementError(
             f"PPL record {record.id!r}: {len(entries) if isinstance(entries, list) else 0} "
@@ -317,15 +321,23 @@ def measure_ppl(
                 logger.warning("PPL record %r has a non-finite NLL", score.id)
             running.add(score)
             report(progress, "ppl", done, len(chosen))
-            if settings.stop_above is not None and done < len(chosen) and running.clearly_over(
-                settings.stop_above,
-                confidence=settings.stop_confidence,
-                min_records=settings.min_records,
+            if (
+                settings.stop_above is not None
+                and done < len(chosen)
+                and running.clearly_over(
+                    settings.stop_above,
+                    confidence=settings.stop_confidence,
+                    min_records=settings.min_records,
+                )
             ):
                 low = running.lower_bound(settings.stop_confidence)
                 logger.info(
                     "PPL stopped after %d/%d records: %.4f (lower bound %.4f) is over the cap %.4f",
-                    done, len(chosen), running.ppl, low, settings.stop_above,
+                    done,
+                    len(chosen),
+                    running.ppl,
+                    low,
+                    settings.stop_above,
                 )
                 stopped = True
                 break
@@ -344,5 +356,7 @@ def measure_ppl(
         scores=tuple(running.scores),
         duration_s=time.perf_counter() - began,
     )
-    logger.info("PPL %.4f over %d tokens of %d records", result.ppl, result.tokens, result.records_scored)
+    logger.info(
+        "PPL %.4f over %d tokens of %d records", result.ppl, result.tokens, result.records_scored
+    )
     return result

@@ -176,7 +176,8 @@ def _record_from_row(row: dict[str, Any], index: int, label: str) -> PplRecord:
         if not 1 <= start < len(tokens):
             raise DataError(
                 f"{where}: field 'score_token_start' is {start}; it must be from 1 to "
-                f"{len(tokens) - 1} (the prompt has {len(tokens)} tokens, position 0 has no logprob)"
+                f"{len(tokens) - 1} (the prompt has {len(tokens)} tokens; position 0 has "
+                "no logprob)"
             )
         if not start < end <= len(tokens):
             raise DataError(

@@ -139,7 +139,7 @@ def spec_decode_delta(
     size = max(len(before.accepted_per_position), len(after.accepted_per_position))
     old = before.accepted_per_position + (0.0,) * (size - len(before.accepted_per_position))
     new = after.accepted_per_position + (0.0,) * (size - len(after.accepted_per_position))
-    per_position = tuple(round(b - a) for a, b in zip(old, new))
+    per_position = tuple(round(b - a) for a, b in zip(old, new, strict=True))
     if min((drafts, draft_tokens, accepted, *per_position), default=0) < 0:
         raise MeasurementError(
             "the spec-decode counters went down between two scrapes (did the server restart?)"

@@ -54,7 +54,9 @@ class TpsSettings:
         for field in ("num_prompts", "output_len", "warmup_requests"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"TpsSettings.{field} must be a non-negative integer, not {value!r}")
+                raise ValueError(
+                    f"TpsSettings.{field} must be a non-negative integer, not {value!r}"
+                )
         if self.num_prompts < 1 or self.output_len < 1:
             raise ValueError("TpsSettings.num_prompts and output_len must be at least 1")
 
@@ -104,6 +106,12 @@ class TpsResult:
     def failures(self) -> tuple[RequestRecord, ...]:
         return tuple(r for r in self.requests if not r.ok)
 
+    @property
+    def first_error(self) -> str | None:
+        """``request N (prompt id): error`` of the first failed request, if any."""
+        first = next(iter(self.failures), None)
+        return f"request {first.index} ({first.prompt_id}): {first.error}" if first else None
+
     def latency_summary(self) -> dict[str, float | None]:
         done = [r for r in self.requests if r.ok]
         return {
@@ -117,9 +125,10 @@ class TpsResult:
         """MeasurementError describing the failed requests, if there are any."""
         if self.ok:
             return
-        first = self.failures[0] if self.failures else None
-        detail = f"; first: request {first.index} ({first.prompt_id}): {first.error}" if first else ""
-        raise MeasurementError(f"TPS measurement failed: {self.completed}/{self.total} completed{detail}")
+        detail = f"; first: {self.first_error}" if self.first_error else ""
+        raise MeasurementError(
+            f"TPS measurement failed: {self.completed}/{self.total} completed{detail}"
+        )
 
     def to_dict(self, *, requests: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -197,7 +206,11 @@ def measure_tps(
                 unreachable = f"not sent: {record.error}"
             report(progress, "tps", index + 1, len(chosen))
         duration = time.perf_counter() - began
-        after = scrape_spec_decode(base_url, client=client) if spec_metrics and not unreachable else None
+        after = (
+            scrape_spec_decode(base_url, client=client)
+            if spec_metrics and not unreachable
+            else None
+        )
 
     completed = sum(1 for r in records if r.ok)
     output_tokens = sum(r.output_tokens for r in records if r.ok)
@@ -216,7 +229,11 @@ def measure_tps(
     if ok:
         logger.info(
             "TPS %.2f: %d tokens in %.2f s (%d/%d)",
-            result.tps, output_tokens, duration, completed, len(records),
+            result.tps,
+            output_tokens,
+            duration,
+            completed,
+            len(records),
         )
     else:
         logger.warning("TPS measurement failed: %d/%d completed", completed, len(records))

@@ -53,7 +53,9 @@ class WarmupSettings:
         for field in ("num_prompts", "max_tokens", "min_words", "max_words"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"WarmupSettings.{field} must be a non-negative integer, not {value!r}")
+                raise ValueError(
+                    f"WarmupSettings.{field} must be a non-negative integer, not {value!r}"
+                )
         if self.max_tokens < 1:
             raise ValueError("WarmupSettings.max_tokens must be at least 1")
         if not 1 <= self.min_words <= self.max_words:

@@ -24,9 +24,21 @@ PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 TOP_KEYS = ("name", "description", "parameters", "enqueue")
 TARGET_KEYS = ("env", "json_path", "template", "create", "if_present")
 PARAMETER_KEYS = (
-    "name", "type", "affects", "low", "high", "step", "log", "choices", "faster",
-    "default", "resolution", "condition", "also", *TARGET_KEYS,
-)  # fmt: skip
+    "name",
+    "type",
+    "affects",
+    "low",
+    "high",
+    "step",
+    "log",
+    "choices",
+    "faster",
+    "default",
+    "resolution",
+    "condition",
+    "also",
+    *TARGET_KEYS,
+)
 CONDITION_KEYS = ("env_set", "param", "in", "min", "max")
 ENQUEUE_KEYS = ("name", "params")
 
@@ -110,7 +122,9 @@ def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+            hint = (
+                f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+            )
             raise SearchSpaceError(f"{where}: unknown key {key!r}{hint}")
 
 
@@ -214,9 +228,7 @@ def _target(raw: Mapping[str, Any], where: str) -> EnvTarget:
     template = raw.get("template")
     if json_path is not None and template is not None:
         raise SearchSpaceError(f"{where}: use either 'json_path' or 'template' for {env}, not both")
-    if json_path is not None and (
-        not isinstance(json_path, str) or not all(json_path.split("."))
-    ):
+    if json_path is not None and (not isinstance(json_path, str) or not all(json_path.split("."))):
         raise SearchSpaceError(f"{where}: 'json_path' must look like 'key' or 'outer.inner'")
     if template is not None and not isinstance(template, str):
         raise SearchSpaceError(f"{where}: 'template' must be a string")
@@ -279,7 +291,10 @@ def _condition(raw: Any, where: str, earlier: list[Parameter]) -> Condition | No
 def _check_templates(parameters: list[Parameter], source: str) -> None:
     samples = {p.name: (p.choices[0] if p.choices else p.snap(p.low)) for p in parameters}
     for parameter in parameters:
-        values = parameter.choices or (parameter.snap(parameter.low), parameter.snap(parameter.high))
+        values = parameter.choices or (
+            parameter.snap(parameter.low),
+            parameter.snap(parameter.high),
+        )
         for target in parameter.targets:
             if target.template is None:
                 continue
@@ -307,5 +322,7 @@ def _enqueue(raw: Any, source: str) -> list[EnqueuedConfig]:
         params = item.get("params")
         if not isinstance(params, Mapping) or not params:
             raise SearchSpaceError(f"{where}: 'params' must be a non-empty mapping")
-        configs.append(EnqueuedConfig(name=str(item.get("name") or f"enqueued-{index}"), params=params))
+        configs.append(
+            EnqueuedConfig(name=str(item.get("name") or f"enqueued-{index}"), params=params)
+        )
     return configs

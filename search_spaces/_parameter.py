@@ -113,9 +113,7 @@ class Parameter:
                 self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log
             )
         if self.kind == "float":
-            return trial.suggest_float(
-                self.name, self.low, self.high, step=self.step, log=self.log
-            )
+            return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
         return trial.suggest_categorical(self.name, list(self.choices))
 
     def contains(self, value: Any) -> bool:
@@ -161,7 +159,9 @@ class Parameter:
             return self.resolution
         if self.log:
             return math.log(self.high / self.low) / 32
-        return max(float(self.step or (1 if self.kind == "int" else 0)), (self.high - self.low) / 32)
+        return max(
+            float(self.step or (1 if self.kind == "int" else 0)), (self.high - self.low) / 32
+        )
 
     def gap(self, a: float, b: float) -> float:
         """Distance between two values, in the unit ``boundary_resolution`` uses."""

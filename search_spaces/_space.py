@@ -86,7 +86,7 @@ class SearchSpace:
     # -- binding to a base manifest ---------------------------------------
 
     def bind(self, base_env: Mapping[str, str]) -> SearchSpace:
-        """This space checked against a base manifest's env (SearchSpaceError if it cannot take it)."""
+        """This space checked against a base manifest's env (SearchSpaceError if it cannot)."""
         base_env = dict(base_env)
         kept: list[Parameter] = []
         for parameter in self.parameters:
@@ -98,10 +98,14 @@ class SearchSpace:
                     condition.describe(),
                 )
                 continue
-            if condition is not None and condition.param and condition.param not in {
-                p.name for p in kept
-            }:
-                logger.info("parameter %s is not searched: %s is not", parameter.name, condition.param)
+            if (
+                condition is not None
+                and condition.param
+                and condition.param not in {p.name for p in kept}
+            ):
+                logger.info(
+                    "parameter %s is not searched: %s is not", parameter.name, condition.param
+                )
                 continue
             for target in parameter.targets:
                 problem = target.check_base(base_env, f"parameter {parameter.name!r}")

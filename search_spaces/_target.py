@@ -133,9 +133,7 @@ def _template_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def check_template(
-    template: str, samples: Mapping[str, Any], value: Any, where: str
-) -> None:
+def check_template(template: str, samples: Mapping[str, Any], value: Any, where: str) -> None:
     """Raise SearchSpaceError if ``template`` names an unknown placeholder or renders bad JSON."""
     try:
         rendered = render_template(template, value, samples)

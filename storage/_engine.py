@@ -28,7 +28,7 @@ def normalize_url(url: str | os.PathLike[str] | None) -> str:
         return f"sqlite:///{Path(text).expanduser().resolve()}"
     try:
         parsed = make_url(text)
-    except sqlalchemy.exc.ArgumentError as exc:
+    except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
         raise StorageError(f"not a database URL: {text!r} ({exc})") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         path = Path(parsed.database).expanduser()
@@ -57,21 +57,36 @@ def create_engine(url: str) -> Engine:
         engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
     except (sqlalchemy.exc.ArgumentError, ImportError) as exc:
         raise StorageError(f"cannot use study database {redact(url)}: {exc}") from None
-    if engine.dialect.name == "sqlite":
-
-        @sqlalchemy.event.listens_for(engine, "connect")
-        def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-            cursor = connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
+    _tune_sqlite(engine)
     return engine
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    """WAL journal (readers never block the sweep) with NORMAL sync.
+
+    In WAL mode NORMAL loses no committed transaction when the process is
+    killed (only, at worst, the last ones on a power cut) and saves an fsync
+    per commit, which is most of a trial's bookkeeping time on a disk.
+    """
+    if engine.dialect.name != "sqlite":
+        return
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    engine.dispose()  # connections opened before the listener reconnect with it
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage on the same database (liveness is tracked in our tables)."""
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError, ValueError) as exc:
         raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
+    _tune_sqlite(storage.engine)
+    return storage

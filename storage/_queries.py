@@ -6,9 +6,11 @@ import collections
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
+from sqlalchemy.engine import make_url
 
 from storage._engine import normalize_url, optuna_storage, redact
 from storage._store import TrialRecord, TrialStore
@@ -80,8 +82,18 @@ class StudyStatus:
         }
 
 
+def _existing_database(url: str | None) -> str:
+    """The normalized URL; a SQLite file that does not exist is an error, not a new database."""
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        if not Path(parsed.database).is_file():
+            raise StudyError(f"no study database at {parsed.database} (see --storage)")
+    return url
+
+
 def study_names(url: str | None) -> list[str]:
-    storage = optuna_storage(normalize_url(url))
+    storage = optuna_storage(_existing_database(url))
     try:
         return sorted(s.study_name for s in storage.get_all_studies())
     finally:
@@ -90,30 +102,32 @@ def study_names(url: str | None) -> list[str]:
 
 def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
     """Everything ``sweeper status`` shows, read from the study database."""
-    url = normalize_url(url)
-    names = study_names(url)
-    if study_name is None:
-        if len(names) != 1:
-            listing = ", ".join(names) if names else "none"
-            raise StudyError(
-                f"{redact(url)} holds {len(names)} studies ({listing}): name one with --study"
-            )
-        study_name = names[0]
-    if study_name not in names:
-        raise StudyError(
-            f"no study named {study_name!r} in {redact(url)} (studies: {', '.join(names) or 'none'})"
-        )
+    url = _existing_database(url)
     storage = optuna_storage(url)
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        frozen = study.get_trials(deepcopy=False)
-        settings = {
-            key[len(STUDY_ATTR_PREFIX) :]: value
-            for key, value in study.user_attrs.items()
-            if key.startswith(STUDY_ATTR_PREFIX)
-        }
-    except Exception as exc:  # noqa: BLE001 - any Optuna/SQLAlchemy failure is a storage failure
-        raise StorageError(f"cannot read study {study_name!r} from {redact(url)}: {exc}") from exc
+        names = sorted(s.study_name for s in storage.get_all_studies())
+        if study_name is None:
+            if len(names) != 1:
+                listing = f"{len(names)} studies ({', '.join(names)})" if names else "no study"
+                raise StudyError(f"{redact(url)} holds {listing}: name one with --study")
+            study_name = names[0]
+        if study_name not in names:
+            raise StudyError(
+                f"no study named {study_name!r} in {redact(url)} "
+                f"(studies: {', '.join(names) or 'none'})"
+            )
+        try:
+            study = optuna.load_study(study_name=study_name, storage=storage)
+            frozen = study.get_trials(deepcopy=False)
+            settings = {
+                key[len(STUDY_ATTR_PREFIX) :]: value
+                for key, value in study.user_attrs.items()
+                if key.startswith(STUDY_ATTR_PREFIX)
+            }
+        except Exception as exc:  # noqa: BLE001 - any Optuna/SQLAlchemy failure is a storage one
+            raise StorageError(
+                f"cannot read study {study_name!r} from {redact(url)}: {exc}"
+            ) from exc
     finally:
         storage.remove_session()
     store = TrialStore(url)

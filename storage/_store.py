@@ -117,7 +117,9 @@ class TrialStore:
         try:
             Base.metadata.create_all(self.engine)
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise StorageError(f"cannot create sweeper tables in {redact(self.url)}: {exc}") from None
+            raise StorageError(
+                f"cannot create sweeper tables in {redact(self.url)}: {exc}"
+            ) from None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -207,7 +209,9 @@ class TrialStore:
     @staticmethod
     def _add_phases(session: Session, row_id: int, phases: Sequence[tuple[str, float]]) -> None:
         start = session.scalar(
-            select(sqlalchemy.func.count()).select_from(PhaseRow).where(PhaseRow.trial_row_id == row_id)
+            select(sqlalchemy.func.count())
+            .select_from(PhaseRow)
+            .where(PhaseRow.trial_row_id == row_id)
         )
         session.add_all(
             PhaseRow(trial_row_id=row_id, position=start + i, name=name, seconds=float(seconds))
@@ -218,10 +222,18 @@ class TrialStore:
         values: dict[str, Any] = {
             key: getattr(outcome, key)
             for key in (
-                "state", "tps", "ppl", "ppl_cap", "feasible", "ppl_reused_from", "early_stopped",
-                "tps_imputed", "error_kind", "error_message",
+                "state",
+                "tps",
+                "ppl",
+                "ppl_cap",
+                "feasible",
+                "ppl_reused_from",
+                "early_stopped",
+                "tps_imputed",
+                "error_kind",
+                "error_message",
             )
-        }  # fmt: skip
+        }
         values.update(
             finished_at=_now(),
             extras=_json_safe(dict(outcome.extras)),
@@ -250,11 +262,18 @@ class TrialStore:
     # -- reading ----------------------------------------------------------------
 
     def records(
-        self, study_name: str, *, states: Sequence[str] | None = None, details: bool = False
+        self,
+        study_name: str,
+        *,
+        states: Sequence[str] | None = None,
+        numbers: Sequence[int] | None = None,
+        details: bool = False,
     ) -> list[TrialRecord]:
         query = select(TrialRow).where(TrialRow.study_name == study_name)
         if states is not None:
             query = query.where(TrialRow.state.in_(list(states)))
+        if numbers is not None:
+            query = query.where(TrialRow.number.in_(list(numbers)))
         if details:
             query = query.options(selectinload(TrialRow.phases), selectinload(TrialRow.requests))
         with self._session() as session:
@@ -265,6 +284,14 @@ class TrialStore:
         """One trial, with its phases and per-request rows unless ``details`` is False."""
         with self._session() as session:
             return _record(self._row(session, study_name, number), details=details)
+
+    def count(self, study_name: str, states: Sequence[str]) -> int:
+        with self._session() as session:
+            return session.scalar(
+                select(sqlalchemy.func.count())
+                .select_from(TrialRow)
+                .where(TrialRow.study_name == study_name, TrialRow.state.in_(list(states)))
+            )
 
     def study_names(self) -> list[str]:
         with self._session() as session:

@@ -251,7 +251,9 @@ def model_limits(manifest: Manifest, overrides: Mapping[str, str] | None = None)
         except ValueError:
             max_len = None
     if max_len is None:
-        max_len = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
+        max_len = text_config.get("max_position_embeddings") or config.get(
+            "max_position_embeddings"
+        )
     return ModelLimits(
         model=model,
         vocab_size=int(vocab) if isinstance(vocab, int) else None,
@@ -259,13 +261,16 @@ def model_limits(manifest: Manifest, overrides: Mapping[str, str] | None = None)
     )
 
 
-def warmup_settings_from(manifest: Manifest, overrides: Mapping[str, str] | None = None) -> WarmupSettings:
+def warmup_settings_from(
+    manifest: Manifest, overrides: Mapping[str, str] | None = None
+) -> WarmupSettings:
     """The warm-up bridge as the manifest's ``WARMUP_*`` env describes it (else the defaults)."""
     env = {**manifest.env, **(overrides or {})}
     defaults = WarmupSettings()
     try:
         return WarmupSettings(
-            enabled=env.get("WARMUP_BRIDGE", "1").strip().lower() not in ("0", "false", "no", "off"),
+            enabled=env.get("WARMUP_BRIDGE", "1").strip().lower()
+            not in ("0", "false", "no", "off"),
             num_prompts=int(env.get("WARMUP_NUM_PROMPTS", defaults.num_prompts)),
             max_tokens=int(env.get("WARMUP_MAX_TOKENS", defaults.max_tokens)),
             seed=int(env.get("WARMUP_SEED", defaults.seed)),
@@ -341,31 +346,45 @@ def measure_server(
     skipped: list[str] = []
     served = served_models(base_url)
     if model not in served:
-        raise MeasurementError(f"the server at {base_url} does not serve {model!r} (it serves {sorted(served)})")
+        raise MeasurementError(
+            f"the server at {base_url} does not serve {model!r} (it serves {sorted(served)})"
+        )
     if data.ppl_records is not None and served[model]:
         check_ppl_records(data.ppl_records, max_model_len=served[model])
 
-    warm = _timed(timings, "warmup", lambda: run_warmup(base_url, model, warmup or WarmupSettings(), progress=progress))
+    warm = _timed(
+        timings,
+        "warmup",
+        lambda: run_warmup(base_url, model, warmup or WarmupSettings(), progress=progress),
+    )
 
     ppl = None
     if settings.ppl is not None and data.ppl_records is not None:
         ppl = _timed(
-            timings, "ppl", lambda: measure_ppl(base_url, model, data.ppl_records, settings.ppl, progress=progress)
+            timings,
+            "ppl",
+            lambda: measure_ppl(base_url, model, data.ppl_records, settings.ppl, progress=progress),
         )
 
     tps = None
     if settings.tps is not None and data.prompts is not None:
         if ppl is not None and ppl.stopped_early and not settings.tps_after_failed_gate:
-            skipped.append(f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}")
+            skipped.append(
+                f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}"
+            )
         else:
             tps = _timed(
-                timings, "tps", lambda: measure_tps(base_url, model, data.prompts, settings.tps, progress=progress)
+                timings,
+                "tps",
+                lambda: measure_tps(base_url, model, data.prompts, settings.tps, progress=progress),
             )
 
     fidelity = None
     if data.reference is not None:
         fidelity = _timed(
-            timings, "fidelity", lambda: measure_fidelity(base_url, model, data.reference, progress=progress)
+            timings,
+            "fidelity",
+            lambda: measure_fidelity(base_url, model, data.reference, progress=progress),
         )
 
     saved = None
@@ -375,8 +394,11 @@ def measure_server(
             timings,
             "reference",
             lambda: generate_reference(
-                base_url, model, data.prompts.head(settings.reference_prompts),
-                output_len=output_len, progress=progress,
+                base_url,
+                model,
+                data.prompts.head(settings.reference_prompts),
+                output_len=output_len,
+                progress=progress,
             ),
         )
         saved = str(reference.save(settings.save_reference))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,9 +31,8 @@ from typing import Any
 from storage import TrialRecord, study_status
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest, is_secret_name
-from sweeper.recipe import StudyRecipe, recipe_from_settings
-from sweeper.verify import Answer, study_answer, verify_command
-from sweeper.verify_runner import base_manifest_of
+from sweeper.recipe import StudyRecipe, base_manifest_of, recipe_from_settings
+from sweeper.answer import Answer, study_answer, verify_command
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +276,3 @@ def _looks_relative_path(text: str) -> bool:
         return False
     except ValueError:
         return True
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

@@ -43,12 +43,14 @@ class PplGate:
             raise GateError("give exactly one of ppl_cap (absolute) and ppl_cap_rel (x baseline)")
         for name in ("cap", "cap_rel"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or not value > 0
-                                      or not math.isfinite(value)):  # fmt: skip
+            if value is not None and (
+                not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value)
+            ):
                 raise GateError(f"ppl_{name} must be a positive number, not {value!r}")
         if self.cap_rel is not None and self.cap_rel < 1.0:
             raise GateError(
-                f"ppl_cap_rel must be at least 1.0 (the baseline itself must pass), not {self.cap_rel}"
+                "ppl_cap_rel must be at least 1.0 (the baseline itself must pass), "
+                f"not {self.cap_rel}"
             )
 
     @property

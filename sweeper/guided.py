@@ -8,7 +8,7 @@ Three facts make the serving problem easier than a black box:
    direction raises PPL (``faster: lower`` on the sliding window). The
    fastest feasible value is therefore on the gate's boundary, and the
    measured PPL (a smooth function of that one parameter) says where the
-   boundary is: regula falsi on ``ppl - cap`` finds it in a few probes.
+   boundary is: interpolating ``ppl - cap`` finds it in a few probes.
 3. Known good configurations are enqueued first, so the search starts next
    to the answer.
 
@@ -17,7 +17,9 @@ Three facts make the serving problem easier than a black box:
 * **boundary**: probe the quality parameter where the PPL curve, as
   measured, crosses the cap, with the speed knobs of the best feasible
   trial, until the feasible/infeasible gap is ``coarse`` times the
-  parameter's resolution;
+  parameter's resolution (the root lies between the chord of the bracket
+  and the secant through the two feasible values nearest it: the probe is
+  their midpoint);
 * **speed**: a pattern search over the speed knobs at that boundary value
   (one knob moved one step at a time, the last good direction first, steps
   halved when no neighbour is better);
@@ -147,45 +149,44 @@ class GuidedPlan:
             return None
         if any((lo if lo is not None else fast_end) < self._oriented(q) < hi for q in pending_q):
             return None  # another worker is probing this bracket
+        secant = self._secant_root(gates, feasible_u, hi)
         if lo is not None:
+            # a convex PPL curve puts the root between the chord's root (feasible side)
+            # and the feasible secant's (infeasible side); a concave one the other way
             g_lo, g_hi = gates[lo], gates[hi]
-            # Illinois: when the last probes all landed on the feasible side, shrink g_lo
-            streak = self._feasible_streak(observations, lo)
-            g_lo = g_lo / (2 ** max(0, streak - 1))
-            u = lo + (hi - lo) * g_lo / (g_lo - g_hi) if g_lo != g_hi else (lo + hi) / 2
-            u = min(max(u, lo + step), hi - step)
-        else:
-            above = sorted(u for u in feasible_u if u > hi)
-            if above and gates[above[0]] < gates[hi]:
-                # extrapolate the PPL line through the two fastest feasible values
-                u2 = above[0]
-                g1, g2 = gates[hi], gates[u2]
-                u = hi - g1 * (u2 - hi) / (g2 - g1)
+            chord = lo + (hi - lo) * g_lo / (g_lo - g_hi)
+            if secant is not None:
+                near, far = sorted((chord, secant))
+                u = (max(near, lo) + min(far, hi)) / 2
             else:
-                u = fast_end
-            u = min(max(u, fast_end), hi - step)
+                u = min(max(chord, lo + (hi - lo) / 4), hi - (hi - lo) / 4)
+        else:
+            u = max(secant, fast_end) if secant is not None else fast_end
         value = self._from_oriented(u)
-        if value in (self._from_oriented(hi), *(self._from_oriented(x) for x in [lo] if x is not None)):
+        if lo is not None and self._oriented(value) <= lo:
+            value = self._from_oriented(lo + step)  # the root is just past the failing value
+        if self._oriented(value) >= hi:
+            value = self._from_oriented(hi - step)  # the estimates agree: check one step faster
+        u = self._oriented(value)
+        if u >= hi or (lo is not None and u <= lo) or u < fast_end - 1e-12:
             return None
         return value
+
+    def _secant_root(
+        self, gates: Mapping[float, float], feasible_u: Sequence[float], hi: float
+    ) -> float | None:
+        """Where the line through the two feasible values nearest the boundary meets the cap."""
+        above = sorted(u for u in feasible_u if u > hi)
+        if not above or gates[above[0]] >= gates[hi]:
+            return None  # PPL not rising toward the fast end: no slope to follow
+        u2, g1, g2 = above[0], gates[hi], gates[above[0]]
+        return hi - g1 * (u2 - hi) / (g2 - g1)
 
     def _unit_step(self) -> float:
         b = self.boundary
         if b.log:
             return math.log(1 + (b.step or 1) / b.high) if b.kind == "int" else 1e-6
         return float(b.step or (1 if b.kind == "int" else 1e-6))
-
-    def _feasible_streak(self, observations: Sequence[Observation], lo: float) -> int:
-        """How many of the latest boundary probes in a row passed the gate (since ``lo``)."""
-        streak = 0
-        for o in sorted(observations, key=lambda o: -o.number):
-            u = self._oriented(o.params[self.boundary.name])
-            if u <= lo:
-                break
-            if o.gate > 0:
-                break
-            streak += 1
-        return streak
 
     def _toward_safety(self, observations: Sequence[Observation], tried: set) -> dict | None:
         """Nothing passed the gate yet: try the safe end of the quality parameter."""

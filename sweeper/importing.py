@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from search_spaces import BASELINE, EnqueuedConfig, SearchSpace
+from search_spaces import EnqueuedConfig, SearchSpace
 from search_spaces._target import MISSING
 from sweeper.errors import SearchSpaceError
 from sweeper.manifest import Manifest, is_secret_name
@@ -184,8 +184,3 @@ def default_space_for(manifest: Manifest) -> str | None:
 
 def describe_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def is_imported_role(role: str) -> bool:
-    """Is a trial's role the imported manifest's own values (alone or merged with baseline)?"""
-    return any(part.startswith(f"{IMPORTED_PREFIX}:") or part == BASELINE for part in role.split("+"))

@@ -20,6 +20,7 @@ from typing import Any
 
 from storage import STUDY_ATTR_PREFIX, normalize_url, optuna_storage, redact
 from sweeper.errors import StorageError, UserInputError
+from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,31 @@ class StudyRecipe:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: val for key, val in value.items() if key in known})
 
+    @classmethod
+    def from_eval_settings(
+        cls,
+        base_manifest: str | os.PathLike[str] | None,
+        settings: Any,
+        *,
+        heldout_prompts: str | None = None,
+        heldout_ppl_data: str | None = None,
+    ) -> StudyRecipe:
+        """The recipe of a study whose trials an ``EvalSettings`` measured (``sweeper run``)."""
+        tps, ppl, warmup = settings.tps, settings.ppl, settings.warmup
+        return cls(
+            base_manifest=absolute(base_manifest),
+            prompts=absolute(settings.prompts),
+            ppl_data=absolute(settings.ppl_data),
+            heldout_prompts=absolute(heldout_prompts),
+            heldout_ppl_data=absolute(heldout_ppl_data),
+            num_prompts=tps.num_prompts if tps else None,
+            output_len=tps.output_len if tps else None,
+            warmup_requests=tps.warmup_requests if tps else None,
+            warmup_prompts=warmup.num_prompts if warmup is not None and warmup.enabled else None,
+            ppl_records=ppl.max_records if ppl else None,
+            overrides=dict(settings.overrides),
+        )
+
     def replace(self, **changes: Any) -> StudyRecipe:
         """A copy with the given fields replaced; ``None`` values keep the stored ones."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -118,3 +144,15 @@ def save_recipe(url: str | None, study_name: str, recipe: StudyRecipe) -> None:
     finally:
         storage.remove_session()
     logger.info("stored the study recipe of %s", study_name)
+
+
+def base_manifest_of(recipe: StudyRecipe, base_manifest: Manifest | None = None) -> Manifest:
+    """The given base manifest, else the one the study recorded (ManifestError if unreadable)."""
+    if base_manifest is not None:
+        return base_manifest
+    if recipe.base_manifest:
+        return Manifest.load(recipe.base_manifest)
+    raise UserInputError(
+        "the study does not record its base manifest: pass it with --manifest "
+        "(the manifest the study was run on)"
+    )

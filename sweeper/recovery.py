@@ -115,11 +115,18 @@ def recover_stale_trials(
     stale_after_s: float,
     kill_server: Callable[[str, str], object],
 ) -> list[int]:
-    """Finish or fail every stale RUNNING trial; returns their numbers."""
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    """Finish or fail every stale RUNNING trial; returns their numbers.
+
+    Cheap when nothing is stale (only RUNNING trials are read), so a worker
+    calls it before each trial: a dead worker's trial never blocks the others.
+    """
+    running = study._storage.get_all_trials(
+        study._study_id, deepcopy=False, states=(TrialState.RUNNING,)
+    )
     if not running:
         return []
-    records = {r.number: r for r in store.records(study.study_name)}
+    numbers = [t.number for t in running]
+    records = {r.number: r for r in store.records(study.study_name, numbers=numbers)}
     now = datetime.datetime.now(datetime.timezone.utc)
     recovered = []
     for trial in running:
@@ -131,24 +138,23 @@ def recover_stale_trials(
                 _fail(study, trial, None, store, "no record: the worker died as the trial began")
                 recovered.append(trial.number)
             continue
-        if record.state == "complete":
-            _complete_from_record(study, trial, record)
-            recovered.append(trial.number)
-            continue
         alive = owner_alive(record, host)
         heartbeat_age = (now - record.heartbeat_at).total_seconds()
-        if alive is False or (alive is None and heartbeat_age > stale_after_s):
-            if record.server_token and record.host == host:
-                stopped = kill_server(SERVER_TOKEN_VARIABLE, record.server_token)
-                if stopped:
-                    logger.warning("stopped the server left behind by trial %d", trial.number)
-            why = (
-                f"worker pid {record.pid} on {record.host} died while trial {trial.number} ran"
-                if alive is False
-                else f"worker on {record.host} silent for {heartbeat_age:.0f} s"
-            )
-            _fail(study, trial, record, store, why)
-            recovered.append(trial.number)
+        if alive is True or (alive is None and heartbeat_age <= stale_after_s):
+            continue
+        recovered.append(trial.number)
+        if record.state == "complete":
+            _complete_from_record(study, trial, record)
+            continue
+        if record.server_token and record.host == host:
+            if kill_server(SERVER_TOKEN_VARIABLE, record.server_token):
+                logger.warning("stopped the server left behind by trial %d", trial.number)
+        why = (
+            f"worker pid {record.pid} on {record.host} died while trial {trial.number} ran"
+            if alive is False
+            else f"worker on {record.host} silent for {heartbeat_age:.0f} s"
+        )
+        _fail(study, trial, record, store, why)
     return recovered
 
 

@@ -59,6 +59,22 @@ class RunPlan:
     run_dir: str = "sweeper-runs"
     ready_timeout_s: float = 900.0
     verify_top: int = 0
+    enqueue: tuple[str, ...] = ()  # "name=value,name=value" configs tried first
+
+    def enqueued_configs(self) -> list[dict[str, str]]:
+        """``--enqueue`` texts as params (values are typed by the search space later)."""
+        configs = []
+        for text in self.enqueue:
+            config: dict[str, str] = {}
+            for item in filter(None, (part.strip() for part in text.split(","))):
+                name, sep, value = item.partition("=")
+                if not sep or not name.strip():
+                    raise UserInputError(f"--enqueue {text!r}: expected name=value[,name=value...]")
+                config[name.strip()] = value.strip()
+            if not config:
+                raise UserInputError(f"--enqueue {text!r}: no parameters given")
+            configs.append(config)
+        return configs
 
     def __post_init__(self) -> None:
         if self.ppl_cap is not None and self.ppl_cap_rel is not None:
@@ -129,6 +145,8 @@ def prepare(plan: RunPlan) -> PreparedRun:
     study_name = plan.resolved_study_name(manifest, space)
     run_dir = Path(plan.run_dir) / study_name
     settings = eval_settings(plan, run_dir)
+    for index, config in enumerate(plan.enqueued_configs()):
+        space.check_params(config, f"--enqueue #{index + 1}")
     evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir)
     return PreparedRun(
         plan=plan, manifest=manifest, space=space, study_name=study_name, evaluator=evaluator
@@ -161,4 +179,5 @@ def execute(
         reuse_quality=plan.reuse_quality,
         max_consecutive_failures=plan.max_consecutive_failures,
         progress=progress,
+        enqueue=plan.enqueued_configs(),
     )

@@ -15,11 +15,11 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 import sweeper
 from search_spaces import BASELINE, SearchSpace
@@ -36,8 +36,8 @@ from storage import (
 from sweeper import processes
 from sweeper.errors import StudyError
 from sweeper.gate import PplGate
-from sweeper.measurement import Measurement, TrialContext, TrialEvent
-from sweeper.recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
+from sweeper.measurement import TrialEvent
+from sweeper.recovery import ROLE_ATTR, recover_stale_trials
 from sweeper.sampling import make_sampler
 from sweeper.study_options import StudyOptions, parse_duration
 from sweeper.trial_runner import Evaluate, TrialRunner
@@ -95,14 +95,18 @@ def run_study(
     an existing study of that name is resumed. ``n_trials`` counts the
     study's trials, not this call's. ``mode`` "tps" maximizes TPS under the
     gate, "pareto" maximizes TPS and minimizes PPL. ``sampler``: guided
-    (default for tps), gp (default for pareto), tpe, nsga2, random or grid.
+    (the default), gp, tpe, nsga2, random or grid, seeded by ``seed``.
     ``enqueue``: configs tried first, after the space's own (the baseline
     first when the cap is relative). ``reuse_quality``: a configuration
     whose quality parameters were measured before gets that PPL as
     ``context.known_ppl`` and may return ``ppl=None``. ``stop_event``: set it
     (from a progress callback or another thread) to end after the running trial.
     """
-    gate = None if ppl_cap is None and ppl_cap_rel is None else PplGate(cap=ppl_cap, cap_rel=ppl_cap_rel)
+    gate = (
+        None
+        if ppl_cap is None and ppl_cap_rel is None
+        else PplGate(cap=ppl_cap, cap_rel=ppl_cap_rel)
+    )
     options = StudyOptions(
         study_name=study_name,
         storage=storage,
@@ -163,22 +167,31 @@ class Sweep:
         storage = optuna_storage(self.url)
         sampler = make_sampler(opts.sampler, space=self.space, mode=opts.mode, seed=opts.seed)
         try:
-            study = optuna.create_study(
-                study_name=opts.study_name,
-                storage=storage,
-                sampler=sampler,
-                directions=DIRECTIONS[opts.mode],
-            )
-            created = True
+            if opts.gate is None:  # resuming only: a new study needs its gate
+                try:
+                    study = optuna.load_study(
+                        study_name=opts.study_name, storage=storage, sampler=sampler
+                    )
+                except KeyError:
+                    raise StudyError(
+                        f"study {opts.study_name!r} is new: give a PPL cap (ppl_cap or ppl_cap_rel)"
+                    ) from None
+                created = False
+            else:
+                study = optuna.create_study(
+                    study_name=opts.study_name,
+                    storage=storage,
+                    sampler=sampler,
+                    directions=DIRECTIONS[opts.mode],
+                )
+                created = True
         except optuna.exceptions.DuplicatedStudyError:
             study = optuna.load_study(study_name=opts.study_name, storage=storage, sampler=sampler)
             created = False
         if created:
-            if opts.gate is None:
-                raise StudyError(
-                    f"study {opts.study_name!r} is new: give a PPL cap (ppl_cap or ppl_cap_rel)"
-                )
-            study.set_metric_names(["tps"] if opts.mode == "tps" else ["tps", "ppl"])
+            with warnings.catch_warnings():  # experimental since Optuna 3.2, still there in 5
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(["tps"] if opts.mode == "tps" else ["tps", "ppl"])
             for key, value in self._settings(opts.gate).items():
                 study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
             gate = opts.gate
@@ -188,15 +201,18 @@ class Sweep:
         else:
             gate = self._check_resumed(study)
             self._wait_for_creator(study)
-            recover_stale_trials(
-                study,
-                self.store,
-                host=self.host,
-                stale_after_s=opts.stale_after_s,
-                kill_server=processes.kill_by_env,
-            )
+            self._recover(study)
             self._enqueue(study, gate, first_time=False)
         return study, gate
+
+    def _recover(self, study: optuna.Study) -> None:
+        recover_stale_trials(
+            study,
+            self.store,
+            host=self.host,
+            stale_after_s=self.options.stale_after_s,
+            kill_server=processes.kill_by_env,
+        )
 
     def _check_resumed(self, study: optuna.Study) -> PplGate:
         opts = self.options
@@ -210,6 +226,14 @@ class Sweep:
                 f"study {opts.study_name!r} runs in mode {stored['mode']!r}, not {opts.mode!r}: "
                 f"use the same mode or another study name"
             )
+        if stored.get("ppl_cap") is None and stored.get("ppl_cap_rel") is None:
+            # created by a run that died before writing its settings
+            if opts.gate is None:
+                raise StudyError(f"study {opts.study_name!r} has no gate stored: give a PPL cap")
+            for key, value in self._settings(opts.gate).items():
+                study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
+            study.set_user_attr(ENQUEUED_ATTR, True)
+            return opts.gate
         stored_gate = PplGate(cap=stored.get("ppl_cap"), cap_rel=stored.get("ppl_cap_rel"))
         if opts.gate is not None and opts.gate != stored_gate:
             raise StudyError(
@@ -252,14 +276,12 @@ class Sweep:
     # -- the loop -----------------------------------------------------------------
 
     def _counted_trials(self) -> int:
-        """Trials that use the budget: finished (not queued again) and running ones."""
-        trials = self.study.get_trials(deepcopy=False)
-        return sum(
-            1
-            for t in trials
-            if t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
-            or (t.state == TrialState.FAIL and not t.user_attrs.get(RETRIED_ATTR))
-        )
+        """Trials that use the budget: measured, failed and running ones.
+
+        Interrupted trials and those of dead workers are queued again, so
+        they do not count.
+        """
+        return self.store.count(self.options.study_name, ("complete", "failed", "running"))
 
     def _budget_left(self, started: float) -> bool:
         opts = self.options
@@ -283,6 +305,7 @@ class Sweep:
         try:
             while self._budget_left(started):
                 record = self.runner.run_one()
+                self._recover(self.study)  # another worker's dead trial must not block this one
                 trials_run += 1
                 if record.state == "interrupted":
                     self.stop_reason = self.stop_reason or "interrupted"
@@ -320,7 +343,10 @@ class Sweep:
     # -- signals ------------------------------------------------------------------
 
     def _install_signals(self) -> dict[int, Any]:
-        if not self.options.handle_signals or threading.current_thread() is not threading.main_thread():
+        if (
+            not self.options.handle_signals
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return {}
         previous = {}
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -335,7 +361,9 @@ class Sweep:
         name = signal.Signals(signum).name
         first = not self.stop_event.is_set()
         self.stop_event.set()
-        self.stop_reason = self.stop_reason or ("terminated" if signum == signal.SIGTERM else "interrupted")
+        self.stop_reason = self.stop_reason or (
+            "terminated" if signum == signal.SIGTERM else "interrupted"
+        )
         if first:
             logger.warning("%s: stopping after marking the running trial", name)
             self.runner.interrupt(name)

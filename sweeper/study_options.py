@@ -79,7 +79,9 @@ class StudyOptions:
                 f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}"
             )
         if self.n_trials is not None and (
-            isinstance(self.n_trials, bool) or not isinstance(self.n_trials, int) or self.n_trials < 1
+            isinstance(self.n_trials, bool)
+            or not isinstance(self.n_trials, int)
+            or self.n_trials < 1
         ):
             raise StudyOptionsError(f"n_trials must be a positive integer, not {self.n_trials!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:

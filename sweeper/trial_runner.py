@@ -166,9 +166,8 @@ class TrialRunner:
     # -- one trial ------------------------------------------------------------------
 
     def run_one(self) -> TrialRecord:
-        study_name = self.study.study_name
+        """Ask, evaluate, record and tell one trial; returns its record."""
         trial = self.study.ask()
-        number = trial.number
         role = str(trial.user_attrs.get(ROLE_ATTR, "sampled"))
         try:
             params = self.space.suggest(trial)
@@ -176,10 +175,66 @@ class TrialRunner:
         except BaseException:
             fail_trial(self.study, self._frozen(trial), requeue=False)
             raise
-        cap = self._cap(role, None, number)
+        context = self._start(trial, role, params, overrides)
+        start = time.monotonic()
+        with _Heartbeat(
+            self.store, context.study_name, trial.number, self.options.stale_after_s / 4
+        ):
+            outcome, error = self._evaluate(trial, context)
+        self.store.finish_trial(context.study_name, trial.number, outcome)
+        if outcome.state == "complete":
+            self._tell_complete(trial, outcome)
+        else:
+            if outcome.error_message:
+                message = f"{outcome.error_kind}: {outcome.error_message}"
+                trial.set_user_attr("error", message[:2000])
+            interrupted = outcome.state == "interrupted"
+            fail_trial(self.study, self._frozen(trial), requeue=interrupted, count_retry=False)
+        if error is not None:
+            raise error
+        record = self.store.record(context.study_name, trial.number, details=False)
+        if self.options.progress is not None:
+            best = best_feasible(self.store.records(context.study_name, states=["complete"]))
+            self._emit(
+                self._event(
+                    context,
+                    "finished",
+                    state=record.state,
+                    tps=record.tps,
+                    ppl=record.ppl,
+                    feasible=record.feasible,
+                    error=record.error_message,
+                    best_number=best.number if best else None,
+                    best_tps=best.tps if best else None,
+                    elapsed_s=time.monotonic() - start,
+                )
+            )
+        return record
+
+    @staticmethod
+    def _event(context: TrialContext, kind: str, **fields: Any) -> TrialEvent:
+        return TrialEvent(
+            kind=kind,
+            study_name=context.study_name,
+            number=context.number,
+            params=context.params,
+            role=context.role,
+            **fields,
+        )
+
+    def _start(
+        self,
+        trial: optuna.trial.Trial,
+        role: str,
+        params: dict[str, Any],
+        overrides: dict[str, str],
+    ) -> TrialContext:
+        """Record the trial as running and build its context."""
+        study_name = self.study.study_name
+        cap = self._cap(role, None, trial.number)
         self.store.start_trial(
             study_name=study_name,
-            number=number,
+            number=trial.number,
             optuna_trial_id=trial._trial_id,
             params=params,
             overrides=overrides,
@@ -189,9 +244,12 @@ class TrialRunner:
             ppl_cap=cap,
         )
         known_ppl, known_trial = self._known_ppl(params)
+        event = functools.partial(
+            TrialEvent, study_name=study_name, number=trial.number, params=params, role=role
+        )
         context = TrialContext(
             study_name=study_name,
-            number=number,
+            number=trial.number,
             params=params,
             overrides=overrides,
             role=role,
@@ -201,67 +259,38 @@ class TrialRunner:
             store=self.store,
             stop_event=self.stop_event,
             on_phase=lambda name, done, total: self._emit(
-                TrialEvent(kind="phase", study_name=study_name, number=number, params=params,
-                           role=role, phase=name, done=done, total=total)  # fmt: skip
+                event(kind="phase", phase=name, done=done, total=total)
             ),
             on_progress=lambda name, done, total: self._emit(
-                TrialEvent(kind="progress", study_name=study_name, number=number, params=params,
-                           role=role, phase=name, done=done, total=total)  # fmt: skip
+                event(kind="progress", phase=name, done=done, total=total)
             ),
         )
-        self._emit(
-            TrialEvent(kind="started", study_name=study_name, number=number, params=params, role=role)
-        )
-        logger.info("trial %d (%s): %s", number, role, params)
-        start = time.monotonic()
-        outcome: TrialOutcome
-        error: BaseException | None = None
-        with _Heartbeat(self.store, study_name, number, self.options.stale_after_s / 4):
-            try:
-                self._in_evaluate = True
-                raw = self.evaluate(params, context) if self._takes_context else self.evaluate(params)
-                self._in_evaluate = False
-                outcome = self._complete(trial, role, Measurement.coerce(raw), context)
-            except (TrialInterrupted, KeyboardInterrupt) as exc:
-                self._in_evaluate = False
-                signal_name = getattr(exc, "signal_name", "SIGINT")
-                outcome = self._failed(context, "interrupted", "Interrupted", f"interrupted by {signal_name}")
-                self.stop_event.set()
-            except (ServerError, MeasurementError) as exc:
-                self._in_evaluate = False
-                log_tail = getattr(exc, "log_tail", "") or context.log_tail
-                outcome = self._failed(context, "failed", type(exc).__name__, str(exc), log_tail)
-            except BaseException as exc:
-                self._in_evaluate = False
-                outcome = self._failed(context, "failed", type(exc).__name__, str(exc))
-                error = exc
-        self.store.finish_trial(study_name, number, outcome)
-        if outcome.state == "complete":
-            self._tell_complete(trial, outcome)
-        else:
-            if outcome.error_message:
-                trial.set_user_attr("error", f"{outcome.error_kind}: {outcome.error_message}"[:2000])
-            fail_trial(
-                self.study,
-                self._frozen(trial),
-                requeue=outcome.state == "interrupted",
-                count_retry=False,
-            )
-        if error is not None:
-            raise error
-        record = self.store.record(study_name, number, details=False)
-        if self.options.progress is None:
-            return record
-        best = best_feasible(self.store.records(study_name, states=["complete"]))
-        self._emit(
-            TrialEvent(
-                kind="finished", study_name=study_name, number=number, params=params, role=role,
-                state=record.state, tps=record.tps, ppl=record.ppl, feasible=record.feasible,
-                error=record.error_message, best_number=best.number if best else None,
-                best_tps=best.tps if best else None, elapsed_s=time.monotonic() - start,
-            )  # fmt: skip
-        )
-        return record
+        self._emit(self._event(context, "started"))
+        logger.info("trial %d (%s): %s", trial.number, role, params)
+        return context
+
+    def _evaluate(
+        self, trial: optuna.trial.Trial, context: TrialContext
+    ) -> tuple[TrialOutcome, BaseException | None]:
+        """The trial's outcome, and an error to raise once it is recorded (a bug, not a failure)."""
+        params = context.params
+        try:
+            self._in_evaluate = True
+            raw = self.evaluate(params, context) if self._takes_context else self.evaluate(params)
+            self._in_evaluate = False
+            return self._complete(trial, context.role, Measurement.coerce(raw), context), None
+        except (TrialInterrupted, KeyboardInterrupt) as exc:
+            self._in_evaluate = False
+            self.stop_event.set()
+            why = f"interrupted by {getattr(exc, 'signal_name', 'SIGINT')}"
+            return self._failed(context, "interrupted", "Interrupted", why), None
+        except (ServerError, MeasurementError) as exc:
+            self._in_evaluate = False
+            log_tail = getattr(exc, "log_tail", "") or context.log_tail
+            return self._failed(context, "failed", type(exc).__name__, str(exc), log_tail), None
+        except BaseException as exc:
+            self._in_evaluate = False
+            return self._failed(context, "failed", type(exc).__name__, str(exc)), exc
 
     def _frozen(self, trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
         return self.study._storage.get_trial(trial._trial_id)
@@ -312,7 +341,11 @@ class TrialRunner:
             extras=measurement.extras,
             versions={**software_versions(), **measurement.versions},
             # phases already stored through the context are not stored twice
-            phases=[p for p in measurement.phases.items() if p not in context.recorded_phases],
+            phases=[
+                (name, seconds)
+                for name, seconds in measurement.phases.items()
+                if name not in {recorded for recorded, _ in context.recorded_phases}
+            ],
             requests=list(measurement.requests),
             manifest=measurement.manifest or context.manifest,
             log_tail=measurement.log_tail or context.log_tail or None,
@@ -334,6 +367,9 @@ class TrialRunner:
         self.study.tell(trial, values)
         logger.info(
             "trial %d: TPS %.2f, PPL %.4f (cap %.4f) %s",
-            trial.number, outcome.tps, outcome.ppl, outcome.ppl_cap,
+            trial.number,
+            outcome.tps,
+            outcome.ppl,
+            outcome.ppl_cap,
             "passes" if outcome.feasible else "FAILS the gate",
-        )  # fmt: skip
+        )

@@ -17,25 +17,13 @@ from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.errors import UserInputError
 from sweeper.evaluate import EvalSettings
 from sweeper.manifest import Manifest
-from sweeper.recipe import StudyRecipe
+from sweeper.recipe import StudyRecipe, base_manifest_of
 
 logger = logging.getLogger(__name__)
 
 
 class HeldOutDataError(UserInputError):
     """The held-out data is missing, or is the data the study tuned on."""
-
-
-def base_manifest_of(recipe: StudyRecipe, base_manifest: Manifest | None = None) -> Manifest:
-    """The given base manifest, else the one the study recorded (ManifestError if unreadable)."""
-    if base_manifest is not None:
-        return base_manifest
-    if recipe.base_manifest:
-        return Manifest.load(recipe.base_manifest)
-    raise UserInputError(
-        "the study does not record its base manifest: pass it with --manifest "
-        "(the manifest the study was run on)"
-    )
 
 
 def heldout_sources(
@@ -120,7 +108,8 @@ def heldout_evaluator(
     prompts, ppl_data = heldout_sources(recipe, prompts=prompts, ppl_data=ppl_data)
     settings = heldout_settings(recipe, prompts, ppl_data)
     # the data is loaded and checked here, before any server time is spent
-    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir)
+    first = ServerEvaluator(manifest, settings, run_dir=run_dir)
+    evaluator = _PerCandidate(first, Path(run_dir))
     tps = settings.tps
     info = {
         "prompts": prompts,
@@ -132,3 +121,24 @@ def heldout_evaluator(
         "run_dir": str(Path(run_dir).resolve()),
     }
     return evaluator, info
+
+
+class _PerCandidate:
+    """A ServerEvaluator per candidate, so that each keeps its servers' logs apart:
+    ``<run_dir>/trial-<candidate>/trial-<repeat>/server.log``. The data is loaded once."""
+
+    def __init__(self, template: Any, run_dir: Path) -> None:
+        self.template = template
+        self.run_dir = run_dir
+
+    def __call__(self, params: Any, context: Any) -> Any:
+        from sweeper.server_evaluator import ServerEvaluator
+
+        number = getattr(context, "trial_number", 0)
+        evaluator = ServerEvaluator(
+            self.template.base_manifest,
+            self.template.settings,
+            run_dir=self.run_dir / f"trial-{number:04d}",
+            data=self.template.data,
+        )
+        return evaluator(params, context)

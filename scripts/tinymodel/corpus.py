@@ -1,16 +1,19 @@
 """The synthetic language the tiny model is trained on.
 
 Nothing here comes from outside text. Words are made-up syllable pairs
-("kalo", "mire", ...). A stream of words follows two rules:
+("kalo", "mire", ...). Each word has a short list of successors and belongs
+to one of as many classes. A stream of words follows one rule:
 
-* an order-2 Markov chain: each word has a short list of successors, and
-  which successor is likely depends on the word before it as well, with a
-  peaked profile, so the most likely continuation is usually clear;
-* an echo: with probability ``echo_prob`` a position repeats the word
-  ``echo_offset`` positions back. The offset lies beyond the smallest
-  sliding window of the demo search space and inside the trained window,
-  so a model whose window is cut below the offset loses the echo and its
-  perplexity rises.
+    the next word is the successor of the previous word picked by the class of
+    the word ``echo_offset`` positions back,
+
+with some noise (a random successor, rarely any word). So the next word is
+well determined, but only for a reader who sees ``echo_offset`` tokens back:
+a model whose sliding window is cut below the offset loses the class and its
+perplexity rises. Classes are unequally frequent, so a reader that cannot see
+that far (or a drafter that gets it wrong) still guesses right fairly often.
+Greedy continuation of such text does not fall into short cycles: the state
+it depends on is the whole last ``echo_offset`` words.
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ VOWELS = "aeiou"
 class CorpusSpec:
     """The knobs of the synthetic language."""
 
-    num_words: int = 1016
-    successors: int = 6
-    profile: tuple[float, ...] = (0.62, 0.16, 0.09, 0.06, 0.04, 0.03)
-    echo_offset: int = 24
-    echo_prob: float = 0.45
+    num_words: int = 248
+    class_probs: tuple[float, ...] = (0.55, 0.25, 0.12, 0.08)
+    echo_offset: int = 20
+    rule_prob: float = 0.85
+    jump_prob: float = 0.02
     seed: int = 1234
 
 
@@ -51,66 +54,55 @@ def make_words(count: int, seed: int) -> list[str]:
 
 
 class Language:
-    """A seeded instance of the synthetic language over word indices 0..num_words-1."""
+    """A seeded instance of the language; words are token ids ``first_word + index``."""
 
     def __init__(self, spec: CorpusSpec, first_word: int) -> None:
-        if len(spec.profile) != spec.successors:
-            raise ValueError("profile needs one probability per successor")
         self.spec = spec
         self.first_word = first_word
         rng = np.random.default_rng(spec.seed)
-        n = spec.num_words
-        self.successors = np.stack(
-            [rng.choice(n, size=spec.successors, replace=False) for _ in range(n)]
-        )
-        profile = np.asarray(spec.profile, dtype=np.float64)
-        self.profile = profile / profile.sum()
-        # an order-2 twist: the ranking of b's successors depends on a
-        self._twist = rng.integers(0, 2**31 - 1, size=n, dtype=np.int64)
-        self._orders = np.stack([rng.permutation(spec.successors) for _ in range(64)])
+        n, classes = spec.num_words, len(spec.class_probs)
+        probs = np.asarray(spec.class_probs, dtype=np.float64)
+        self.successors = np.stack([rng.choice(n, size=classes, replace=False) for _ in range(n)])
+        self.word_class = rng.choice(classes, size=n, p=probs / probs.sum())
 
-    def ranking(self, prev2: int, prev1: int) -> np.ndarray:
-        """Successors of ``prev1`` ordered from most to least likely, given ``prev2``."""
-        succ = self.successors[prev1]
-        mixed = (int(self._twist[prev2]) ^ (prev1 * 2654435761)) & 0x7FFFFFFF
-        return succ[self._orders[(mixed >> 7) % len(self._orders)]]
+    def next_word(self, previous: int, echo: int | None, rng: np.random.Generator) -> int:
+        """The next word index after ``previous`` with ``echo`` the word ``echo_offset`` back."""
+        spec = self.spec
+        draw = rng.random()
+        if draw < spec.jump_prob:
+            return int(rng.integers(spec.num_words))
+        if draw < spec.jump_prob + (1 - spec.jump_prob) * (1 - spec.rule_prob):
+            return int(self.successors[previous][rng.integers(self.successors.shape[1])])
+        chosen = 0 if echo is None else int(self.word_class[echo])
+        return int(self.successors[previous][chosen])
 
     def extend(self, tokens: list[int], count: int, rng: np.random.Generator) -> None:
-        """Append ``count`` words to ``tokens`` (a sequence of token ids).
+        """Append ``count`` words to ``tokens`` (token ids, chat markers included).
 
-        Words are token ids ``>= first_word``; other ids (chat markers) are
-        skipped when looking for the two previous words and are never echoed.
+        Chat markers (ids below ``first_word``) are skipped when looking for the
+        previous word; an echo position holding a marker counts as class 0.
         """
-        spec = self.spec
-        base = self.first_word
-        words = [t - base for t in tokens if t >= base][-2:]
-        while len(words) < 2:
-            start = int(rng.integers(spec.num_words)) if not words else int(
-                self.successors[words[-1]][0]
-            )
-            words.append(start)
-            tokens.append(start + base)
-            count -= 1
-        cumulative = np.cumsum(self.profile)
+        base, offset = self.first_word, self.spec.echo_offset
+        previous = next((t - base for t in reversed(tokens) if t >= base), None)
         for _ in range(count):
-            i = len(tokens)
-            source = tokens[i - spec.echo_offset] if i >= spec.echo_offset else -1
-            if source >= base and rng.random() < spec.echo_prob:
-                word = source - base
+            if previous is None:
+                word = int(rng.integers(self.spec.num_words))
             else:
-                ranked = self.ranking(words[-2], words[-1])
-                word = int(ranked[min(int(np.searchsorted(cumulative, rng.random())), len(ranked) - 1)])
+                i = len(tokens)
+                source = tokens[i - offset] if i >= offset else -1
+                word = self.next_word(previous, source - base if source >= base else None, rng)
             tokens.append(word + base)
-            words = [words[-1], word]
+            previous = word
 
     def document(
-        self, prompt_words: int, response_words: int, rng: np.random.Generator,
-        header: list[int], middle: list[int],
+        self,
+        prompt_words: int,
+        response_words: int,
+        rng: np.random.Generator,
+        header: list[int],
+        middle: list[int],
     ) -> tuple[list[int], int]:
-        """A chat-formatted document: ``header`` + prompt words + ``middle`` + response words.
-
-        Returns the token ids and the index where the response starts.
-        """
+        """``header`` + prompt words + ``middle`` + response words, and where the response starts."""
         tokens = list(header)
         self.extend(tokens, prompt_words, rng)
         tokens.extend(middle)

@@ -61,9 +61,10 @@ def save_tokenizer(words: list[str], folder: Path) -> None:
     # make sure the template sits in tokenizer_config.json itself
     config_path = folder / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
-    if "chat_template" not in config:
-        config["chat_template"] = CHAT_TEMPLATE
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
+    config.setdefault("chat_template", CHAT_TEMPLATE)
+    # the name older transformers releases know (5.x reads it as its TokenizersBackend)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
     template_file = folder / "chat_template.jinja"
     if template_file.exists():
         template_file.unlink()

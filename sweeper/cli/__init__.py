@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "demo": "sweeper.cli.demo_cmd",
     "eval": "sweeper.cli.eval_cmd",
     "run": "sweeper.cli.run_cmd",
+    "status": "sweeper.cli.status_cmd",
     "verify": "sweeper.cli.verify_cmd",
     "report": "sweeper.cli.report_cmd",
     "export": "sweeper.cli.export_cmd",

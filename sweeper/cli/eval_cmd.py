@@ -8,8 +8,14 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
-from rich.progress import TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
@@ -35,27 +41,51 @@ PHASE_LABELS = {
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False))
 @click.option("--tps", "want_tps", is_flag=True, help="Measure TPS (default: TPS and PPL).")
 @click.option("--ppl", "want_ppl", is_flag=True, help="Measure PPL (default: TPS and PPL).")
-@click.option("--fidelity", "fidelity_ref", metavar="REF", type=click.Path(dir_okay=False),
-              help="Compare greedy token ids with this reference file.")
-@click.option("--save-reference", metavar="PATH", type=click.Path(dir_okay=False),
-              help="Write this server's greedy token ids as a fidelity reference.")
-@click.option("--reference-prompts", default=8, show_default=True,
-              help="Prompts recorded by --save-reference.")
-@click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: demo tuning set).")
+@click.option(
+    "--fidelity",
+    "fidelity_ref",
+    metavar="REF",
+    type=click.Path(dir_okay=False),
+    help="Compare greedy token ids with this reference file.",
+)
+@click.option(
+    "--save-reference",
+    metavar="PATH",
+    type=click.Path(dir_okay=False),
+    help="Write this server's greedy token ids as a fidelity reference.",
+)
+@click.option(
+    "--reference-prompts",
+    default=8,
+    show_default=True,
+    help="Prompts recorded by --save-reference.",
+)
+@click.option(
+    "--prompts", metavar="P", help="Prompt set (file or hub id; default: demo tuning set)."
+)
 @click.option("--ppl-data", metavar="D", help="PPL reference set (default: demo tuning set).")
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
-              help="Override one env value of the manifest (repeatable).")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override one env value of the manifest (repeatable).",
+)
 @click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True)
 @click.option("--output-len", default=TpsSettings.output_len, show_default=True)
 @click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True)
 @click.option("--stream", is_flag=True, help="Stream TPS requests (records TTFT and ITL).")
-@click.option("--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64).")
+@click.option(
+    "--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64)."
+)
 @click.option("--warmup-seed", type=int, help="Warm-up bridge seed (default: manifest or 42).")
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up bridge.")
 @click.option("--ppl-records", type=int, help="Score only the first N PPL records.")
 @click.option("--ppl-cap", type=float, help="Stop PPL early (and skip TPS) when clearly over it.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="Server log file.")
-@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for the server.")
+@click.option(
+    "--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for the server."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def command(
     manifest_path: str,
@@ -87,6 +117,8 @@ def command(
     warm-up bridge of 64 one-token prompts (seed 42). Exits with code 1 if a
     request failed or the PPL is not finite.
     """
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     manifest = Manifest.load(manifest_path)
     both = not want_tps and not want_ppl
     warmup = None
@@ -112,7 +144,9 @@ def command(
             )
             if both or want_tps
             else None,
-            ppl=PplSettings(max_records=ppl_records, stop_above=ppl_cap) if both or want_ppl else None,
+            ppl=PplSettings(max_records=ppl_records, stop_above=ppl_cap)
+            if both or want_ppl
+            else None,
             warmup=warmup,
             fidelity_reference=fidelity_ref,
             save_reference=save_reference,
@@ -210,9 +244,10 @@ def _table(result: EvalResult, ppl_cap: float | None) -> Table:
         table.add_row("acceptance rate", _fmt(data["spec_acceptance_rate"], ".3f"))
         per_position = ", ".join(f"{v:.2f}" for v in data["spec_per_position_acceptance"])
         table.add_row("per-position acceptance", per_position or "-")
-        table.add_row("drafts / draft tokens / accepted",
-                      f"{data['spec_drafts']} / {data['spec_draft_tokens']} / "
-                      f"{data['spec_accepted_tokens']}")
+        table.add_row(
+            "drafts / draft tokens / accepted",
+            f"{data['spec_drafts']} / {data['spec_draft_tokens']} / {data['spec_accepted_tokens']}",
+        )
     if result.fidelity is not None:
         fid = result.fidelity
         table.add_row("greedy fidelity", f"{fid.identical}/{fid.compared} identical")

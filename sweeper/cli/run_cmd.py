@@ -107,10 +107,15 @@ def _clock(seconds: float) -> str:
 @click.option("--ppl-data", metavar="FILE", help="PPL reference records (default: the demo's tuning set).")
 @click.option("--num-prompts", type=int, default=8, show_default=True, help="Prompts per TPS measurement.")
 @click.option("--output-len", type=int, default=128, show_default=True, help="Output tokens per request.")
-@click.option("--warmup-requests", type=int, default=1, show_default=True)
+@click.option("--warmup-requests", type=int, default=1, show_default=True,
+              help="Untimed chat requests before each TPS measurement.")
+@click.option("--warmup-prompts", type=int,
+              help="Warm-up bridge prompts (max_tokens=1) after start (default: the manifest's WARMUP_NUM_PROMPTS or 64).")
 @click.option("--run-dir", default="sweeper-runs", show_default=True, help="Where server logs go.")
 @click.option("--verify-top", type=int, default=0, show_default=True,
               help="After the sweep, verify the N best feasible trials on held-out data.")
+@click.option("--enqueue", multiple=True, metavar="NAME=V[,NAME=V]",
+              help="A configuration to try first (repeatable), e.g. sliding_window=16,num_speculative_tokens=2.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.

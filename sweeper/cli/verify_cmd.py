@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 
 import click
 from rich.console import Console
@@ -74,7 +75,10 @@ def command(
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        Console().print(verification_table(result.verifications, title=f"sweeper verify: {result.study_name}"))
+        if result.verifications:
+            Console().print(verification_table(result.verifications, title=f"sweeper verify: {result.study_name}"))
+        for line in failure_lines(result.verifications):
+            click.echo(line)
         for number, why in result.skipped:
             click.echo(f"trial #{number}: {why}")
         click.echo(f"answer: {result.answer.describe()}")
@@ -91,12 +95,11 @@ def _exit_status(result: VerifyResult) -> None:
     )
 
 
-def verification_table(verifications: tuple[VerificationRecord, ...] | list, *, title: str) -> Table:
+def verification_table(verifications: Iterable[VerificationRecord], *, title: str) -> Table:
     """One row per verification (also used by 'sweeper status')."""
     table = Table(title=title)
-    for column in ("trial", "status", "tuned TPS", "held-out TPS (median)", "deviation",
-                   "held-out PPL (max)", "cap", "repeats", "reason"):  # fmt: skip
-        table.add_column(column)
+    for column in ("trial", "status", "tuned", "held-out", "dev", "PPL", "cap", "runs"):
+        table.add_column(column, justify="left" if column == "status" else "right", no_wrap=column == "status")
     for v in verifications:
         style = "green" if v.verified else "red" if v.status == "failed" else "yellow"
         table.add_row(
@@ -108,9 +111,14 @@ def verification_table(verifications: tuple[VerificationRecord, ...] | list, *, 
             "-" if v.max_ppl is None else f"{v.max_ppl:.4f}",
             f"{v.ppl_cap:.4f}",
             f"{len(v.runs)}/{v.repeats}",
-            v.reason,
         )
+    table.caption = "TPS tuned vs held-out (median of the runs), dev = their gap; PPL: the highest held-out"
     return table
+
+
+def failure_lines(verifications: Iterable[VerificationRecord]) -> list[str]:
+    """Why each failed verification failed (the table leaves the reasons out)."""
+    return [f"trial #{v.trial_number} {v.status}: {v.reason}" for v in verifications if not v.verified]
 
 
 class _Progress:

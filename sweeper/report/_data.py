@@ -27,10 +27,12 @@ from storage import (
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
 from sweeper.recipe import StudyRecipe, recipe_from_settings
-from sweeper.verify import Answer, study_answer, verify_command
+from sweeper.answer import Answer, study_answer, verify_command
 
 logger = logging.getLogger(__name__)
 
+# below this many measured trials an importance estimate is noise, and is not shown
+MIN_IMPORTANCE_TRIALS = 5
 FEASIBLE, INFEASIBLE, FAILED, RUNNING = "feasible", "infeasible", "failed", "running"
 CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED, RUNNING)
 COLORS = {
@@ -233,12 +235,12 @@ def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], 
         complete = [
             t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
         ]
-        if len(complete) < 2:
-            return {}, f"needs at least 2 measured trials ({len(complete)} so far)"
+        if len(complete) < MIN_IMPORTANCE_TRIALS:
+            return {}, f"needs at least {MIN_IMPORTANCE_TRIALS} measured trials ({len(complete)} so far)"
         result: dict[str, dict[str, float]] = {}
         for target in ("tps", "ppl"):
             usable = [t for t in complete if isinstance(t.user_attrs.get(target), (int, float))]
-            if len(usable) < 2:
+            if len(usable) < MIN_IMPORTANCE_TRIALS:
                 continue
             sign = -1.0 if target == "tps" else 1.0  # PED-ANOVA ranks low values as good
             with warnings.catch_warnings():

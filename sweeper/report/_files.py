@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.report._data import ReportData
-from sweeper.verify import verify_command
+from sweeper.answer import verify_command
 
 logger = logging.getLogger(__name__)
 

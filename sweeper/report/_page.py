@@ -19,7 +19,7 @@ from plotly.offline import get_plotlyjs
 
 from sweeper.report._data import ReportData
 from sweeper.report._plotly import PLOT_CONFIG
-from sweeper.verify import verify_command
+from sweeper.answer import verify_command
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ plotly traces: ``PPL cap``, the trial categories, ``winner #N (STATUS)``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from pathlib import Path
@@ -165,7 +164,3 @@ def write_pngs(data: ReportData, out_dir: Path) -> dict[str, Path]:
         stem = f"slice-{_slug(name)}"
         written[stem] = _save(slice_figure(data, name), out_dir / f"{stem}.png")
     return written
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

@@ -173,3 +173,38 @@ def test_import_table_and_errors(monkeypatch, capsys, demo, challenge_data, tmp_
     assert code == 2
     assert stderr.endswith("no preset fits its model 'org/some-model': name a search space with --space "
                            "(a preset name or a YAML/TOML file)\n")  # fmt: skip
+
+
+def test_verify_needs_the_base_manifest_and_real_held_out_data(monkeypatch, capsys, synthetic, demo, tmp_path) -> None:
+    bare = synthetic.make_study(tmp_path, name="bare", recipe=False)
+    code, stdout, stderr = sweeper(monkeypatch, capsys, "verify", "--storage", bare.url)
+    assert (code, stdout) == (2, "")
+    assert stderr == ("error: the study does not record its base manifest: pass it with --manifest "
+                      "(the manifest the study was run on)\n")  # fmt: skip
+    code, _, stderr = sweeper(monkeypatch, capsys, "verify", "--storage", bare.url, "--manifest", str(demo.manifest),
+                              "--prompts", str(demo.prompts_tuning))  # fmt: skip
+    assert code == 2
+    assert stderr == (f"error: the held-out prompts {demo.prompts_tuning} is the set the study tuned on: "
+                      "verification needs data the study never saw\n")  # fmt: skip
+
+
+def test_status_shows_the_verifications_and_the_answer(monkeypatch, capsys, synthetic, tmp_path) -> None:
+    from sweeper.verify import verify_study
+
+    study = synthetic.make_study(tmp_path, name="checked")
+    verify_study(storage=study.url, study_name=study.name, top=2, repeats=2,
+                 evaluate=synthetic.synthetic_evaluator(tps_factor=lambda r: 0.5 if r else 1.0))  # fmt: skip
+    code, stdout, _ = sweeper(monkeypatch, capsys, "status", "--storage", study.url)
+    assert code == 0
+    best = study.number(synthetic.CONFIGS["C"])
+    lines = stdout.splitlines()
+    assert "verification on held-out data" in lines
+    row = next(line for line in lines if f"#{best} " in line and "FAILED" in line)
+    assert "174.00" in row and "130.50" in row and "-25.0%" in row and "2/2" in row
+    assert (f"trial #{best} failed: median held-out TPS 130.50 is 25.0% below the tuned 174.00 "
+            "(tolerance 5%)") in lines  # fmt: skip
+    # both candidates failed; the next feasible trial, never verified, is the answer for now
+    third = study.number(synthetic.CONFIGS["A"])
+    assert lines[-1] == f"answer: trial #{third}: TPS 147.00, PPL 2.1600, UNVERIFIED"
+    code, stdout, _ = sweeper(monkeypatch, capsys, "status", "--storage", study.url, "--json")
+    assert json.loads(stdout)["verifications"][str(best)]["status"] == "failed"

@@ -29,7 +29,9 @@ def test_bad_ppl_data_fails_before_a_server_starts(demo, tmp_path: Path):
         '{"id": "b", "context_token_ids": [2, 3], "target_token_ids": "4 5"}\n'
     )
     log = tmp_path / "server.log"
-    done = run_eval(str(demo.manifest), "--ppl", "--ppl-data", str(bad), "--log", str(log), timeout=120)
+    done = run_eval(
+        str(demo.manifest), "--ppl", "--ppl-data", str(bad), "--log", str(log), timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: {bad}: record 1 (id 'b'): field 'target_token_ids' must be a list of integer "
@@ -54,14 +56,22 @@ def test_eval_json_on_the_demo(demo, tmp_path: Path):
     reference = tmp_path / "reference.json"
     done = run_eval(
         str(demo.manifest),
-        "--num-prompts", "2",
-        "--output-len", "24",
-        "--warmup-requests", "1",
-        "--warmup-prompts", "3",
-        "--ppl-records", "4",
-        "--save-reference", str(reference),
-        "--reference-prompts", "2",
-        "--log", str(tmp_path / "server.log"),
+        "--num-prompts",
+        "2",
+        "--output-len",
+        "24",
+        "--warmup-requests",
+        "1",
+        "--warmup-prompts",
+        "3",
+        "--ppl-records",
+        "4",
+        "--save-reference",
+        str(reference),
+        "--reference-prompts",
+        "2",
+        "--log",
+        str(tmp_path / "server.log"),
         "--json",
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -103,18 +113,37 @@ def test_table_shows_the_figures():
             RequestRecord(index=1, prompt_id="b", ok=False, error="HTTP 500: boom"),
         ),
         spec_decode=SpecDecodeStats(
-            drafts=4, draft_tokens=12, accepted_tokens=6, accepted_per_position=(3, 2, 1),
-            per_position_acceptance=(0.75, 0.5, 0.25), acceptance_rate=0.5,
+            drafts=4,
+            draft_tokens=12,
+            accepted_tokens=6,
+            accepted_per_position=(3, 2, 1),
+            per_position_acceptance=(0.75, 0.5, 0.25),
+            acceptance_rate=0.5,
             mean_acceptance_length=2.5,
         ),
     )
     ppl = PplResult(
-        settings=PplSettings(), ppl=float("inf"), nll=float("inf"), tokens=20, records_scored=2,
-        records_total=2, stopped_early=False, ppl_low=float("inf"), ppl_high=float("inf"),
-        stderr_log_ppl=float("inf"), scores=(), duration_s=0.1,
+        settings=PplSettings(),
+        ppl=float("inf"),
+        nll=float("inf"),
+        tokens=20,
+        records_scored=2,
+        records_total=2,
+        stopped_early=False,
+        ppl_low=float("inf"),
+        ppl_high=float("inf"),
+        stderr_log_ppl=float("inf"),
+        scores=(),
+        duration_s=0.1,
     )
     result = EvalResult(
-        manifest="m", overrides={}, model="x", warmup=None, ppl=ppl, tps=tps, fidelity=None,
+        manifest="m",
+        overrides={},
+        model="x",
+        warmup=None,
+        ppl=ppl,
+        tps=tps,
+        fidelity=None,
         timings={"ready": 1.0, "tps": 0.5},
     )
     console = Console(record=True, width=120)

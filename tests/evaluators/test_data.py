@@ -79,10 +79,18 @@ def test_prompt_score_shape_and_parquet_and_jsonl_prompts(tmp_path: Path):
 
     rows = [
         {"id": "a", "prompt_token_ids": [2, 5, 6, 7, 8], "score_token_start": 2},
-        {"id": "b", "prompt_token_ids": [2, 5, 6, 7, 8], "score_token_start": 1, "score_token_end": 3},
+        {
+            "id": "b",
+            "prompt_token_ids": [2, 5, 6, 7, 8],
+            "score_token_start": 1,
+            "score_token_end": 3,
+        },
     ]
     records = load_ppl_records(write_jsonl(tmp_path / "shape2.jsonl", rows))
-    assert [(r.score_start, r.score_end, r.scored_tokens) for r in records] == [(2, 5, 3), (1, 3, 2)]
+    assert [(r.score_start, r.score_end, r.scored_tokens) for r in records] == [
+        (2, 5, 3),
+        (1, 3, 2),
+    ]
     # saved in the challenge's shape when it fits, and loads back the same
     saved = load_ppl_records(records.save(tmp_path / "saved.jsonl"))
     assert saved.records == records.records
@@ -108,8 +116,10 @@ def test_prompt_score_shape_and_parquet_and_jsonl_prompts(tmp_path: Path):
     ("rows", "expected"),
     [
         (
-            [{"id": "a", "context_token_ids": [1, 2], "target_token_ids": [3]},
-             {"id": "b", "context_token_ids": [1, 2], "target_token_ids": "3 4"}],
+            [
+                {"id": "a", "context_token_ids": [1, 2], "target_token_ids": [3]},
+                {"id": "b", "context_token_ids": [1, 2], "target_token_ids": "3 4"},
+            ],
             "record 1 (id 'b'): field 'target_token_ids' must be a list of integer token ids",
         ),
         (
@@ -135,7 +145,14 @@ def test_prompt_score_shape_and_parquet_and_jsonl_prompts(tmp_path: Path):
             "record 0 (id 'a'): field 'score_token_start' is 0",
         ),
         (
-            [{"id": "a", "prompt_token_ids": [1, 2, 3], "score_token_start": 1, "score_token_end": 9}],
+            [
+                {
+                    "id": "a",
+                    "prompt_token_ids": [1, 2, 3],
+                    "score_token_start": 1,
+                    "score_token_end": 9,
+                }
+            ],
             "record 0 (id 'a'): field 'score_token_end' is 9",
         ),
         (
@@ -143,8 +160,10 @@ def test_prompt_score_shape_and_parquet_and_jsonl_prompts(tmp_path: Path):
             "record 0 (id 'a'): token id -4 at position 1 is negative",
         ),
         (
-            [{"id": "a", "context_token_ids": [1], "target_token_ids": [3]},
-             {"id": "a", "context_token_ids": [1], "target_token_ids": [3]}],
+            [
+                {"id": "a", "context_token_ids": [1], "target_token_ids": [3]},
+                {"id": "a", "context_token_ids": [1], "target_token_ids": [3]},
+            ],
             "record 1: id 'a' repeats record 0",
         ),
     ],
@@ -181,12 +200,18 @@ def test_unreadable_files_are_named(tmp_path: Path):
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
-        ([{"id": "a", "conversations": [{"from": "gpt", "value": "hi"}]}],
-         "record 0 (id 'a'): field 'conversations' has no human turn"),
-        ([{"id": "a", "conversations": [{"from": "human", "value": "   "}]}],
-         "record 0 (id 'a'): field 'conversations[0].value' is empty"),
-        ([{"id": "a", "prompt": "ok"}, {"id": "b", "question": "?"}],
-         "record 1 (id 'b'): needs a field 'conversations' (ShareGPT) or 'prompt'"),
+        (
+            [{"id": "a", "conversations": [{"from": "gpt", "value": "hi"}]}],
+            "record 0 (id 'a'): field 'conversations' has no human turn",
+        ),
+        (
+            [{"id": "a", "conversations": [{"from": "human", "value": "   "}]}],
+            "record 0 (id 'a'): field 'conversations[0].value' is empty",
+        ),
+        (
+            [{"id": "a", "prompt": "ok"}, {"id": "b", "question": "?"}],
+            "record 1 (id 'b'): needs a field 'conversations' (ShareGPT) or 'prompt'",
+        ),
     ],
 )
 def test_bad_prompts_are_named(tmp_path: Path, rows: list[object], expected: str):
@@ -207,8 +232,10 @@ def test_records_checked_against_the_model(challenge_data: Path):
     )
     with pytest.raises(DataError) as caught:
         check_ppl_records(records, max_model_len=2048)
-    assert "record 85 (id 'gpqa_diamond-1d37a7a51d'): 2943 tokens do not fit the server's " \
+    assert (
+        "record 85 (id 'gpqa_diamond-1d37a7a51d'): 2943 tokens do not fit the server's "
         "max_model_len 2048" in str(caught.value)
+    )
 
 
 def test_prompt_lengths_checked_with_a_token_counter(challenge_data: Path):
@@ -216,8 +243,11 @@ def test_prompt_lengths_checked_with_a_token_counter(challenge_data: Path):
     words = lambda text: len(text.split())  # noqa: E731 - a stand-in tokenizer
     longest = check_prompt_lengths(prompts, count_tokens=words, output_len=512, max_model_len=4096)
     assert longest == max(len(p.text.split()) for p in prompts)
-    with pytest.raises(DataError, match=r"record \d+ \(id '.+'\) has \d+ prompt tokens; with 512 "
-                       r"output tokens that exceeds the server's max_model_len 600"):
+    with pytest.raises(
+        DataError,
+        match=r"record \d+ \(id '.+'\) has \d+ prompt tokens; with 512 "
+        r"output tokens that exceeds the server's max_model_len 600",
+    ):
         check_prompt_lengths(prompts, count_tokens=words, output_len=512, max_model_len=600)
 
 

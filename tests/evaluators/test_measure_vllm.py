@@ -137,7 +137,7 @@ def test_ppl_reference_builder_on_the_tiny_model(plain_server, demo):
     built = build_ppl_reference(plain_server.base_url, model, prompts, max_tokens=40, seed=5)
     assert [r.id for r in built] == [p.id for p in prompts]
     tokenizer = AutoTokenizer.from_pretrained(demo.model)
-    for prompt, record in zip(prompts, built):
+    for prompt, record in zip(prompts, built, strict=True):
         context = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt.text}], add_generation_prompt=True, tokenize=True
         )["input_ids"]
@@ -154,10 +154,18 @@ def test_measure_server_checks_records_against_the_server_before_measuring(tiny_
     too_long = PplRecord(id="long", token_ids=(2,) + (7,) * 1023, score_start=1, score_end=1024)
     data = EvalData(prompts=None, ppl_records=type_set([too_long]), reference=None)
     settings = EvalSettings(tps=None, ppl=PplSettings())
-    with pytest.raises(DataError, match=r"record 0 \(id 'long'\): 1024 tokens do not fit the "
-                       r"server's max_model_len 1024"):
-        measure_server(tiny_server.base_url, tiny_server.served_model_name, data, settings,
-                       warmup=WarmupSettings(enabled=False))
+    with pytest.raises(
+        DataError,
+        match=r"record 0 \(id 'long'\): 1024 tokens do not fit the "
+        r"server's max_model_len 1024",
+    ):
+        measure_server(
+            tiny_server.base_url,
+            tiny_server.served_model_name,
+            data,
+            settings,
+            warmup=WarmupSettings(enabled=False),
+        )
 
 
 def test_measure_server_phases(tiny_server, demo):
@@ -171,7 +179,10 @@ def test_measure_server_phases(tiny_server, demo):
         ppl=PplSettings(),
     )
     result = measure_server(
-        tiny_server.base_url, tiny_server.served_model_name, data, settings,
+        tiny_server.base_url,
+        tiny_server.served_model_name,
+        data,
+        settings,
         warmup=WarmupSettings(num_prompts=2),
     )
     assert result.ok

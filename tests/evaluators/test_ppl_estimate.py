@@ -132,7 +132,9 @@ def test_missing_logprob_is_an_error_naming_record_and_position(scripted_server)
     scripted_server.routes["/v1/completions"] = scripted_completions(
         lambda prompt, p: None if (len(prompt) == 5 and p == 3) else -0.5
     )
-    with pytest.raises(MeasurementError, match=r"PPL record 'r2': no logprob for token 9 at position 3"):
+    with pytest.raises(
+        MeasurementError, match=r"PPL record 'r2': no logprob for token 9 at position 3"
+    ):
         measure_ppl(scripted_server.base_url, "m", RECORDS, PplSettings(order_seed=None))
 
 
@@ -165,7 +167,8 @@ def test_measure_ppl_stops_early_when_clearly_over_the_cap(scripted_server):
 
 def test_server_error_is_a_measurement_error_with_the_servers_message(scripted_server):
     scripted_server.routes["/v1/completions"] = lambda body: (
-        400, {"error": {"message": "This model's maximum context length is 1024 tokens"}}
+        400,
+        {"error": {"message": "This model's maximum context length is 1024 tokens"}},
     )
     with pytest.raises(MeasurementError, match=r"PPL record 'r1': .* answered 400: This model's"):
         measure_ppl(scripted_server.base_url, "m", RECORDS, PplSettings(order_seed=None))

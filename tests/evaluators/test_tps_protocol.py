@@ -75,10 +75,18 @@ def test_tps_is_usage_tokens_over_wall_clock_and_brackets_the_metrics(scripted_s
     assert result.tps == pytest.approx(48 / result.duration_s)
     assert result.duration_s >= 3 * 0.02
     # 2 warm-up requests (first prompts, untimed), then the 3 measured ones
-    sent = [body["messages"][0]["content"] for path, body in scripted_server.requests
-            if path == "/v1/chat/completions"]
-    assert sent == ["prompt number 0", "prompt number 1", "prompt number 0", "prompt number 1",
-                    "prompt number 2"]
+    sent = [
+        body["messages"][0]["content"]
+        for path, body in scripted_server.requests
+        if path == "/v1/chat/completions"
+    ]
+    assert sent == [
+        "prompt number 0",
+        "prompt number 1",
+        "prompt number 0",
+        "prompt number 1",
+        "prompt number 2",
+    ]
     spec = result.spec_decode
     assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (30, 60, 45)
     assert spec.accepted_per_position == (24, 21)
@@ -91,8 +99,11 @@ def test_failed_and_truncated_requests_fail_the_measurement(scripted_server):
     answers = iter([16, (500, {"error": {"message": "engine died"}}), 16, 9])
     scripted_server.routes["/v1/chat/completions"] = chat_route(lambda body: next(answers))
     result = measure_tps(
-        scripted_server.base_url, "m", PROMPTS,
-        TpsSettings(num_prompts=4, output_len=16, warmup_requests=0), spec_metrics=False,
+        scripted_server.base_url,
+        "m",
+        PROMPTS,
+        TpsSettings(num_prompts=4, output_len=16, warmup_requests=0),
+        spec_metrics=False,
     )
     assert (result.completed, result.total) == (2, 4)
     assert result.tps is None and not result.ok
@@ -110,8 +121,9 @@ def test_unreachable_server_marks_the_rest_not_sent(scripted_server):
     base_url = scripted_server.base_url
     scripted_server.httpd.shutdown()
     scripted_server.httpd.server_close()
-    result = measure_tps(base_url, "m", PROMPTS, TpsSettings(num_prompts=3, warmup_requests=0),
-                         spec_metrics=False)
+    result = measure_tps(
+        base_url, "m", PROMPTS, TpsSettings(num_prompts=3, warmup_requests=0), spec_metrics=False
+    )
     assert (result.completed, result.total) == (0, 3)
     assert result.failures[0].error.startswith("server unreachable")
     assert result.failures[2].error.startswith("not sent: server unreachable")
@@ -124,18 +136,27 @@ def test_streaming_ttft_and_itl_count_every_token_of_multi_token_chunks(scripted
         events, count = [], 0
         for step in (1, 3, 4, 2):  # a speculative server emits several tokens per chunk
             count += step
-            events.append(json.dumps({
-                "choices": [{"delta": {"content": "t" * step}, "finish_reason": None}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": count},
-            }))
-        events.append(json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10}}))
+            events.append(
+                json.dumps(
+                    {
+                        "choices": [{"delta": {"content": "t" * step}, "finish_reason": None}],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": count},
+                    }
+                )
+            )
+        events.append(
+            json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10}})
+        )
         events.append("[DONE]")
         return 200, events
 
     scripted_server.routes["/v1/chat/completions"] = stream
     result = measure_tps(
-        scripted_server.base_url, "m", PROMPTS,
-        TpsSettings(num_prompts=1, output_len=10, warmup_requests=0, stream=True), spec_metrics=False,
+        scripted_server.base_url,
+        "m",
+        PROMPTS,
+        TpsSettings(num_prompts=1, output_len=10, warmup_requests=0, stream=True),
+        spec_metrics=False,
     )
     record = result.requests[0]
     assert record.ok and record.output_tokens == 10 and record.max_tokens_per_chunk == 4
@@ -151,7 +172,8 @@ def test_metrics_without_spec_decoding_give_no_stats():
 
 def test_warmup_bridge_sends_seeded_one_token_prompts(scripted_server):
     scripted_server.routes["/v1/chat/completions"] = lambda body: (
-        200, {"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 1}}
+        200,
+        {"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 1}},
     )
     settings = WarmupSettings(num_prompts=5, seed=42)
     result = run_warmup(scripted_server.base_url, "m", settings)

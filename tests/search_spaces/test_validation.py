@@ -31,23 +31,53 @@ def load(*parameters, **top):
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"parameters": [window()], "paramters": 1}, "unknown key 'paramters' (did you mean 'parameters'?)"),
-        ({"parameters": [window(stepp=2)]}, "parameter 'window': unknown key 'stepp' (did you mean 'step'?)"),
+        (
+            {"parameters": [window()], "paramters": 1},
+            "unknown key 'paramters' (did you mean 'parameters'?)",
+        ),
+        (
+            {"parameters": [window(stepp=2)]},
+            "parameter 'window': unknown key 'stepp' (did you mean 'step'?)",
+        ),
         ({"parameters": []}, "'parameters' must be a non-empty list"),
         ({"parameters": [window(low=64, high=8)]}, "empty range: low 64 is not below high 8"),
         ({"parameters": [window(low=8, high=8)]}, "empty range: low 8 is not below high 8"),
-        ({"parameters": [window(step=100)]}, "empty range: step 100 is larger than high - low (56)"),
+        (
+            {"parameters": [window(step=100)]},
+            "empty range: step 100 is larger than high - low (56)",
+        ),
         ({"parameters": [window(affects=None)]}, "'affects' must be 'quality'"),
         ({"parameters": [window(type="integer")]}, "'type' must be int, float or categorical"),
-        ({"parameters": [window(env=None)]}, "'env' (the manifest env variable it sets) is required"),
+        (
+            {"parameters": [window(env=None)]},
+            "'env' (the manifest env variable it sets) is required",
+        ),
         ({"parameters": [window(log=True, low=0)]}, "a log scale needs low > 0"),
-        ({"parameters": [window(type="categorical", low=None, high=None, choices=[])]}, "'choices' must be a non-empty list"),
-        ({"parameters": [window(type="categorical", high=None, choices=["a"])]}, "'low' does not apply to a categorical"),
-        ({"parameters": [window(json_path="a.b", template="x")]}, "use either 'json_path' or 'template'"),
+        (
+            {"parameters": [window(type="categorical", low=None, high=None, choices=[])]},
+            "'choices' must be a non-empty list",
+        ),
+        (
+            {"parameters": [window(type="categorical", high=None, choices=["a"])]},
+            "'low' does not apply to a categorical",
+        ),
+        (
+            {"parameters": [window(json_path="a.b", template="x")]},
+            "use either 'json_path' or 'template'",
+        ),
         ({"parameters": [window(), window()]}, "parameter 'window' is declared twice"),
-        ({"parameters": [window(condition={"param": "later", "min": 1})]}, "'param' must name an earlier parameter"),
-        ({"parameters": [window(condition={"env_set": "X", "param": "y"})]}, "give exactly one of 'env_set' and 'param'"),
-        ({"parameters": [window()], "enqueue": [{"params": {"windw": 8}}]}, "names unknown parameter(s) ['windw']"),
+        (
+            {"parameters": [window(condition={"param": "later", "min": 1})]},
+            "'param' must name an earlier parameter",
+        ),
+        (
+            {"parameters": [window(condition={"env_set": "X", "param": "y"})]},
+            "give exactly one of 'env_set' and 'param'",
+        ),
+        (
+            {"parameters": [window()], "enqueue": [{"params": {"windw": 8}}]},
+            "names unknown parameter(s) ['windw']",
+        ),
     ],
 )
 def test_invalid_spaces_name_the_problem(data, message) -> None:
@@ -76,12 +106,16 @@ def test_a_template_renders_with_the_other_parameters() -> None:
         "high": 6,
         "affects": "speed",
         "env": "SPECULATIVE_CONFIG",
-        "template": '{"method": "mtp", "model": "drafter", "num_speculative_tokens": $value, "w": $window}',
+        "template": (
+            '{"method": "mtp", "model": "drafter", "num_speculative_tokens": $value, "w": $window}'
+        ),
     }
     space = load(window(), tokens).bind({})
     assert space.overrides({"window": 16, "tokens": 3}) == {
         "SLIDING_WINDOW": "16",
-        "SPECULATIVE_CONFIG": '{"method": "mtp", "model": "drafter", "num_speculative_tokens": 3, "w": 16}',
+        "SPECULATIVE_CONFIG": (
+            '{"method": "mtp", "model": "drafter", "num_speculative_tokens": 3, "w": 16}'
+        ),
     }
 
 
@@ -102,9 +136,19 @@ def test_conditions_on_the_manifest_and_on_another_parameter() -> None:
         "env": "CENTROID_TOP_K",
         "condition": {"param": "speculative", "in": ["on"]},
     }
-    drafter_only = {**top_k, "name": "drafter_only", "env": "X", "condition": {"env_set": "SPECULATIVE_CONFIG"}}
+    drafter_only = {
+        **top_k,
+        "name": "drafter_only",
+        "env": "X",
+        "condition": {"env_set": "SPECULATIVE_CONFIG"},
+    }
     space = load(window(), speculative, top_k, drafter_only)
-    assert space.bind({"SPECULATIVE_CONFIG": "{}"}).names == ("window", "speculative", "top_k", "drafter_only")
+    assert space.bind({"SPECULATIVE_CONFIG": "{}"}).names == (
+        "window",
+        "speculative",
+        "top_k",
+        "drafter_only",
+    )
     bound = space.bind({})
     assert bound.names == ("window", "speculative", "top_k")  # no drafter: not searched
     off = optuna.trial.FixedTrial({"window": 8, "speculative": "off", "top_k": 4})
@@ -138,7 +182,8 @@ def test_json_path_needs_a_json_object_in_the_manifest() -> None:
 def test_files_yaml_and_toml_give_the_same_space(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(
         "name: s\nparameters:\n"
-        "  - {name: w, type: int, low: 8, high: 64, step: 8, affects: quality, faster: lower, env: SLIDING_WINDOW}\n"
+        "  - {name: w, type: int, low: 8, high: 64, step: 8, affects: quality, faster: lower,\n"
+        "     env: SLIDING_WINDOW}\n"
         "  - {name: k, type: int, low: 1, high: 6, affects: speed, env: K}\n"
         "enqueue:\n  - {name: start, params: {w: 16, k: 2}}\n"
     )
@@ -169,8 +214,18 @@ def test_unreadable_inputs(tmp_path: Path) -> None:
 
 
 def test_grid_values_cover_the_range() -> None:
-    space = load(window(step=8), {"name": "k", "type": "int", "low": 16, "high": 128, "log": True,
-                                  "affects": "speed", "env": "K"})  # fmt: skip
+    space = load(
+        window(step=8),
+        {
+            "name": "k",
+            "type": "int",
+            "low": 16,
+            "high": 128,
+            "log": True,
+            "affects": "speed",
+            "env": "K",
+        },
+    )
     grid = space.grid(max_points=8)
     assert grid["window"] == [8, 16, 24, 32, 40, 48, 56, 64]
     assert grid["k"] == [16, 22, 29, 39, 53, 71, 95, 128]

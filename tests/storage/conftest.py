@@ -60,11 +60,31 @@ class PostgresCluster:
             raise RuntimeError(f"{' '.join(argv)} failed:\n{result.stdout}\n{result.stderr}")
 
     def start(self) -> None:
-        self._run(self.initdb, "-D", str(self.data), "-U", PG_USER, "--auth=trust", "-E", "UTF8",
-                  "--no-sync")  # fmt: skip
+        self._run(
+            self.initdb,
+            "-D",
+            str(self.data),
+            "-U",
+            PG_USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         options = f"-p {self.port} -h 127.0.0.1 -k {self.folder} -c fsync=off -c max_connections=50"
-        self._run(self.pg_ctl, "-D", str(self.data), "-o", options, "-l",
-                  str(self.folder / "server.log"), "-w", "-t", "60", "start")  # fmt: skip
+        self._run(
+            self.pg_ctl,
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self) -> None:
         try:
@@ -79,7 +99,9 @@ class PostgresCluster:
         import psycopg2
 
         name = f"test_{uuid.uuid4().hex[:12]}"
-        connection = psycopg2.connect(host="127.0.0.1", port=self.port, user=PG_USER, dbname="postgres")
+        connection = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user=PG_USER, dbname="postgres"
+        )
         connection.autocommit = True
         with connection.cursor() as cursor:
             cursor.execute(f'CREATE DATABASE "{name}"')
@@ -90,7 +112,9 @@ class PostgresCluster:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresCluster]:
     if _binary("initdb") is None or _binary("pg_ctl") is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/install_postgres.sh")
+        pytest.skip(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/install_postgres.sh"
+        )
     pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[test]')")
     cluster = PostgresCluster()
     cluster.start()

@@ -30,12 +30,19 @@ SPACE = space_from_dict(
     {
         "name": "toy",
         "parameters": [
-            {"name": "w", "type": "int", "low": 1, "high": 8, "affects": "quality",
-             "faster": "lower", "env": "W"},
+            {
+                "name": "w",
+                "type": "int",
+                "low": 1,
+                "high": 8,
+                "affects": "quality",
+                "faster": "lower",
+                "env": "W",
+            },
             {"name": "k", "type": "int", "low": 1, "high": 4, "affects": "speed", "env": "K"},
         ],
     }
-)  # fmt: skip
+)
 
 # (w, k) -> (tps, ppl); the cap is 2.0
 TABLE = {
@@ -57,17 +64,33 @@ def table_evaluate(params):
 def run_table_study(url: str, name: str = "table", mode: str = "tps"):
     configs = [{"w": w, "k": k} for (w, k) in TABLE]
     return sweeper.run_study(
-        SPACE, table_evaluate, study_name=name, storage=url, n_trials=len(configs),
-        ppl_cap=2.0, mode=mode, sampler="random", seed=0, enqueue=configs, handle_signals=False,
-    )  # fmt: skip
+        SPACE,
+        table_evaluate,
+        study_name=name,
+        storage=url,
+        n_trials=len(configs),
+        ppl_cap=2.0,
+        mode=mode,
+        sampler="random",
+        seed=0,
+        enqueue=configs,
+        handle_signals=False,
+    )
 
 
 def test_trial_round_trip(storage_url: str) -> None:
     store = TrialStore(storage_url)
     store.start_trial(
-        study_name="s", number=0, optuna_trial_id=1, params={"w": 2}, overrides={"W": "2"},
-        role="baseline", host="h", pid=42, ppl_cap=2.5,
-    )  # fmt: skip
+        study_name="s",
+        number=0,
+        optuna_trial_id=1,
+        params={"w": 2},
+        overrides={"W": "2"},
+        role="baseline",
+        host="h",
+        pid=42,
+        ppl_cap=2.5,
+    )
     store.update_running("s", 0, server_token="tok-1", manifest={"name": "m", "env": {"W": "2"}})
     store.add_phase("s", 0, "start", 1.5)
     running = store.records("s", states=["running"])
@@ -76,13 +99,18 @@ def test_trial_round_trip(storage_url: str) -> None:
         "s",
         0,
         TrialOutcome(
-            state="complete", tps=10.0, ppl=math.inf, ppl_cap=2.5, feasible=False,
-            extras={"acceptance": [0.7, 0.5], "bad": math.nan}, versions={"vllm": "0.32"},
+            state="complete",
+            tps=10.0,
+            ppl=math.inf,
+            ppl_cap=2.5,
+            feasible=False,
+            extras={"acceptance": [0.7, 0.5], "bad": math.nan},
+            versions={"vllm": "0.32"},
             phases=[("ppl", 2.0), ("tps", 3.0)],
             requests=[{"kind": "tps", "output_tokens": 512}, {"kind": "ppl", "nll": 1.2}],
             log_tail="last line",
         ),
-    )  # fmt: skip
+    )
     record = store.record("s", 0)
     assert record.state == "complete" and record.role == "baseline"
     assert (record.tps, record.ppl, record.ppl_cap, record.feasible) == (10.0, math.inf, 2.5, False)
@@ -101,16 +129,44 @@ def test_trial_round_trip(storage_url: str) -> None:
     store.close()
 
 
-def rec(number: int, tps: float | None, ppl: float | None, *, feasible=True, state="complete",
-        imputed=False) -> TrialRecord:  # fmt: skip
+def rec(
+    number: int,
+    tps: float | None,
+    ppl: float | None,
+    *,
+    feasible=True,
+    state="complete",
+    imputed=False,
+) -> TrialRecord:
     now = datetime.datetime.now(datetime.timezone.utc)
     return TrialRecord(
-        study_name="s", number=number, optuna_trial_id=number, state=state, role="sampled",
-        params={}, overrides={}, manifest=None, tps=tps, ppl=ppl, ppl_cap=2.0, feasible=feasible,
-        ppl_reused_from=None, early_stopped=imputed, tps_imputed=imputed, extras={}, versions={},
-        error_kind=None, error_message=None, log_tail=None, server_token=None, host="h", pid=1,
-        started_at=now, heartbeat_at=now, finished_at=now,
-    )  # fmt: skip
+        study_name="s",
+        number=number,
+        optuna_trial_id=number,
+        state=state,
+        role="sampled",
+        params={},
+        overrides={},
+        manifest=None,
+        tps=tps,
+        ppl=ppl,
+        ppl_cap=2.0,
+        feasible=feasible,
+        ppl_reused_from=None,
+        early_stopped=imputed,
+        tps_imputed=imputed,
+        extras={},
+        versions={},
+        error_kind=None,
+        error_message=None,
+        log_tail=None,
+        server_token=None,
+        host="h",
+        pid=1,
+        started_at=now,
+        heartbeat_at=now,
+        finished_at=now,
+    )
 
 
 def test_pareto_front_and_best_use_only_answers() -> None:
@@ -138,8 +194,11 @@ def test_status_of_a_known_study(storage_url: str) -> None:
     assert status.counts["feasible"] == 6 and status.counts["infeasible"] == 1
     assert status.best.params == {"w": 2, "k": 2} and status.best.tps == 100.0
     assert [dict(r.params) for r in status.pareto] == [
-        {"w": 2, "k": 2}, {"w": 3, "k": 3}, {"w": 5, "k": 1}, {"w": 8, "k": 1},
-    ]  # fmt: skip
+        {"w": 2, "k": 2},
+        {"w": 3, "k": 3},
+        {"w": 5, "k": 1},
+        {"w": 8, "k": 1},
+    ]
     assert status.settings["mode"] == "tps" and status.settings["ppl_cap"] == 2.0
     as_json = status.to_dict()
     assert as_json["best"]["tps"] == 100.0 and len(as_json["pareto"]) == 4
@@ -184,15 +243,24 @@ def test_optuna_dashboard_reads_the_same_database(storage_url: str) -> None:
     def get(path: str) -> dict:
         status: list[str] = []
         environ = {
-            "REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "x",
-            "SERVER_PORT": "80", "wsgi.input": io.BytesIO(), "wsgi.url_scheme": "http",
-        }  # fmt: skip
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": path,
+            "QUERY_STRING": "",
+            "SERVER_NAME": "x",
+            "SERVER_PORT": "80",
+            "wsgi.input": io.BytesIO(),
+            "wsgi.url_scheme": "http",
+        }
         body = b"".join(app(environ, lambda s, headers, *rest: status.append(s)))
         assert status[0].startswith("200"), status
         return json.loads(body)
 
-    studies = get("/api/studies")["studies"]
+    studies = get("/api/studies")["study_summaries"]
     assert [s["study_name"] for s in studies] == ["dash"]
     detail = get(f"/api/studies/{studies[0]['study_id']}")
     assert len(detail["trials"]) == len(TABLE)
-    assert detail["metric_names"] == ["tps"]
+    # our per-trial attributes are columns there; the dashboard's own "best trial"
+    # ignores constraints (it reads the storage directly), so the gate shows as `feasible`
+    assert {"tps", "ppl", "feasible"} <= {a["key"] for a in detail["union_user_attrs"]}
+    first = {a["key"]: a["value"] for a in detail["trials"][0]["user_attrs"]}
+    assert (first["tps"], first["feasible"]) == ("120.0", "False")

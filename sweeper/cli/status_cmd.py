@@ -1,0 +1,168 @@
+"""``sweeper status``: a study's trials by state, its best feasible trial and its Pareto set."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from storage import DEFAULT_URL, StudyStatus, TrialRecord, TrialStore, normalize_url, study_status
+
+LOG_TAIL_LINES = 20
+
+
+def _number(value: float | None, digits: int) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}"
+
+
+def _params(params: Any) -> str:
+    return ", ".join(f"{key}={value}" for key, value in dict(params).items())
+
+
+def _settings_line(status: StudyStatus) -> str:
+    settings = status.settings
+    if settings.get("ppl_cap_rel") is not None:
+        gate = f"PPL <= {settings['ppl_cap_rel']:g} x baseline"
+        if settings.get("reference_ppl") is not None:
+            gate += f" ({settings['ppl_cap_rel'] * settings['reference_ppl']:.4f})"
+    elif settings.get("ppl_cap") is not None:
+        gate = f"PPL <= {settings['ppl_cap']:g}"
+    else:
+        gate = "no gate recorded"
+    return f"mode {settings.get('mode', '?')}, gate {gate}, space {settings.get('space', '?')}"
+
+
+def _trial_table(title: str, records: tuple[TrialRecord, ...]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name, justify in (
+        ("trial", "right"),
+        ("TPS", "right"),
+        ("PPL", "right"),
+        ("cap", "right"),
+        ("params", "left"),
+    ):
+        table.add_column(name, justify=justify)
+    for record in records:
+        table.add_row(
+            str(record.number),
+            _number(record.tps, 2),
+            _number(record.ppl, 4),
+            _number(record.ppl_cap, 4),
+            _params(record.params),
+        )
+    return table
+
+
+def show_status(console: Console, status: StudyStatus) -> None:
+    counts = status.counts
+    console.print(f"study {status.study_name} in {status.url}")
+    console.print(_settings_line(status))
+    console.print(
+        f"trials: {counts['COMPLETE']} complete ({counts['feasible']} pass the gate, "
+        f"{counts['infeasible']} fail it), {counts['FAIL']} failed, {counts['RUNNING']} running, "
+        f"{counts['WAITING']} queued"
+    )
+    best = status.best
+    if best is None:
+        console.print("best: none yet (no trial has passed the gate)")
+        return
+    console.print(
+        f"best: trial {best.number}: TPS {_number(best.tps, 2)}, PPL {_number(best.ppl, 4)} "
+        f"(cap {_number(best.ppl_cap, 4)}), {_params(best.params)}"
+    )
+    console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing trials)", status.pareto))
+    if status.verifications:  # sweeper verify: re-measured on held-out data
+        from sweeper.answer import study_answer
+        from sweeper.cli.verify_cmd import failure_lines, verification_table
+
+        verifications = list(status.verifications.values())
+        console.print(verification_table(verifications, title="verification on held-out data"))
+        for line in failure_lines(verifications):
+            console.print(line, markup=False)
+        console.print(f"answer: {study_answer(status.trials, status.verifications).describe()}")
+
+
+def show_trial(console: Console, record: TrialRecord) -> None:
+    console.print(f"trial {record.number} of {record.study_name}: {record.state} ({record.role})")
+    console.print(f"params: {_params(record.params)}")
+    if record.overrides:
+        console.print(f"env overrides: {json.dumps(dict(record.overrides))}")
+    if record.tps is not None or record.ppl is not None:
+        verdict = "passes the gate" if record.feasible else "fails the gate"
+        extra = []
+        if record.ppl_reused_from is not None:
+            extra.append(f"PPL reused from trial {record.ppl_reused_from}")
+        if record.tps_imputed:
+            extra.append("TPS not measured (stopped early)")
+        console.print(
+            f"TPS {_number(record.tps, 2)}, PPL {_number(record.ppl, 4)} "
+            f"(cap {_number(record.ppl_cap, 4)}): {verdict}"
+            + (f"; {'; '.join(extra)}" if extra else "")
+        )
+    if record.error_kind:
+        console.print(f"error: {record.error_kind}: {record.error_message}")
+    if record.phases:
+        console.print(
+            "phases: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in record.phases)
+        )
+    if record.requests:
+        console.print(f"per-request rows: {len(record.requests)}")
+    console.print(
+        f"worker: pid {record.pid} on {record.host}; server token {record.server_token or '-'}"
+    )
+    if record.log_tail:
+        lines = record.log_tail.splitlines()[-LOG_TAIL_LINES:]
+        console.print(f"server log, last {len(lines)} lines:", markup=False)
+        console.print("\n".join(lines), markup=False, highlight=False)
+
+
+@click.command("status")
+@click.option(
+    "--study",
+    "study_name",
+    default=None,
+    help="Study name (needed when the database holds several).",
+)
+@click.option(
+    "--storage",
+    default=DEFAULT_URL,
+    show_default=True,
+    envvar="SWEEPER_STORAGE",
+    help="SQLAlchemy URL or SQLite file of the study database (env SWEEPER_STORAGE).",
+)
+@click.option("--trial", "trial_number", type=int, default=None, help="Show one trial in detail.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def command(study_name: str | None, storage: str, trial_number: int | None, as_json: bool) -> None:
+    """Show a study: trials by state, the best gate-passing trial and the Pareto set.
+
+    With --trial N, one trial in detail: its params and env overrides, TPS
+    and PPL against the cap, the error of a failed trial, phase timings and
+    the tail of its server log.
+    """
+    status = study_status(storage, study_name)
+    console = Console(soft_wrap=True)
+    if trial_number is not None:
+        store = TrialStore(normalize_url(storage))
+        try:
+            record = store.record(status.study_name, trial_number)
+        finally:
+            store.close()
+        if as_json:
+            data = record.to_dict()
+            data["requests"] = len(record.requests)
+            click.echo(json.dumps(data, default=str))
+        else:
+            show_trial(console, record)
+        return
+    if as_json:
+        click.echo(json.dumps(status.to_dict(), default=str))
+        return
+    show_status(console, status)
