@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=7, help="seeds per row (default 7)")
     parser.add_argument("--slow-seeds", type=int, default=3, help="seeds per GP row (default 3)")
-    parser.add_argument("--cap", type=int, default=80, help="trial cap per run (default 80)")
+    parser.add_argument("--cap", type=int, default=60, help="trial cap per run (default 60)")
     parser.add_argument(
         "--slow-cap", type=int, default=30, help="trial cap per GP run (default 30)"
     )

@@ -47,4 +47,5 @@ PY
 
 if [ "$with_tests" = 1 ]; then
   bash scripts/install_postgres.sh
+  bash scripts/install_chromium.sh
 fi

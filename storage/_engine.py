@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy
@@ -16,6 +18,8 @@ from sweeper.errors import StorageError
 logger = logging.getLogger(__name__)
 
 DEFAULT_URL = "sqlite:///sweeper-study.db"
+SCHEMA_ATTEMPTS = 5
+T = TypeVar("T")
 SQLITE_TIMEOUT_S = 60.0
 
 
@@ -82,11 +86,32 @@ def _tune_sqlite(engine: Engine) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
+def create_schema(url: str, create: Callable[[], T], what: str) -> T:
+    """Run ``create`` (it creates tables if missing), retrying when a concurrent worker races it.
+
+    Two workers starting on an empty PostgreSQL database both try to create
+    the same tables and types; the loser gets a unique violation or a
+    "relation already exists" and finds the schema in place on a retry.
+    """
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            return create()
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+            if attempt == SCHEMA_ATTEMPTS - 1:
+                raise StorageError(f"cannot create {what} in {redact(url)}: {exc}") from None
+            logger.info("%s being created by another worker; retrying", what)
+            time.sleep(0.5 * (attempt + 1))
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError, ValueError) as exc:
+            raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
+    raise AssertionError("unreachable")
+
+
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage on the same database (liveness is tracked in our tables)."""
-    try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError, ValueError) as exc:
-        raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
+    storage = create_schema(
+        url,
+        lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url)),
+        "Optuna's tables",
+    )
     _tune_sqlite(storage.engine)
     return storage

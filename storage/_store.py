@@ -14,7 +14,7 @@ import sqlalchemy
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, selectinload
 
-from storage._engine import create_engine, normalize_url, redact
+from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._tables import Base, PhaseRow, RequestRow, TrialRow
 from sweeper.errors import StorageError
 
@@ -114,12 +114,7 @@ class TrialStore:
     def __init__(self, url: str | None = None) -> None:
         self.url = normalize_url(url)
         self.engine = create_engine(self.url)
-        try:
-            Base.metadata.create_all(self.engine)
-        except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise StorageError(
-                f"cannot create sweeper tables in {redact(self.url)}: {exc}"
-            ) from None
+        create_schema(self.url, lambda: Base.metadata.create_all(self.engine), "sweeper's tables")
 
     def close(self) -> None:
         self.engine.dispose()

@@ -19,6 +19,8 @@ from evaluators import PplSettings, TpsSettings
 from search_spaces import SearchSpace, load_preset, load_space, preset_names
 from sweeper.demo import demo_paths
 from sweeper.errors import UserInputError
+from sweeper.importing import default_space_for, plan_from_manifest
+from sweeper.recipe import StudyRecipe, save_recipe
 from sweeper.evaluate import EvalSettings
 from sweeper.manifest import Manifest
 from sweeper.measurement import TrialEvent
@@ -37,7 +39,7 @@ class RunPlan:
     """Everything one ``sweeper run`` decides; the defaults run the demo."""
 
     manifest: str | None = None  # None: the bundled demo manifest
-    space: str = DEMO_PRESET  # a preset name or a YAML/TOML file
+    space: str | None = None  # a preset name or a YAML/TOML file; None: chosen for the manifest
     study_name: str | None = None
     storage: str = DEMO_STORAGE
     n_trials: int | None = 8
@@ -90,7 +92,7 @@ class RunPlan:
     def resolved_study_name(self, manifest: Manifest, space: SearchSpace) -> str:
         if self.study_name:
             return self.study_name
-        if self.manifest is None and self.space == DEMO_PRESET:
+        if self.manifest is None and self.space in (None, DEMO_PRESET):
             return DEMO_STUDY
         return f"{manifest.name}-{space.name}"
 
@@ -135,21 +137,37 @@ class PreparedRun:
     space: SearchSpace
     study_name: str
     evaluator: ServerEvaluator
+    recipe: StudyRecipe
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
     """Check manifest, space and data, and build the evaluator; no server starts."""
     manifest_path = plan.manifest or str(demo_paths().manifest)
     manifest = Manifest.load(manifest_path)
-    space = load_run_space(plan.space).bind(manifest.env)
+    if plan.manifest is None:
+        space = load_run_space(plan.space or DEMO_PRESET).bind(manifest.env)
+    else:  # the manifest's own values of the searched knobs become the first trial
+        spec = plan.space or default_space_for(manifest)
+        if spec is None:
+            raise UserInputError(
+                f"{manifest_path}: no preset fits this manifest's model; pass --space "
+                f"(a preset: {', '.join(preset_names())}, or a YAML/TOML file)"
+            )
+        space = plan_from_manifest(manifest, load_run_space(spec)).space
     study_name = plan.resolved_study_name(manifest, space)
     run_dir = Path(plan.run_dir) / study_name
     settings = eval_settings(plan, run_dir)
     for index, config in enumerate(plan.enqueued_configs()):
         space.check_params(config, f"--enqueue #{index + 1}")
     evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir)
+    recipe = StudyRecipe.from_eval_settings(manifest_path, settings)
     return PreparedRun(
-        plan=plan, manifest=manifest, space=space, study_name=study_name, evaluator=evaluator
+        plan=plan,
+        manifest=manifest,
+        space=space,
+        study_name=study_name,
+        evaluator=evaluator,
+        recipe=recipe,
     )
 
 
@@ -157,6 +175,15 @@ def execute(
     prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | None = None
 ) -> StudyResult:
     plan = prepared.plan
+    saved: list[bool] = []
+
+    def progress_and_recipe(event: TrialEvent) -> None:
+        if not saved:  # the study exists once its first trial starts: record how it measures
+            save_recipe(plan.storage, prepared.study_name, prepared.recipe)
+            saved.append(True)
+        if progress is not None:
+            progress(event)
+
     logger.info(
         "study %r: space %s, %s trials, storage %s",
         prepared.study_name,
@@ -164,7 +191,7 @@ def execute(
         plan.n_trials or "unlimited",
         plan.storage,
     )
-    return run_study(
+    result = run_study(
         prepared.space,
         prepared.evaluator,
         study_name=prepared.study_name,
@@ -178,6 +205,20 @@ def execute(
         mode=plan.mode,
         reuse_quality=plan.reuse_quality,
         max_consecutive_failures=plan.max_consecutive_failures,
-        progress=progress,
+        progress=progress_and_recipe,
         enqueue=plan.enqueued_configs(),
     )
+    if not saved:
+        save_recipe(plan.storage, prepared.study_name, prepared.recipe)
+    if plan.verify_top:
+        from sweeper.verify import verify_study
+
+        verify_study(
+            storage=plan.storage,
+            study_name=prepared.study_name,
+            top=plan.verify_top,
+            base_manifest=prepared.manifest,
+            recipe=prepared.recipe,
+            run_dir=Path(plan.run_dir) / prepared.study_name / "verify",
+        )
+    return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -85,7 +86,7 @@ def _clock(seconds: float) -> str:
 
 @click.command("run")
 @click.option("--manifest", "manifest", metavar="FILE", help="Base manifest (default: the bundled demo's).")
-@click.option("--space", default=DEMO_PRESET, show_default=True, help="Search-space preset or YAML/TOML file.")
+@click.option("--space", help=f"Search-space preset or YAML/TOML file (default: {DEMO_PRESET} for the demo, else the preset that fits the manifest).")
 @click.option("--study", "study_name", help="Study name (default: derived from manifest and space).")
 @click.option("--storage", default=DEMO_STORAGE, show_default=True, help="SQLAlchemy URL or SQLite path.")
 @click.option("--n-trials", type=int, default=8, show_default=True, help="Trials in the study (resumes count).")
@@ -137,11 +138,9 @@ def command(**options: Any) -> None:
     with LiveView(console, plan.n_trials) as view:
         result = execute(prepared, progress=view)
     if plan.verify_top:
-        from sweeper.verify import verify_study
+        from storage import study_status
 
-        verify_study(
-            study_name=prepared.study_name, storage=plan.storage, top=plan.verify_top
-        )
+        result = dataclasses.replace(result, status=study_status(plan.storage, prepared.study_name))
     best = result.best
     if as_json:
         click.echo(json.dumps({"stop_reason": result.stop_reason, **result.status.to_dict()}))

@@ -228,3 +228,77 @@ def test_a_bug_in_the_evaluator_is_raised_after_marking_the_trial(tmp_path: Path
     assert (record.state, record.error_kind) == ("failed", "KeyError")
     study = optuna.load_study(study_name="toy", storage=str(f"sqlite:///{tmp_path / 's.db'}"))
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
+
+
+def _orphan(url: str, *, host: str, pid: int, state: str = "running", **outcome) -> int:
+    """A RUNNING Optuna trial with our row, as a worker elsewhere would leave it."""
+    import datetime
+
+    from sqlalchemy import update
+
+    from storage import TrialOutcome
+    from storage._tables import TrialRow
+
+    study = optuna.load_study(study_name="toy", storage=url)
+    trial = study.ask()
+    params = toy.SPACE.suggest(trial)
+    store = TrialStore(url)
+    store.start_trial(
+        study_name="toy",
+        number=trial.number,
+        optuna_trial_id=trial._trial_id,
+        params=params,
+        overrides={},
+        role="sampled",
+        host=host,
+        pid=pid,
+        ppl_cap=toy.CAP,
+    )
+    if state == "complete":
+        store.finish_trial("toy", trial.number, TrialOutcome(state="complete", **outcome))
+    long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(TrialRow).where(TrialRow.number == trial.number).values(heartbeat_at=long_ago)
+        )
+    store.close()
+    return trial.number
+
+
+def test_a_silent_worker_on_another_host_is_recovered(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    sweeper.run_study(toy.SPACE, toy.evaluate, study_name="toy", storage=url, n_trials=1,
+                      ppl_cap=toy.CAP, handle_signals=False)  # fmt: skip
+    silent = _orphan(url, host="elsewhere", pid=1)
+    told_late = _orphan(url, host="elsewhere", pid=1, state="complete", tps=321.0, ppl=1.1,
+                        ppl_cap=toy.CAP, feasible=True)  # fmt: skip
+    result = sweeper.run_study(toy.SPACE, toy.evaluate, study_name="toy", storage=url, n_trials=4,
+                               ppl_cap=toy.CAP, stale_after_s=60, handle_signals=False)  # fmt: skip
+    records = {r.number: r for r in result.status.trials}
+    assert records[silent].state == "stale"
+    assert records[silent].error_message.startswith("worker on elsewhere silent for 36")
+    # the recorded result of the other one is told to Optuna: it is not lost
+    study = optuna.load_study(study_name="toy", storage=url)
+    assert study.trials[told_late].state == optuna.trial.TrialState.COMPLETE
+    assert study.trials[told_late].values == [321.0]
+    assert study.trials[told_late].constraints["ppl_gate"] == pytest.approx(1.1 - toy.CAP)
+    assert result.best.number == told_late
+    retried = [r for r in result.status.trials if r.number > told_late]
+    assert retried[0].params == records[silent].params and retried[0].state == "complete"
+
+
+def test_heartbeats_are_recorded_while_a_trial_runs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    seen = []
+
+    def evaluate(params, context):
+        store = TrialStore(url)
+        first = store.record("toy", context.number).heartbeat_at
+        time.sleep(1.0)
+        seen.append((first, store.record("toy", context.number).heartbeat_at))
+        return toy.evaluate(params)
+
+    sweeper.run_study(toy.SPACE, evaluate, study_name="toy", storage=url, n_trials=1,
+                      ppl_cap=toy.CAP, stale_after_s=0.8, handle_signals=False)  # fmt: skip
+    first, later = seen[0]
+    assert later > first
