@@ -147,9 +147,8 @@ def acceptance(before: dict[str, float], after: dict[str, float]) -> tuple[float
     if drafts <= 0:
         return float("nan"), []
     accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
-    positions = sorted(
-        int(k.rsplit("[", 1)[1][:-1]) for k in after if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos")
-    )
+    prefix = "vllm:spec_decode_num_accepted_tokens_per_pos_total["
+    positions = sorted(int(k[len(prefix) : -1]) for k in after if k.startswith(prefix))
     per_position = [
         delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{p}]") / drafts for p in positions
     ]

@@ -14,6 +14,8 @@ _LAZY = {
     "run_study": "sweeper.study",
     "Manifest": "sweeper.manifest",
     "ServerProcess": "sweeper.server",
+    "Measurement": "sweeper.measurement",
+    "TrialContext": "sweeper.measurement",
 }
 
 

@@ -136,6 +136,8 @@ class GuidedPlan:
                 u = self._oriented(o.params[b.name])
                 gates[u] = max(gates.get(u, -math.inf), o.gate)
         feasible_u = [u for u, g in gates.items() if g <= 0]
+        if not feasible_u:
+            return None  # every passing value also failed once (PPL noise): nothing to bisect
         hi = min(feasible_u)
         fast_end = min(self._oriented(b.low), self._oriented(b.high))
         infeasible_below = [u for u, g in gates.items() if g > 0 and u < hi]

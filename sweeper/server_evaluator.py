@@ -164,7 +164,7 @@ class ServerEvaluator:
             ppl=ppl_value,
             early_stopped=early and tps is None,
             extras=extras,
-            phases=dict(result.timings),
+            phases={},  # already stored through the context as each phase ended
             requests=requests,
             manifest=manifest.redacted().to_dict(),
             log_tail=server.log_tail(),

@@ -8,6 +8,13 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+# Plain RoPE for both layer kinds: the drafter reads the (silent) full-attention
+# layer's keys and needs the same positional resolution as a sliding layer.
+ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TargetSpec:
@@ -26,7 +33,7 @@ class TargetSpec:
 class DrafterSpec:
     hidden_size: int = 128
     intermediate_size: int = 256
-    num_layers: int = 1
+    num_layers: int = 1  # one full-attention layer: reads the target's last layer's KV
     num_heads: int = 2
     num_centroids: int = 32
     centroid_top_k: int = 8
@@ -38,6 +45,8 @@ def target_config(spec: TargetSpec) -> Any:
     All layers but the last are sliding-window layers. transformers forces the
     last layer to full attention; the training keeps that layer's attention
     output at zero (see ``train_target``), so nothing reaches past the window.
+    That layer's keys and values still exist: they are what the drafter's
+    full-attention layer reads, and the drafter training shapes them.
     """
     from transformers import Gemma4TextConfig
 
@@ -53,6 +62,7 @@ def target_config(spec: TargetSpec) -> Any:
         global_head_dim=spec.head_dim,
         sliding_window=spec.sliding_window,
         layer_types=layer_types,
+        rope_parameters=dict(ROPE),
         max_position_embeddings=spec.max_positions,
         hidden_size_per_layer_input=0,
         vocab_size_per_layer_input=0,
@@ -84,6 +94,7 @@ def drafter_config(spec: DrafterSpec, target: TargetSpec) -> Any:
         global_head_dim=target.head_dim,
         sliding_window=target.sliding_window,
         layer_types=layer_types,
+        rope_parameters=dict(ROPE),
         max_position_embeddings=target.max_positions,
         hidden_size_per_layer_input=0,
         vocab_size_per_layer_input=0,

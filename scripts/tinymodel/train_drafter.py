@@ -9,9 +9,11 @@ feeds the embedding of the token drafted last together with the drafter's own
 projected hidden state. Training unrolls ``unroll`` such steps on sequences the
 target generated greedily, so the labels are the tokens verification accepts.
 
-The LM head is trained plain first; then the vocabulary is ordered into
-centroids (see ``centroids``) and training goes on with the centroid scores
-learning to pick the cluster of the right token.
+The drafter's full-attention layer reads the keys and values of the target's
+last layer, whose attention output the target training keeps at zero; those
+key/value projections therefore only serve the drafter and train along with
+it (the target's outputs do not change). The LM head is trained plain; afterwards the vocabulary is ordered into
+centroids (see ``centroids``), each the mean of its tokens' LM-head rows.
 """
 
 from __future__ import annotations
@@ -34,30 +36,71 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DrafterTraining:
-    sequences: int = 192
+    sequences: int = 160
     prompt_words: tuple[int, int] = (24, 96)
-    generated: int = 160
+    generated: int = 128
     gen_batch: int = 32
-    steps_plain: int = 300
-    steps_centroid: int = 150
+    steps: int = 300
     batch: int = 16
     unroll: int = 4
     lr: float = 3e-3
     log_every: int = 25
-    eval_top_k: int = 8
+    eval_top_ks: tuple[int, ...] = (1, 2, 4, 8)
 
 
 @dataclasses.dataclass
 class GreedyPool:
+    """Greedy continuations and the target's states on them (cropped to the useful part)."""
+
     tokens: torch.Tensor  # [N, T]
     start: int  # index of the first generated token (all rows share it)
+    offset: int  # position of column 0 in the uncropped text
+    hidden: torch.Tensor  # [N, T, H] the target's final (normed) hidden states
+    embeds: torch.Tensor  # [N, T, H] the target's scaled input embeddings
+    sliding_kv: tuple[torch.Tensor, torch.Tensor]  # last sliding layer's K and V, [N, kv, T, d]
+    export_inputs: torch.Tensor  # [N, T, H] the (normed) input of the silent full-attention layer
+
+    def rows(self, index: torch.Tensor) -> GreedyPool:
+        return GreedyPool(
+            tokens=self.tokens[index], start=self.start, offset=self.offset, hidden=self.hidden[index],
+            embeds=self.embeds[index], sliding_kv=(self.sliding_kv[0][index], self.sliding_kv[1][index]),
+            export_inputs=self.export_inputs[index],
+        )  # fmt: skip
+
+
+def silent_layer(target: torch.nn.Module) -> torch.nn.Module:
+    """The attention module of the target's (silenced) last, full-attention layer."""
+    if target.config.layer_types[-1] != "full_attention":
+        raise ValueError("the target's last layer is expected to be the full-attention one")
+    return target.model.layers[-1].self_attn
+
+
+def exported_kv(
+    target: torch.nn.Module, inputs: torch.Tensor, offset: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of the silent layer for ``inputs``, as its forward computes them."""
+    from transformers.models.gemma4.modeling_gemma4 import apply_rotary_pos_emb
+
+    attn = silent_layer(target)
+    batch, length, _ = inputs.shape
+    positions = (torch.arange(length) + offset)[None].expand(batch, -1)
+    cos, sin = target.model.rotary_emb(inputs, positions, "full_attention")
+    keys = attn.k_norm(attn.k_proj(inputs).view(batch, length, -1, attn.head_dim))
+    keys = apply_rotary_pos_emb(keys, cos, sin, unsqueeze_dim=2).transpose(1, 2)
+    values = attn.v_norm(attn.v_proj(inputs).view(batch, length, -1, attn.head_dim)).transpose(1, 2)
+    return keys, values
 
 
 @torch.no_grad()
 def greedy_pool(
-    target: torch.nn.Module, language: Language, settings: DrafterTraining, seed: int
+    target: torch.nn.Module, language: Language, settings: DrafterTraining, keep_before: int, seed: int
 ) -> list[GreedyPool]:
-    """Prompts from the language, continued greedily by the target (KV-cached)."""
+    """Prompts from the language, continued greedily by the target (KV-cached).
+
+    Each pool keeps the target's states on the whole text, cropped to
+    ``keep_before`` prompt tokens before the first generated one (the drafter's
+    window reaches no further).
+    """
     from transformers import DynamicCache
 
     target.eval()
@@ -68,17 +111,33 @@ def greedy_pool(
         words = int(rng.integers(settings.prompt_words[0], settings.prompt_words[1] + 1))
         rows = [language.document(words, 0, rng, HEADER, MIDDLE)[0] for _ in range(settings.gen_batch)]
         tokens = torch.tensor(rows, dtype=torch.long)
-        start = tokens.shape[1]
-        cache = DynamicCache(config=target.config)
-        out = target(input_ids=tokens, past_key_values=cache, use_cache=True)
+        out = target(input_ids=tokens, past_key_values=DynamicCache(config=target.config), use_cache=True)
         generated = [out.logits[:, -1].argmax(-1)]
         for _ in range(settings.generated - 1):
             out = target(input_ids=generated[-1][:, None], past_key_values=out.past_key_values, use_cache=True)
             generated.append(out.logits[:, -1].argmax(-1))
-        pools.append(GreedyPool(torch.cat([tokens, torch.stack(generated, 1)], 1), start))
+        full = torch.cat([tokens, torch.stack(generated, 1)], 1)
+        captured: list[torch.Tensor] = []
+        hook = silent_layer(target).register_forward_pre_hook(
+            lambda _m, args, kwargs: captured.append(args[0] if args else kwargs["hidden_states"]),
+            with_kwargs=True,
+        )
+        try:
+            states = target.model(input_ids=full, return_shared_kv_states=True, use_cache=False)
+        finally:
+            hook.remove()
+        crop = max(0, tokens.shape[1] - keep_before)
+        keys, values = states.shared_kv_states["sliding_attention"]
+        pools.append(
+            GreedyPool(
+                tokens=full[:, crop:], start=tokens.shape[1] - crop, offset=crop,
+                hidden=states.last_hidden_state[:, crop:], embeds=target.model.embed_tokens(full)[:, crop:],
+                sliding_kv=(keys[:, :, crop:], values[:, :, crop:]), export_inputs=captured[-1][:, crop:],
+            )
+        )  # fmt: skip
         logger.info(
             "greedy pool %d: %d prompts of %d tokens + %d generated, %.0f s",
-            index + 1, len(rows), start, settings.generated, time.monotonic() - started,
+            index + 1, len(rows), tokens.shape[1], settings.generated, time.monotonic() - started,
         )  # fmt: skip
     return pools
 
@@ -93,29 +152,27 @@ def _masks(length: int, window: int) -> dict[str, torch.Tensor]:
     }
 
 
-def unrolled_logits(
-    drafter: torch.nn.Module, target: torch.nn.Module, tokens: torch.Tensor, unroll: int, centroids: bool
-) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """Per draft step: token logits [B, T, V] (and centroid logits) for every slot."""
-    with torch.no_grad():
-        out = target.model(input_ids=tokens, return_shared_kv_states=True, use_cache=False)
-        hidden = out.last_hidden_state
-        shared = dict(out.shared_kv_states)
-        embeds = target.model.embed_tokens(tokens)
-    batch, length = tokens.shape
+def unrolled_states(
+    drafter: torch.nn.Module, target: torch.nn.Module, pool: GreedyPool, unroll: int
+) -> list[torch.Tensor]:
+    """Per draft step, the drafter's final normed hidden state [B, T, h] for every slot."""
+    batch, length = pool.tokens.shape
+    shared = {
+        "sliding_attention": pool.sliding_kv,
+        "full_attention": exported_kv(target, pool.export_inputs, pool.offset),
+    }
     masks = _masks(length, int(drafter.config.get_text_config().sliding_window))
-    positions = torch.arange(length)[None].expand(batch, -1)
+    positions = (torch.arange(length) + pool.offset)[None].expand(batch, -1)
+    hidden = pool.hidden
     steps = []
     for k in range(unroll):
         index = torch.clamp(torch.arange(length) + 1 + k, max=length - 1)
-        x = drafter.pre_projection(torch.cat([embeds[:, index], hidden], dim=-1))
+        x = drafter.pre_projection(torch.cat([pool.embeds[:, index], hidden], dim=-1))
         inner = drafter.model(
             inputs_embeds=x, attention_mask=masks, position_ids=positions,
             shared_kv_states=shared, use_cache=False,
         ).last_hidden_state  # fmt: skip
-        logits = drafter.lm_head(inner)
-        centroid_logits = drafter.masked_embedding.centroids(inner) if centroids else None
-        steps.append((logits, centroid_logits))
+        steps.append(inner)
         hidden = drafter.post_projection(inner)
     return steps
 
@@ -130,12 +187,6 @@ def _labels(tokens: torch.Tensor, start: int, k: int) -> torch.Tensor:
     return labels
 
 
-def _batch(pools: list[GreedyPool], size: int, rng: np.random.Generator) -> tuple[torch.Tensor, int]:
-    pool = pools[int(rng.integers(len(pools)))]
-    rows = rng.choice(pool.tokens.shape[0], size=min(size, pool.tokens.shape[0]), replace=False)
-    return pool.tokens[torch.as_tensor(rows)], pool.start
-
-
 def train_drafter(
     drafter: torch.nn.Module,
     target: torch.nn.Module,
@@ -144,82 +195,84 @@ def train_drafter(
     num_centroids: int,
     seed: int,
 ) -> dict[str, float]:
-    """Train in place; returns offline acceptance estimates on held-out greedy text."""
+    """Train in place, then install the centroids; returns offline acceptance lengths."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    pools = greedy_pool(target, language, settings, seed)
-    held = pools[-1:]
-    pools = pools[:-1] or held
     for param in target.parameters():
         param.requires_grad_(False)
+    keep = 2 * int(target.config.sliding_window)
+    pools = greedy_pool(target, language, settings, keep, seed)
+    held = pools[-1:]
+    pools = pools[:-1] or held
     drafter.train()
-    params = [p for p in drafter.parameters() if p.requires_grad]
+    # the silent layer's K/V projections only feed the drafter: they train with it
+    export = silent_layer(target)
+    exported = [export.k_proj.weight, export.v_proj.weight, export.k_norm.weight]
+    for param in exported:
+        param.requires_grad_(True)
+    params = [p for p in drafter.parameters() if p.requires_grad] + exported
     optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    total = settings.steps_plain + settings.steps_centroid
     started = time.monotonic()
-    for step in range(1, total + 1):
-        centroid_phase = step > settings.steps_plain
-        if step == settings.steps_plain + 1:
-            install_centroids(drafter, num_centroids, seed)
-            ordering = drafter.masked_embedding.token_ordering
-            cluster_of = torch.empty_like(ordering)
-            cluster_of[ordering] = torch.arange(len(ordering)) // (len(ordering) // num_centroids)
-        progress = step / total
+    for step in range(1, settings.steps + 1):
+        progress = step / settings.steps
         scale = min(1.0, step / 20) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
         for group in optimizer.param_groups:
             group["lr"] = settings.lr * scale
-        tokens, start = _batch(pools, settings.batch, rng)
+        pool = pools[int(rng.integers(len(pools)))]
+        picked = rng.choice(pool.tokens.shape[0], size=min(settings.batch, pool.tokens.shape[0]), replace=False)
+        batch = pool.rows(torch.as_tensor(picked))
         loss = torch.zeros(())
-        for k, (logits, centroid_logits) in enumerate(
-            unrolled_logits(drafter, target, tokens, settings.unroll, centroid_phase)
-        ):
-            labels = _labels(tokens, start, k)
+        for k, inner in enumerate(unrolled_states(drafter, target, batch, settings.unroll)):
+            labels = _labels(batch.tokens, batch.start, k)
+            logits = drafter.lm_head(inner)
             loss = loss + F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-            if centroid_logits is not None:
-                clusters = torch.where(labels >= 0, cluster_of[labels.clamp(min=0)], -100)
-                loss = loss + F.cross_entropy(centroid_logits.flatten(0, 1), clusters.flatten(), ignore_index=-100)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        if step % settings.log_every == 0 or step == total:
+        if step % settings.log_every == 0 or step == settings.steps:
             elapsed = time.monotonic() - started
             logger.info(
-                "drafter step %d/%d (%s) loss %.3f, %.0f s, eta %.0f s",
-                step, total, "centroids" if centroid_phase else "plain", float(loss) / settings.unroll,
-                elapsed, elapsed / step * (total - step),
+                "drafter step %d/%d loss %.3f per draft step, %.0f s, eta %.0f s",
+                step, settings.steps, loss.item() / settings.unroll,
+                elapsed, elapsed / step * (settings.steps - step),
             )  # fmt: skip
     drafter.eval()
-    estimates = {}
-    for top_k in sorted({1, 2, settings.eval_top_k, num_centroids}):
+    for param in exported:
+        param.requires_grad_(False)
+    install_centroids(drafter, num_centroids, seed)
+    estimates = {"plain": offline_acceptance(drafter, target, held, settings.unroll, None)}
+    for top_k in settings.eval_top_ks:
         estimates[f"ctk{top_k}"] = offline_acceptance(drafter, target, held, settings.unroll, top_k)
-    logger.info("offline acceptance per position by CENTROID_TOP_K: %s", estimates)
-    return {key: 1 + sum(value) for key, value in estimates.items()}
+    for key, rates in estimates.items():
+        logger.info("offline acceptance per position, %s: %s (length at K=3: %.2f)", key, rates, 1 + sum(rates[:3]))
+    return {key: round(1 + sum(rates[:3]), 3) for key, rates in estimates.items()}
 
 
 @torch.no_grad()
 def offline_acceptance(
-    drafter: torch.nn.Module, target: torch.nn.Module, pools: list[GreedyPool], unroll: int, top_k: int
+    drafter: torch.nn.Module, target: torch.nn.Module, pools: list[GreedyPool], unroll: int, top_k: int | None
 ) -> list[float]:
-    """Fraction of slots whose first k+1 drafts (centroid-masked argmax) all match, per k."""
+    """Per draft position, the fraction of slots whose drafts up to it all match the target.
+
+    Drafts are the argmax of the drafter's logits, restricted to the tokens of
+    the ``top_k`` best centroids (no restriction for ``None``).
+    """
     masked = drafter.masked_embedding
-    size = masked.vocab_size // masked.num_centroids
-    clusters = masked.token_ordering.long().view(masked.num_centroids, size)
-    rates = []
+    clusters = masked.token_ordering.long().view(masked.num_centroids, -1)
+    hits, total = [0.0] * unroll, 0
     for pool in pools:
-        steps = unrolled_logits(drafter, target, pool.tokens, unroll, centroids=True)
         alive = None
-        per_k = []
-        for k, (logits, centroid_logits) in enumerate(steps):
-            labels = _labels(pool.tokens, pool.start, unroll - 1)  # same slots for every k
-            shifted = _labels(pool.tokens, pool.start, k)
-            top = centroid_logits.topk(top_k, dim=-1).indices  # [B, T, top_k]
-            allowed = torch.zeros_like(logits, dtype=torch.bool)
-            allowed.scatter_(-1, clusters[top].flatten(-2), True)
-            guess = logits.masked_fill(~allowed, -math.inf).argmax(-1)
-            hit = guess == shifted
+        valid = _labels(pool.tokens, pool.start, unroll - 1) != -100  # same slots for every k
+        for k, inner in enumerate(unrolled_states(drafter, target, pool, unroll)):
+            logits = drafter.lm_head(inner)
+            if top_k is not None:
+                top = masked.centroids(inner).topk(top_k, dim=-1).indices
+                allowed = torch.zeros_like(logits, dtype=torch.bool)
+                allowed.scatter_(-1, clusters[top].flatten(-2), True)
+                logits = logits.masked_fill(~allowed, -math.inf)
+            hit = logits.argmax(-1) == _labels(pool.tokens, pool.start, k)
             alive = hit if alive is None else alive & hit
-            valid = labels != -100
-            per_k.append(float(alive[valid].float().mean()))
-        rates.append(per_k)
-    return [round(sum(r[k] for r in rates) / len(rates), 3) for k in range(unroll)]
+            hits[k] += float(alive[valid].sum())
+        total += int(valid.sum())
+    return [round(h / max(total, 1), 3) for h in hits]

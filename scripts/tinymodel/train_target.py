@@ -124,7 +124,7 @@ def train_target(
             elapsed = time.monotonic() - started
             logger.info(
                 "target step %d/%d loss %.3f (ppl %.2f) lr %.2e, %.0f s, eta %.0f s",
-                step, settings.steps, float(loss), math.exp(float(loss)), settings.lr * scale,
+                step, settings.steps, loss.item(), math.exp(loss.item()), settings.lr * scale,
                 elapsed, elapsed / step * (settings.steps - step),
             )  # fmt: skip
     window = int(model.config.sliding_window)

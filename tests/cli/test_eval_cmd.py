@@ -43,12 +43,22 @@ def test_bad_ppl_data_fails_before_a_server_starts(demo, tmp_path: Path):
 def test_token_ids_outside_the_vocabulary_fail_before_a_server_starts(demo, tmp_path: Path):
     bad = tmp_path / "vocab.jsonl"
     bad.write_text('{"id": "x", "context_token_ids": [2, 3], "target_token_ids": [4, 5000]}\n')
+    vocab = json.loads((demo.model / "config.json").read_text())["vocab_size"]
     done = run_eval(str(demo.manifest), "--ppl-data", str(bad), timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: {bad}: record 0 (id 'x'): token id 5000 at position 3 is outside the model's "
-        "vocabulary (size 1024)"
+        f"vocabulary (size {vocab})"
     )
+
+
+def test_prompts_too_long_for_the_output_length_fail_before_a_server_starts(demo):
+    # the demo serves MAX_MODEL_LEN 1024: a chat-templated prompt plus 1000 tokens cannot fit
+    done = run_eval(str(demo.manifest), "--tps", "--output-len", "1000", timeout=120)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {demo.prompts_tuning}: record 0 (id ")
+    assert last.endswith("with 1000 output tokens that exceeds the server's max_model_len 1024")
 
 
 @pytest.mark.server

@@ -66,3 +66,11 @@ def test_spaces_it_cannot_guide_go_to_the_fallback() -> None:
     plan = GuidedPlan(no_direction)
     assert not plan.applicable
     assert plan.propose([observe(0, 5, 1)]) is None
+
+
+def test_contradictory_gate_results_do_not_break_the_plan() -> None:
+    plan = GuidedPlan(toy.SPACE)
+    passing = Observation(number=0, params={"w": 8, "k": 1}, tps=180.0, gate=-0.01)
+    failing = Observation(number=1, params={"w": 8, "k": 3}, tps=185.0, gate=0.01)
+    proposal = plan.propose([passing, failing])
+    assert proposal == {"w": 8, "k": 2}  # no boundary to bisect: the speed knob moves on
