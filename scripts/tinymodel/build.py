@@ -18,6 +18,7 @@ from .demo_data import DataSpec, write_data, write_manifest
 from .tokenizer import FIRST_WORD_ID, save_tokenizer
 from .train_drafter import DrafterTraining
 from .train_target import TargetTraining
+from .widen import widen_mlps
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class BuildSettings:
     data: DataSpec = DataSpec()
     target_training: TargetTraining = TargetTraining()
     drafter_training: DrafterTraining = DrafterTraining()
+    widen: int = 14  # MLP width after training = trained width x widen (see widen.py)
     num_speculative: int = 3
     manifest_top_k: int = 8
 
@@ -89,7 +91,9 @@ def build(settings: BuildSettings) -> dict[str, object]:
         from .train_target import train_target
 
         started = time.monotonic()
-        report["target"] = train_target(target, language, settings.target_training, settings.seed)
+        report["target"] = train_target(
+            target, language, settings.target_training, settings.seed, drafter=drafter
+        )
         report["target_seconds"] = round(time.monotonic() - started)
         started = time.monotonic()
         report["drafter"] = train_drafter(
@@ -104,6 +108,7 @@ def build(settings: BuildSettings) -> dict[str, object]:
 
         silence_global_attention(target)
         install_centroids(drafter, settings.drafter.num_centroids, settings.seed)
+    widen_mlps(target, settings.widen)
 
     save_model(target, staging / "model")
     save_tokenizer(names, staging / "model")

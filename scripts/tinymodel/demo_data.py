@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .corpus import Language
 from .tokenizer import END_TURN_ID, MODEL_ID, START_TURN_ID, BOS_ID, USER_ID, FIRST_WORD_ID
@@ -29,6 +30,18 @@ class DataSpec:
     ppl_target_words: tuple[int, int] = (192, 320)
     seed_tuning: int = 101
     seed_heldout: int = 202
+
+
+def documents(language: Language, batch: int, seq_len: int, rng: np.random.Generator) -> torch.Tensor:
+    """``batch`` chat-formatted documents of exactly ``seq_len`` tokens."""
+    rows: list[list[int]] = []
+    for _ in range(batch):
+        prompt = int(rng.integers(4, seq_len - len(HEADER) - len(MIDDLE) - 8))
+        response = seq_len - len(HEADER) - len(MIDDLE) - prompt
+        tokens, _ = language.document(prompt, response, rng, HEADER, MIDDLE)
+        rows.append(tokens[:seq_len])
+    return torch.tensor(rows, dtype=torch.long)
+
 
 
 def prompt_set(

@@ -6,14 +6,14 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from .corpus import Language
-from .demo_data import HEADER, MIDDLE
+from .demo_data import HEADER, documents
 from .tokenizer import FIRST_WORD_ID
+from .train_drafter import drafter_loss, target_states
 
 logger = logging.getLogger(__name__)
 
@@ -27,17 +27,8 @@ class TargetTraining:
     warmup: int = 30
     weight_decay: float = 0.01
     log_every: int = 25
-
-
-def documents(language: Language, batch: int, seq_len: int, rng: np.random.Generator) -> torch.Tensor:
-    """``batch`` chat-formatted documents of exactly ``seq_len`` tokens."""
-    rows = []
-    for _ in range(batch):
-        prompt = int(rng.integers(4, seq_len - len(HEADER) - len(MIDDLE) - 8))
-        response = seq_len - len(HEADER) - len(MIDDLE) - prompt
-        tokens, _ = language.document(prompt, response, rng, HEADER, MIDDLE)
-        rows.append(tokens[:seq_len])
-    return torch.tensor(rows, dtype=torch.long)
+    drafter_weight: float = 0.5  # weight of the joint drafter (MTP) loss, when a drafter trains along
+    unroll: int = 4
 
 
 def labels_of(tokens: torch.Tensor) -> torch.Tensor:
@@ -87,14 +78,27 @@ def evaluate(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
 
 
 def train_target(
-    model: torch.nn.Module, language: Language, settings: TargetTraining, seed: int
+    model: torch.nn.Module,
+    language: Language,
+    settings: TargetTraining,
+    seed: int,
+    drafter: torch.nn.Module | None = None,
 ) -> dict[str, float]:
-    """Train in place; returns the held-out PPL at the trained window and at half of it."""
+    """Train in place; returns the held-out PPL at the trained window and at smaller ones.
+
+    With a ``drafter``, it trains along (multi-token prediction): its loss on
+    the text's next tokens is added with ``drafter_weight`` and its gradients
+    reach the target too, so the target's hidden states and exported KV learn
+    to carry what the drafter needs.
+    """
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     silence_global_attention(model)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
+    if drafter is not None:
+        drafter.train()
+        params += [p for p in drafter.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     optimizer = torch.optim.AdamW(
@@ -111,20 +115,27 @@ def train_target(
         for group in optimizer.param_groups:
             group["lr"] = settings.lr * scale
         tokens = documents(language, settings.batch, settings.seq_len, rng)
-        logits = model(input_ids=tokens).logits[:, :-1]
         labels = labels_of(tokens)[:, 1:]
+        draft = torch.zeros(())
+        if drafter is None:
+            logits = model(input_ids=tokens).logits[:, :-1]
+        else:
+            states = target_states(model, tokens, len(HEADER), grad=True, text_labels=True)
+            logits = model.lm_head(states.hidden)[:, :-1]
+            draft = drafter_loss(drafter, model, states, settings.unroll)
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100
         )
+        total = loss + settings.drafter_weight * draft
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         if step % settings.log_every == 0 or step == settings.steps:
             elapsed = time.monotonic() - started
             logger.info(
-                "target step %d/%d loss %.3f (ppl %.2f) lr %.2e, %.0f s, eta %.0f s",
-                step, settings.steps, loss.item(), math.exp(loss.item()), settings.lr * scale,
+                "target step %d/%d loss %.3f (ppl %.2f) drafter loss %.3f lr %.2e, %.0f s, eta %.0f s",
+                step, settings.steps, loss.item(), math.exp(loss.item()), draft.item(), settings.lr * scale,
                 elapsed, elapsed / step * (settings.steps - step),
             )  # fmt: skip
     window = int(model.config.sliding_window)
