@@ -23,6 +23,7 @@ from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text,
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
 from storage._engine import create_engine, normalize_url, redact
+from storage._store import _aware, _now
 from storage._tables import Base
 from sweeper.errors import StorageError
 
@@ -34,16 +35,6 @@ FAILED = "failed"
 RUNNING = "running"
 INTERRUPTED = "interrupted"
 STATUSES = (VERIFIED, FAILED, RUNNING, INTERRUPTED)
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _aware(moment: datetime.datetime | None) -> datetime.datetime | None:
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
 
 
 def _finite(value: float | None) -> float | None:
