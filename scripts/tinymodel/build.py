@@ -45,7 +45,7 @@ class BuildSettings:
     data: DataSpec = DataSpec()
     target_training: TargetTraining = TargetTraining()
     drafter_training: DrafterTraining = DrafterTraining()
-    widen: int = 14  # MLP width after training = trained width x widen (see widen.py)
+    widen: int = 15  # MLP width after training = trained width x widen (see widen.py)
     num_speculative: int = 3
     manifest_top_k: int = 8
 

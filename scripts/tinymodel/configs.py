@@ -19,10 +19,10 @@ ROPE = {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TargetSpec:
     vocab_size: int
-    hidden_size: int = 256
-    intermediate_size: int = 1024
-    num_layers: int = 10
-    num_heads: int = 4
+    hidden_size: int = 128
+    intermediate_size: int = 512  # as trained; widen.py multiplies it afterwards
+    num_layers: int = 4
+    num_heads: int = 2
     num_kv_heads: int = 1
     head_dim: int = 64
     sliding_window: int = 32
@@ -31,10 +31,10 @@ class TargetSpec:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DrafterSpec:
-    hidden_size: int = 128
+    hidden_size: int = 96
     intermediate_size: int = 256
     num_layers: int = 1  # one full-attention layer: reads the target's last layer's KV
-    num_heads: int = 2
+    num_heads: int = 4
     num_centroids: int = 32
     centroid_top_k: int = 8
 

@@ -35,7 +35,7 @@ class CorpusSpec:
     """The knobs of the synthetic language."""
 
     num_words: int = 248
-    class_probs: tuple[float, ...] = (0.55, 0.25, 0.12, 0.08)
+    class_probs: tuple[float, ...] = (0.68, 0.16, 0.10, 0.06)
     echo_offset: int = 20
     rule_prob: float = 0.85
     jump_prob: float = 0.02
@@ -63,7 +63,10 @@ class Language:
         n, classes = spec.num_words, len(spec.class_probs)
         probs = np.asarray(spec.class_probs, dtype=np.float64)
         self.successors = np.stack([rng.choice(n, size=classes, replace=False) for _ in range(n)])
-        self.word_class = rng.choice(classes, size=n, p=probs / probs.sum())
+        # exact quotas, so the class frequencies do not depend on the seed's luck
+        quotas = np.floor(probs / probs.sum() * n).astype(int)
+        quotas[0] += n - quotas.sum()
+        self.word_class = rng.permutation(np.repeat(np.arange(classes), quotas))
 
     def next_word(self, previous: int, echo: int | None, rng: np.random.Generator) -> int:
         """The next word index after ``previous`` with ``echo`` the word ``echo_offset`` back."""

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DrafterTraining:
-    steps: int = 400
+    steps: int = 100
     batch: int = 16
     seq_len: int = 128
     unroll: int = 4

@@ -20,9 +20,9 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TargetTraining:
-    steps: int = 600
+    steps: int = 300
     batch: int = 16
-    seq_len: int = 160
+    seq_len: int = 128
     lr: float = 3e-3
     warmup: int = 30
     weight_decay: float = 0.01

@@ -105,9 +105,14 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
     for number, figures in completed_before.items():
         assert records[number].state == "complete"
         assert (records[number].tps, records[number].ppl) == figures
-    # the stale trial was marked failed and its configuration queued again
+    # the stale trial was marked failed in Optuna, "stale" in our table, and queued again
     stale = records[victim.number]
-    assert stale.state == "failed"
+    assert stale.state == "stale"
+    assert stale.error_kind == "WorkerDied"
+    import optuna
+
+    frozen = optuna.load_study(study_name=STUDY, storage=url).trials[victim.number]
+    assert frozen.state == optuna.trial.TrialState.FAIL
     assert "worker" in (stale.error_message or "").lower() or "stale" in (stale.error_message or "").lower()
     retried = [r for r in records.values() if r.number > victim.number and dict(r.params) == dict(stale.params)]
     assert retried, "the killed trial's configuration was not run again"
