@@ -12,6 +12,13 @@ trial's teardown to the next launch, an early-stopped trial costing at most
 half of a full one.
 
     python benchmarks/orchestrator_overhead.py [--trials 4] [--keep DIR]
+    python benchmarks/orchestrator_overhead.py --num-prompts 32 --output-len 256
+
+The default sizes are the demo's (8 prompts x 128 tokens, all 32 tuning PPL
+records): there a trial is mostly its server start, which an early stop
+cannot save. The second line gives the measurement the weight it has in the
+challenge's trials (128 prompts x 512 tokens after a server start of one to
+two minutes), scaled to the tiny model's speed.
 """
 
 from __future__ import annotations
@@ -32,11 +39,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4, help="trials in the study (at least 3)")
     parser.add_argument("--keep", help="folder for the database and logs (default: a temp dir)")
+    parser.add_argument("--num-prompts", type=int, default=RunPlan.num_prompts, help="TPS prompts per trial")
+    parser.add_argument("--output-len", type=int, default=RunPlan.output_len, help="output tokens per prompt")
     args = parser.parse_args()
     folder = Path(args.keep or tempfile.mkdtemp(prefix="sweeper-overhead-"))
     folder.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{folder / 'study.db'}"
-    plan = RunPlan(storage=url, run_dir=str(folder / "runs"), n_trials=args.trials, study_name="overhead")
+    plan = RunPlan(
+        storage=url,
+        run_dir=str(folder / "runs"),
+        n_trials=args.trials,
+        study_name="overhead",
+        num_prompts=args.num_prompts,
+        output_len=args.output_len,
+    )
     prepared = prepare(plan)
     smallest = prepared.space.parameter("sliding_window").low
     result = run_study(
@@ -52,7 +68,8 @@ def main() -> None:
     )
     store = TrialStore(url)
     records = sorted(store.records(result.study_name, details=True), key=lambda r: r.number)
-    print(f"study {result.study_name}: {len(records)} trials, database {url}")
+    print(f"study {result.study_name}: {len(records)} trials, {args.num_prompts} prompts x "
+          f"{args.output_len} tokens per trial, database {url}")
     header = f"{'trial':>5} {'state':<9} {'wall s':>7} {'measured s':>10} {'overhead s':>10} {'share':>6}  phases"
     print(header)
     shares, full, early = [], [], []

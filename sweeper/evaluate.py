@@ -352,12 +352,8 @@ def measure_server(
     if data.ppl_records is not None and served[model]:
         check_ppl_records(data.ppl_records, max_model_len=served[model])
 
-    warm = _timed(
-        timings,
-        "warmup",
-        lambda: run_warmup(base_url, model, warmup or WarmupSettings(), progress=progress),
-    )
-
+    # PPL first: it is not timed, so it needs no warm-up, and a trial stopped
+    # early by the PPL gate then costs neither the warm-up nor the TPS run
     ppl = None
     if settings.ppl is not None and data.ppl_records is not None:
         ppl = _timed(
@@ -365,10 +361,21 @@ def measure_server(
             "ppl",
             lambda: measure_ppl(base_url, model, data.ppl_records, settings.ppl, progress=progress),
         )
+    gate_failed = ppl is not None and ppl.stopped_early and not settings.tps_after_failed_gate
+
+    warm = None
+    if gate_failed and data.reference is None and settings.save_reference is None:
+        skipped.append("warmup: nothing timed follows a trial stopped by the PPL gate")
+    else:
+        warm = _timed(
+            timings,
+            "warmup",
+            lambda: run_warmup(base_url, model, warmup or WarmupSettings(), progress=progress),
+        )
 
     tps = None
     if settings.tps is not None and data.prompts is not None:
-        if ppl is not None and ppl.stopped_early and not settings.tps_after_failed_gate:
+        if gate_failed:
             skipped.append(
                 f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}"
             )

@@ -1,11 +1,13 @@
 """Study -> verify -> report -> export -> serve + eval, with real vLLM on the tiny demo model.
 
 Five servers in all (two trials, two verification repeats, one eval of the exported
-manifest), on few prompts and short outputs. The machines this runs on share two CPU
-cores with other work, so TPS moves a lot from one minute to the next: the test's TPS
-tolerance is wide (TOLERANCE), and what it checks is that every figure flows through
-the whole chain, not the machine's stability. PPL is greedy and deterministic: it
-must reproduce closely.
+manifest), each timed on the demo's default sizes (8 prompts x 128 tokens). On a quiet
+2-core machine single requests still vary by up to 15 % (docs/measurement.md), so a
+TPS figure of 8 requests moves by about 5 % and the difference of two by about 7 %:
+the test's TPS tolerance (TOLERANCE, 25 %) is several of those, so that it checks that
+every figure flows through the whole chain and reproduces, not the machine's
+stability. The product's default tolerance (5 %) suits longer measurements. PPL is
+greedy and deterministic: it must reproduce closely.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from sweeper.verify import verify_study
 
 pytestmark = pytest.mark.server
 
-NUM_PROMPTS, OUTPUT_LEN, WARMUP_REQUESTS, WARMUP_PROMPTS, PPL_RECORDS = 4, 48, 1, 4, 8
-TOLERANCE = 0.5
+NUM_PROMPTS, OUTPUT_LEN, WARMUP_REQUESTS, WARMUP_PROMPTS, PPL_RECORDS = 8, 128, 1, 4, 8
+TOLERANCE = 0.25
 
 
 def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, tmp_path) -> None:
