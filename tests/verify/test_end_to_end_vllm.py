@@ -1,13 +1,16 @@
 """Study -> verify -> report -> export -> serve + eval, with real vLLM on the tiny demo model.
 
 Five servers in all (two trials, two verification repeats, one eval of the exported
-manifest), each timed on the demo's default sizes (8 prompts x 128 tokens). On a quiet
-2-core machine single requests still vary by up to 15 % (docs/measurement.md), so a
-TPS figure of 8 requests moves by about 5 % and the difference of two by about 7 %:
-the test's TPS tolerance (TOLERANCE, 25 %) is several of those, so that it checks that
-every figure flows through the whole chain and reproduces, not the machine's
-stability. The product's default tolerance (5 %) suits longer measurements. PPL is
-greedy and deterministic: it must reproduce closely.
+manifest), each timed on the demo's default sizes (8 prompts x 128 tokens). On the
+2-core machine the same work runs at a speed that differs by up to 12 % from one server
+start to the next, even when quiet (docs/verify-report-export.md: three verification
+servers at 90.9, 96.8 and 114.4 tok/s with identical draft and acceptance counts), so
+the test's TPS tolerance (TOLERANCE, 35 %) only catches a figure that does not flow
+through the chain. That the eval of the export did the same work as the verification
+is checked exactly instead: greedy decoding makes the speculative-decoding counters
+(drafts, accepted tokens) identical. The product's default tolerance (5 %) is for
+dedicated machines and longer measurements. PPL is greedy and deterministic: it must
+reproduce closely.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from sweeper.verify import verify_study
 pytestmark = pytest.mark.server
 
 NUM_PROMPTS, OUTPUT_LEN, WARMUP_REQUESTS, WARMUP_PROMPTS, PPL_RECORDS = 8, 128, 1, 4, 8
-TOLERANCE = 0.25
+TOLERANCE = 0.35
 
 
 def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, tmp_path) -> None:
@@ -109,5 +112,9 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert f'"num_speculative_tokens": {spec["num_speculative_tokens"]}' in log
     assert measured["completed"] == NUM_PROMPTS
     assert math.isclose(measured["ppl"], verification.max_ppl, rel_tol=1e-3)
+    for run in verification.runs:  # the same greedy work: the same drafts, the same acceptance
+        assert (run.extras["spec_drafts"], run.extras["spec_accepted_tokens"]) == (
+            measured["spec_drafts"], measured["spec_accepted_tokens"]
+        )
     deviation = abs(measured["tps"] - verification.median_tps) / verification.median_tps
     assert deviation <= TOLERANCE, (measured["tps"], verification.median_tps)
