@@ -6,9 +6,9 @@
     result = evaluate(manifest, settings, data=data) # per trial: server + measurements
     result.to_dict()["tps"], result.to_dict()["ppl"]
 
-The phases run in this order, each timed: server ready, warm-up bridge, PPL
-(first, so that a trial clearly over the PPL cap can stop before TPS), TPS,
-greedy fidelity, teardown. Bad data raises ``DataError`` before any server
+The phases run in this order, each timed: server ready, PPL (first and
+untimed, so that a trial clearly over the PPL cap stops before the warm-up
+bridge and TPS), warm-up bridge, TPS, greedy fidelity, teardown. Bad data raises ``DataError`` before any server
 starts; a server that does not come up raises a ``ServerError``; a TPS
 measurement with failed requests is returned with ``tps`` None (``ok`` False).
 """
@@ -16,12 +16,10 @@ measurement with failed requests is returned with ``tps`` None (``ok`` False).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from evaluators import (
@@ -49,6 +47,7 @@ from evaluators import (
 )
 from sweeper.errors import DataError, MeasurementError
 from sweeper.manifest import Manifest
+from sweeper.model_limits import ModelLimits, model_limits  # noqa: F401 - part of this API
 from sweeper.server import ServerProcess
 
 logger = logging.getLogger(__name__)
@@ -195,70 +194,6 @@ def load_eval_data(manifest: Manifest, settings: EvalSettings) -> EvalData:
                 source=prompts.source,
             )
     return EvalData(prompts=prompts, ppl_records=records, reference=reference)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelLimits:
-    """What can be known about the served model before it starts."""
-
-    model: str
-    vocab_size: int | None
-    max_model_len: int | None
-
-    def chat_token_counter(self) -> Callable[[str], int] | None:
-        """Counts a user prompt's tokens through the chat template, if the tokenizer is local."""
-        if not Path(self.model).is_dir():
-            return None
-        try:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(self.model, local_files_only=True)
-        except Exception as exc:  # noqa: BLE001 - no tokenizer: the check is skipped
-            logger.info("prompt lengths not checked up front (no tokenizer: %s)", exc)
-            return None
-
-        def count(text: str) -> int:
-            ids = tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, Mapping):
-                ids = ids["input_ids"]
-            return len(ids)
-
-        return count
-
-
-def model_limits(manifest: Manifest, overrides: Mapping[str, str] | None = None) -> ModelLimits:
-    """Vocabulary size and max_model_len from the manifest's env and the model's config.json."""
-    env = {**manifest.env, **(overrides or {})}
-    model = env.get("MODEL_ID") or manifest.model_id
-    candidate = Path(model).expanduser()
-    if model and not candidate.is_absolute():
-        candidate = manifest.folder / candidate
-    config: dict[str, Any] = {}
-    if candidate.is_dir():
-        model = str(candidate.resolve())
-        try:
-            config = json.loads((candidate / "config.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            config = {}
-    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    vocab = text_config.get("vocab_size") or config.get("vocab_size")
-    max_len: int | None = None
-    if env.get("MAX_MODEL_LEN"):
-        try:
-            max_len = int(env["MAX_MODEL_LEN"])
-        except ValueError:
-            max_len = None
-    if max_len is None:
-        max_len = text_config.get("max_position_embeddings") or config.get(
-            "max_position_embeddings"
-        )
-    return ModelLimits(
-        model=model,
-        vocab_size=int(vocab) if isinstance(vocab, int) else None,
-        max_model_len=int(max_len) if isinstance(max_len, int) else None,
-    )
 
 
 def warmup_settings_from(
