@@ -15,6 +15,35 @@ REPO = Path(__file__).resolve().parents[1]
 CHALLENGE_DATA = REPO.parent / "shared" / "challenge-data"
 
 
+def _transformers_nll(model_dir, records, sliding_window: int | None = None) -> dict[str, float]:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    if sliding_window is not None:
+        config.sliding_window = sliding_window
+    model = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
+    model.eval()
+    nll = {}
+    with torch.no_grad():
+        for record in records:
+            logits = model(torch.tensor([record.token_ids])).logits[0].double()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            nll[record.id] = -sum(
+                logprobs[position - 1, record.token_ids[position]].item()
+                for position in range(record.score_start, record.score_end)
+            )
+    return nll
+
+
+@pytest.fixture(scope="session")
+def transformers_nll():
+    """``f(model_dir, records, sliding_window=None)``: each PPL record's NLL over its
+    scored span, computed directly with transformers (the independent reference)."""
+    pytest.importorskip("transformers")
+    return _transformers_nll
+
+
 def vllm_available() -> bool:
     try:
         import importlib.util

@@ -35,26 +35,7 @@ pytestmark = pytest.mark.server
 PPL_RECORDS = 8
 
 
-def transformers_nll(model_dir, records) -> dict[str, float]:
-    """Each record's NLL over its scored span, computed directly with transformers."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
-    nll = {}
-    with torch.no_grad():
-        for record in records:
-            logits = model(torch.tensor([record.token_ids])).logits[0].double()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            nll[record.id] = -sum(
-                logprobs[position - 1, record.token_ids[position]].item()
-                for position in range(record.score_start, record.score_end)
-            )
-    return nll
-
-
-def test_ppl_through_the_endpoint_equals_transformers(tiny_server, demo):
+def test_ppl_through_the_endpoint_equals_transformers(tiny_server, demo, transformers_nll):
     records = load_ppl_records(demo.ppl_tuning).head(PPL_RECORDS)
     result = measure_ppl(tiny_server.base_url, tiny_server.served_model_name, records)
     assert result.complete and result.finite

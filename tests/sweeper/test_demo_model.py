@@ -40,32 +40,17 @@ def test_bundled_data_within_budget_and_of_the_real_architecture(demo):
     assert manifest["env"]["SLIDING_WINDOW"] == str(model["sliding_window"])
 
 
-def transformers_ppl(model_dir, records, window: int) -> float:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    config = transformers.AutoConfig.from_pretrained(model_dir)
-    config.sliding_window = window
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, config=config, dtype=torch.float32, attn_implementation="eager"
-    )
-    model.eval()
-    nll, tokens = 0.0, 0
-    with torch.no_grad():
-        for record in records:
-            logits = model(torch.tensor([record.token_ids])).logits[0].double()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            for position in range(record.score_start, record.score_end):
-                nll -= logprobs[position - 1, record.token_ids[position]].item()
-            tokens += record.score_end - record.score_start
-    return math.exp(nll / tokens)
+def transformers_ppl(transformers_nll, model_dir, records, window: int) -> float:
+    nll = transformers_nll(model_dir, records, sliding_window=window)
+    return math.exp(sum(nll.values()) / records.scored_tokens)
 
 
-def test_ppl_rises_at_the_smallest_window_of_the_demo_space(demo):
+def test_ppl_rises_at_the_smallest_window_of_the_demo_space(demo, transformers_nll):
     records = load_ppl_records(demo.ppl_heldout).head(8)
     trained = json.loads((demo.model / "config.json").read_text())["sliding_window"]
     smallest = load_preset("tiny-cpu").parameter("sliding_window").low
-    at_trained = transformers_ppl(demo.model, records, trained)
-    at_smallest = transformers_ppl(demo.model, records, smallest)
+    at_trained = transformers_ppl(transformers_nll, demo.model, records, trained)
+    at_smallest = transformers_ppl(transformers_nll, demo.model, records, smallest)
     assert at_trained < 3.0  # the model learned the language
     assert at_smallest >= 1.10 * at_trained, (at_smallest, at_trained)
 

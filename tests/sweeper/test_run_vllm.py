@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import optuna
 import pytest
 
 from storage import TrialStore, pareto_front
@@ -109,8 +110,6 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
     stale = records[victim.number]
     assert stale.state == "stale"
     assert stale.error_kind == "WorkerDied"
-    import optuna
-
     frozen = optuna.load_study(study_name=STUDY, storage=url).trials[victim.number]
     assert frozen.state == optuna.trial.TrialState.FAIL
     assert "worker" in (stale.error_message or "").lower() or "stale" in (stale.error_message or "").lower()
