@@ -9,8 +9,9 @@
 The phases run in this order, each timed: server ready, PPL (first and
 untimed, so that a trial clearly over the PPL cap stops before the warm-up
 bridge and TPS), warm-up bridge, TPS, greedy fidelity, teardown. Bad data
-raises ``DataError`` before any server starts; a server that does not come up raises a ``ServerError``; a TPS
-measurement with failed requests is returned with ``tps`` None (``ok`` False).
+raises ``DataError`` before any server starts; a server that does not come
+up raises a ``ServerError``; a TPS measurement with failed requests is
+returned with ``tps`` None (``ok`` False).
 """
 
 from __future__ import annotations
