@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from sweeper.measurement import Measurement
+from sweeper.study import Measurement
 
 PPL_CAP = 2.42
 REFERENCE_PPL = 2.30
@@ -66,7 +66,7 @@ def draw_shape(seed: int) -> LandscapeShape:
 
 
 class Landscape:
-    """``evaluate(params)`` for run_study, plus the truth to score a search against."""
+    """An ``Evaluator`` for run_study, plus the truth to score a search against."""
 
     def __init__(self, seed: int, *, noise: float = 0.01) -> None:
         self.shape = draw_shape(seed)
@@ -110,6 +110,6 @@ class Landscape:
         feasible = float(self.ppl(params["sliding_window"])) <= PPL_CAP
         return feasible and self.tps_of(params) >= (1 - within) * self.best_tps
 
-    def __call__(self, params: Mapping[str, Any]) -> Measurement:
+    def __call__(self, params: Mapping[str, Any], context: Any = None) -> Measurement:
         noisy = self.tps_of(params) * (1 + self.noise * float(self._rng.standard_normal()))
         return Measurement(tps=noisy, ppl=float(self.ppl(params["sliding_window"])))

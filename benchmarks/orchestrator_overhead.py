@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from storage import TrialStore
-from sweeper.runner import RunPlan, prepare
+from sweeper.sweep import RunPlan, prepare
 from sweeper.study import run_study
 
 MEASURED_PHASES = ("start", "warmup", "ppl", "tps", "fidelity", "teardown")

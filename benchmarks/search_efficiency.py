@@ -39,7 +39,7 @@ from landscape import PPL_CAP, Landscape  # noqa: E402
 
 import sweeper  # noqa: E402
 from search_spaces import load_preset  # noqa: E402
-from sweeper.measurement import TrialEvent  # noqa: E402
+from sweeper.study import TrialEvent  # noqa: E402
 
 # the user's base manifest: the stock drafter (centroid top-k 32) with 4 speculative tokens
 BASE_ENV = {

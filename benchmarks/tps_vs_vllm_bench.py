@@ -43,9 +43,10 @@ from pathlib import Path
 
 from evaluators import PromptSet, TpsSettings, WarmupSettings, load_prompts, run_warmup
 from sweeper.demo import demo_paths
-from sweeper.evaluate import EvalData, EvalSettings, measure_server, model_limits
+from sweeper.measure import EvalData, EvalSettings, measure_server
+from sweeper.serving import model_limits
 from sweeper.manifest import Manifest, parse_assignments
-from sweeper.server import ServerProcess
+from sweeper.serving import ServerProcess
 
 CLIENTS = ("sweeper", "sweeper_stream", "vllm")
 

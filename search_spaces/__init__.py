@@ -36,10 +36,11 @@ from search_spaces._loader import (
 )
 from search_spaces._parameter import Condition, Parameter
 from search_spaces._space import BASELINE, EnqueuedConfig, SearchSpace
-from search_spaces._target import EnvTarget
+from search_spaces._target import MISSING, EnvTarget
 
 __all__ = [
     "BASELINE",
+    "MISSING",
     "PRESETS_DIR",
     "Condition",
     "EnqueuedConfig",

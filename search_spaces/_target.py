@@ -23,7 +23,7 @@ from sweeper.errors import SearchSpaceError
 
 logger = logging.getLogger(__name__)
 
-MISSING: Any = object()
+MISSING: Any = object()  # what EnvTarget.read returns for a value the env does not hold
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

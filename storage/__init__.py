@@ -10,6 +10,7 @@ from __future__ import annotations
 from storage._engine import DEFAULT_URL, normalize_url, optuna_storage, redact
 from storage._queries import (
     STUDY_ATTR_PREFIX,
+    TPS_IMPUTED_ATTR,
     StudyStatus,
     best_feasible,
     is_answer,
@@ -19,6 +20,10 @@ from storage._queries import (
 )
 from storage._store import TrialOutcome, TrialRecord, TrialStore
 from storage._verification import (
+    FAILED,
+    INTERRUPTED,
+    RUNNING,
+    VERIFIED,
     VerificationRecord,
     VerificationRun,
     VerificationStore,
@@ -28,6 +33,11 @@ from storage._verification import (
 
 __all__ = [
     "DEFAULT_URL",
+    "FAILED",
+    "INTERRUPTED",
+    "RUNNING",
+    "TPS_IMPUTED_ATTR",
+    "VERIFIED",
     "STUDY_ATTR_PREFIX",
     "StudyStatus",
     "TrialOutcome",

@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 
 # study-level settings, kept in Optuna's study user attributes (so the dashboard shows them)
 STUDY_ATTR_PREFIX = "sweeper:"
+# the Optuna user attribute of a trial whose TPS stands in for one never measured
+# (stopped early over the PPL cap); samplers must not learn speed from it
+TPS_IMPUTED_ATTR = "tps_imputed"
 OPTUNA_STATES = ("COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED")
 
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import logging
-import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, selectinload
 
-from storage._engine import create_engine, create_schema, normalize_url, redact
-from storage._tables import Base, PhaseRow, RequestRow, TrialRow
+from storage._tables import PhaseRow, RequestRow, TableStore, TrialRow
+from storage._values import as_utc, json_safe, utc_now
 from sweeper.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -86,46 +84,8 @@ class TrialRecord:
         return data
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _aware(moment: datetime.datetime | None) -> datetime.datetime | None:
-    """SQLite returns naive datetimes: they were written in UTC."""
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
-
-
-def _json_safe(value: Any) -> Any:
-    """JSON columns reject NaN/inf on some backends: store them as strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-class TrialStore:
-    """Our tables on one database URL (created on first use)."""
-
-    def __init__(self, url: str | None = None) -> None:
-        self.url = normalize_url(url)
-        self.engine = create_engine(self.url)
-        create_schema(self.url, lambda: Base.metadata.create_all(self.engine), "sweeper's tables")
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[Session]:
-        try:
-            with Session(self.engine, expire_on_commit=False) as session, session.begin():
-                yield session
-        except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise StorageError(f"study database {redact(self.url)}: {exc}") from exc
+class TrialStore(TableStore):
+    """Our trial tables on one database URL (created on first use)."""
 
     def _row(self, session: Session, study_name: str, number: int) -> TrialRow:
         row = session.scalar(
@@ -158,7 +118,7 @@ class TrialStore:
                     optuna_trial_id=optuna_trial_id,
                     state="running",
                     role=role,
-                    params=_json_safe(dict(params)),
+                    params=json_safe(dict(params)),
                     overrides=dict(overrides),
                     ppl_cap=ppl_cap,
                     host=host,
@@ -185,7 +145,7 @@ class TrialStore:
         if set(fields) - allowed:
             raise ValueError(f"cannot update {sorted(set(fields) - allowed)} of a running trial")
         if "manifest" in fields:
-            fields["manifest"] = _json_safe(fields["manifest"])
+            fields["manifest"] = json_safe(fields["manifest"])
         if "log_tail" in fields and fields["log_tail"] is not None:
             fields["log_tail"] = fields["log_tail"][-LOG_TAIL_MAX_CHARS:]
         with self._session() as session:
@@ -194,7 +154,7 @@ class TrialStore:
     def beat(self, study_name: str, number: int) -> None:
         """The worker running this trial is alive."""
         with self._session() as session:
-            self._update(session, study_name, number, heartbeat_at=_now())
+            self._update(session, study_name, number, heartbeat_at=utc_now())
 
     def add_phase(self, study_name: str, number: int, name: str, seconds: float) -> None:
         with self._session() as session:
@@ -230,12 +190,12 @@ class TrialStore:
             )
         }
         values.update(
-            finished_at=_now(),
-            extras=_json_safe(dict(outcome.extras)),
+            finished_at=utc_now(),
+            extras=json_safe(dict(outcome.extras)),
             versions=dict(outcome.versions),
         )
         if outcome.manifest is not None:
-            values["manifest"] = _json_safe(dict(outcome.manifest))
+            values["manifest"] = json_safe(dict(outcome.manifest))
         if outcome.log_tail is not None:
             values["log_tail"] = outcome.log_tail[-LOG_TAIL_MAX_CHARS:]
         if outcome.server_token is not None:
@@ -249,7 +209,7 @@ class TrialStore:
                     trial_row_id=row_id,
                     position=position,
                     kind=str(data.get("kind", "")),
-                    data=_json_safe(dict(data)),
+                    data=json_safe(dict(data)),
                 )
                 for position, data in enumerate(outcome.requests)
             )
@@ -318,9 +278,9 @@ def _record(row: TrialRow, *, details: bool) -> TrialRecord:
         server_token=row.server_token,
         host=row.host,
         pid=row.pid,
-        started_at=_aware(row.started_at),
-        heartbeat_at=_aware(row.heartbeat_at),
-        finished_at=_aware(row.finished_at),
+        started_at=as_utc(row.started_at),
+        heartbeat_at=as_utc(row.heartbeat_at),
+        finished_at=as_utc(row.finished_at),
         phases=tuple((p.name, p.seconds) for p in row.phases) if details else (),
         requests=tuple(dict(r.data) for r in row.requests) if details else (),
     )

@@ -9,9 +9,12 @@ server's log tail. ``sweeper_phases`` holds phase timings and
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
+import sqlalchemy
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -23,15 +26,56 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+from storage._engine import create_engine, create_schema, normalize_url, redact
+
+from storage._values import utc_now
+from sweeper.errors import StorageError
 
 
 class Base(DeclarativeBase):
     pass
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+_Store = TypeVar("_Store", bound="TableStore")
+
+
+class TableStore:
+    """Some of our tables on one database URL: created on first use, every
+    session one transaction whose database errors become ``StorageError``."""
+
+    what = "sweeper's tables"
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = normalize_url(url)
+        self.engine = create_engine(self.url)
+        create_schema(
+            self.url,
+            lambda: Base.metadata.create_all(self.engine, tables=self.tables()),
+            self.what,
+        )
+
+    def tables(self) -> list[sqlalchemy.Table] | None:
+        """The tables this store needs (None: every table declared on ``Base``)."""
+        return None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self: _Store) -> _Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                yield session
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise StorageError(f"study database {redact(self.url)}: {exc}") from exc
 
 
 class TrialRow(Base):
@@ -63,9 +107,9 @@ class TrialRow(Base):
     server_token: Mapped[str | None] = mapped_column(String(256), nullable=True)
     host: Mapped[str] = mapped_column(String(256), default="")
     pid: Mapped[int] = mapped_column(Integer, default=0)
-    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     # the worker refreshes this while the trial runs; an old one means a dead worker
-    heartbeat_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    heartbeat_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     finished_at: Mapped[datetime.datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
     )

@@ -10,12 +10,11 @@ measured; the verdict is written last.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy
@@ -23,8 +22,8 @@ from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text,
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
 from storage._engine import create_engine, normalize_url, redact
-from storage._store import _aware, _now
-from storage._tables import Base
+from storage._tables import Base, TableStore
+from storage._values import as_utc, json_safe, utc_now
 from sweeper.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ class VerificationRow(Base):
     max_ppl: Mapped[float | None] = mapped_column(Float, nullable=True)
     # where the held-out data came from (file or dataset id), and what else was set
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     finished_at: Mapped[datetime.datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
     )
@@ -165,38 +164,13 @@ class VerificationRecord:
         return data
 
 
-class VerificationStore:
+class VerificationStore(TableStore):
     """The verification tables on one database URL (created on first use)."""
 
-    def __init__(self, url: str | None = None) -> None:
-        self.url = normalize_url(url)
-        self.engine = create_engine(self.url)
-        try:
-            Base.metadata.create_all(
-                self.engine,
-                tables=[VerificationRow.__table__, VerificationRunRow.__table__],
-            )
-        except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise StorageError(
-                f"cannot create verification tables in {redact(self.url)}: {exc}"
-            ) from None
+    what = "verification tables"
 
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> VerificationStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[Session]:
-        try:
-            with Session(self.engine, expire_on_commit=False) as session, session.begin():
-                yield session
-        except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise StorageError(f"study database {redact(self.url)}: {exc}") from exc
+    def tables(self) -> list[sqlalchemy.Table]:
+        return [VerificationRow.__table__, VerificationRunRow.__table__]
 
     # -- writing ----------------------------------------------------------------
 
@@ -246,7 +220,7 @@ class VerificationStore:
                     error_kind=run.error_kind,
                     error_message=run.error_message,
                     phases={str(k): float(v) for k, v in run.phases.items()},
-                    extras=_json_safe(dict(run.extras)),
+                    extras=json_safe(dict(run.extras)),
                     log_tail=run.log_tail,
                     seconds=run.seconds,
                 )
@@ -269,7 +243,7 @@ class VerificationStore:
             row.reason = reason
             row.median_tps = median_tps
             row.max_ppl = _finite(max_ppl)
-            row.finished_at = _now()
+            row.finished_at = utc_now()
 
     # -- reading ----------------------------------------------------------------
 
@@ -324,16 +298,6 @@ def verifications(url: str | None, study_name: str) -> list[VerificationRecord]:
         store.close()
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _record(row: VerificationRow) -> VerificationRecord:
     return VerificationRecord(
         id=row.id,
@@ -350,8 +314,8 @@ def _record(row: VerificationRow) -> VerificationRecord:
         median_tps=row.median_tps,
         max_ppl=row.max_ppl,
         data=dict(row.data or {}),
-        started_at=_aware(row.started_at),
-        finished_at=_aware(row.finished_at),
+        started_at=as_utc(row.started_at),
+        finished_at=as_utc(row.finished_at),
         runs=tuple(
             VerificationRun(
                 repeat=run.repeat,

@@ -13,9 +13,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "run_study": "sweeper.study",
     "Manifest": "sweeper.manifest",
-    "ServerProcess": "sweeper.server",
-    "Measurement": "sweeper.measurement",
-    "TrialContext": "sweeper.measurement",
+    "ServerProcess": "sweeper.serving",
+    "Measurement": "sweeper.study",
+    "TrialContext": "sweeper.study",
+    "Evaluator": "sweeper.study",
 }
 
 

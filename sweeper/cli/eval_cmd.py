@@ -20,7 +20,7 @@ from rich.table import Table
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.errors import MeasurementError
-from sweeper.evaluate import EvalResult, EvalSettings, evaluate, load_eval_data
+from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
 from sweeper.manifest import Manifest, parse_assignments
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def command(
     both = not want_tps and not want_ppl
     warmup = None
     if no_warmup or warmup_prompts is not None or warmup_seed is not None:
-        from sweeper.evaluate import warmup_settings_from
+        from sweeper.measure import warmup_settings_from
 
         base = warmup_settings_from(manifest, parse_assignments(assignments))
         warmup = WarmupSettings(

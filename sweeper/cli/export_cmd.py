@@ -8,7 +8,7 @@ import logging
 import click
 
 from storage import DEFAULT_URL
-from sweeper.export import export_answer
+from sweeper.answer import export_answer
 from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)

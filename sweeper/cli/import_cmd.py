@@ -11,7 +11,7 @@ from rich.table import Table
 
 from search_spaces import load_space
 from sweeper.errors import SearchSpaceError
-from sweeper.importing import ImportPlan, default_space_for, describe_value, plan_from_manifest
+from sweeper.study import ImportPlan, default_space_for, describe_value, plan_from_manifest
 from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)

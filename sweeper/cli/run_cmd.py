@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeper.measurement import TrialEvent
-from sweeper.runner import DEMO_PRESET, DEMO_STORAGE, RunPlan, execute, prepare
+from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent
+from sweeper.sweep import DEMO_PRESET, DEMO_STORAGE, RunPlan, execute, prepare
 
 
 class LiveView:
@@ -91,8 +91,8 @@ def _clock(seconds: float) -> str:
 @click.option("--storage", default=DEMO_STORAGE, show_default=True, help="SQLAlchemy URL or SQLite path.")
 @click.option("--n-trials", type=int, default=8, show_default=True, help="Trials in the study (resumes count).")
 @click.option("--timeout", help="Stop starting new trials after this long (e.g. 8h, 90m).")
-@click.option("--mode", type=click.Choice(["tps", "pareto"]), default="tps", show_default=True)
-@click.option("--sampler", type=click.Choice(["guided", "gp", "tpe", "nsga2", "random", "grid"]))
+@click.option("--mode", type=click.Choice(list(MODES)), default="tps", show_default=True)
+@click.option("--sampler", type=click.Choice(list(SAMPLERS)), help=f"Optuna sampler (default: {DEFAULT_SAMPLER}).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--ppl-cap", type=float, help="Absolute PPL cap (e.g. 2.42).")
 @click.option(

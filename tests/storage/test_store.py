@@ -24,7 +24,7 @@ from storage import (
     study_status,
 )
 from sweeper.errors import StorageError, StudyError
-from sweeper.measurement import Measurement
+from sweeper.study import Measurement
 
 SPACE = space_from_dict(
     {
@@ -56,7 +56,7 @@ TABLE = {
 }
 
 
-def table_evaluate(params):
+def table_evaluate(params, context):
     tps, ppl = TABLE[(params["w"], params["k"])]
     return Measurement(tps=tps, ppl=ppl)
 

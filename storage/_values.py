@@ -1,0 +1,30 @@
+"""Value conversions shared by our tables: UTC timestamps and JSON-safe numbers."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def as_utc(moment: datetime.datetime | None) -> datetime.datetime | None:
+    """SQLite returns naive datetimes: they were written in UTC."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.timezone.utc)
+    return moment
+
+
+def json_safe(value: Any) -> Any:
+    """JSON columns reject NaN/inf on some backends: store them as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -1,0 +1,278 @@
+"""Export the study's answer as a manifest that runs as is.
+
+The exported manifest is the base manifest with the winning trial's env
+(exactly what its server ran with), a name derived from the searched
+values (``tiny-gemma4-demo-w32-ctk8-k3``) and a description that carries
+the measured TPS and PPL and the verification status. Every other field of
+the base manifest is kept. Secret-looking env values (tokens, keys,
+passwords) are left out: the harness and ``sweeper serve`` take them from
+the environment.
+
+Relative paths: a manifest's env paths (``MODEL_ID``, the drafter in
+``SPECULATIVE_CONFIG``, ...) and ``serve`` arguments are relative to its
+own folder. Exported into the base manifest's folder they stay relative
+(the submission folder stays portable); exported anywhere else, those that
+name something in the base manifest's folder become absolute, so the file
+runs as is where it was written. A ``serve`` argument naming the base
+manifest file itself (``sweeper serve manifest.json``) is renamed to the
+exported file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from storage import TrialRecord, study_status
+from sweeper.errors import StudyError, UserInputError
+from sweeper.manifest import Manifest, is_secret_name
+from sweeper.study import StudyRecipe, base_manifest_of, recipe_from_settings
+from sweeper.answer._candidates import Answer, study_answer, verify_command
+
+logger = logging.getLogger(__name__)
+
+# short names of the well-known knobs in derived manifest names
+ABBREVIATIONS = {"sliding_window": "w", "centroid_top_k": "ctk", "num_speculative_tokens": "k"}
+_TRIAL_SUFFIX = re.compile(r"-trial-\d+$")
+
+
+class NothingToExportError(StudyError):
+    """The study has no trial that could be exported."""
+
+
+class UnverifiedAnswerError(StudyError):
+    """The study's answer has not passed verification (and --allow-unverified was not given)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExportResult:
+    path: Path
+    manifest: Manifest
+    answer: Answer
+    left_out_secrets: tuple[str, ...]
+    made_absolute: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        record = self.answer.record
+        return {
+            "path": str(self.path),
+            "name": self.manifest.name,
+            "trial": record.number if record else None,
+            "status": self.answer.status,
+            "tps": record.tps if record else None,
+            "ppl": record.ppl if record else None,
+            "left_out_secrets": list(self.left_out_secrets),
+            "made_absolute": list(self.made_absolute),
+        }
+
+
+def derived_name(base_name: str, params: Mapping[str, Any]) -> str:
+    """``<base>-w32-ctk8-k3``: the base name and each searched value, short."""
+    parts = [_TRIAL_SUFFIX.sub("", base_name)]
+    for name, value in params.items():
+        short = ABBREVIATIONS.get(name) or "".join(word[:1] for word in name.split("_") if word)
+        parts.append(f"{short}{_value_text(value)}")
+    return "-".join(parts)
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = str(value)
+    return re.sub(r"[^A-Za-z0-9]+", "", text.replace(".", "p").replace("-", "m")) or "x"
+
+
+def describe(answer: Answer, study_name: str, base: Manifest) -> str:
+    record = answer.record
+    assert record is not None
+    params = ", ".join(f"{k}={v}" for k, v in record.params.items())
+    text = (
+        f"Exported by sweeper from study '{study_name}', trial #{record.number} ({params}). "
+        f"Tuned: TPS {record.tps:.2f}, PPL {record.ppl:.4f}"
+        + (f" (cap {record.ppl_cap:.4f})" if record.ppl_cap is not None else "")
+        + ". "
+    )
+    verification = answer.verification
+    if answer.verified and verification is not None:
+        text += (
+            f"VERIFIED on held-out data: median TPS {verification.median_tps:.2f} over "
+            f"{len(verification.runs)} fresh servers, PPL at most {verification.max_ppl:.4f}, "
+            f"tolerance {verification.tolerance:.0%}."
+        )
+    elif answer.status == "failed" and verification is not None:
+        text += f"FAILED verification: {verification.reason}."
+    else:
+        text += "UNVERIFIED: not re-measured on held-out data."
+    if base.description:
+        text += f" Base manifest '{base.name}': {base.description}"
+    return text
+
+
+def export_answer(
+    *,
+    storage: str | None,
+    study_name: str | None = None,
+    output: str | Path | None = None,
+    base_manifest: Manifest | None = None,
+    recipe: StudyRecipe | None = None,
+    allow_unverified: bool = False,
+) -> ExportResult:
+    """Write the study's answer as a manifest (atomically); nothing is written on refusal.
+
+    ``output`` None: ``<derived name>.json`` in the current folder.
+    """
+    status = study_status(storage, study_name)
+    study_name = status.study_name
+    if not status.trials:
+        raise NothingToExportError(
+            f"study {study_name!r} has no trials yet: nothing to export (run 'sweeper run' first)"
+        )
+    answer = study_answer(status.trials, status.verifications)
+    record = answer.record
+    if record is None:
+        measured = sum(1 for r in status.trials if r.state == "complete")
+        raise NothingToExportError(
+            f"study {study_name!r} has no feasible trial: none of its {len(status.trials)} trials "
+            f"({measured} measured) passed the PPL cap, so there is no manifest to export"
+        )
+    if not answer.verified and not allow_unverified:
+        if answer.status == "failed" and answer.verification is not None:
+            why = f"failed verification ({answer.verification.reason})"
+            how = f"verify more candidates with '{verify_command(study_name, storage)} --top N'"
+        else:
+            why = "has not been verified on held-out data"
+            how = f"verify it with '{verify_command(study_name, storage)}'"
+        raise UnverifiedAnswerError(
+            f"the best trial of study {study_name!r}, #{record.number} (TPS {record.tps:.2f}, "
+            f"PPL {record.ppl:.4f}), {why}: {how}, or pass --allow-unverified to export it anyway"
+        )
+    recipe = recipe if recipe is not None else recipe_from_settings(status.settings)
+    base = base_manifest_of(recipe, base_manifest)
+    name = derived_name(base.name, record.params)
+    path = Path(output) if output is not None else Path(f"{name}.json")
+    path = path.expanduser().resolve()
+    if base.source is not None and path == base.source.resolve():
+        raise UserInputError(
+            f"{path} is the base manifest itself: export the answer to another file (-o PATH)"
+        )
+    manifest, secrets, made_absolute = answer_manifest(
+        base, record, answer, study_name=study_name, output=path, recipe=recipe
+    )
+    manifest.save(path)
+    logger.info("exported trial %d of %s to %s", record.number, study_name, path)
+    return ExportResult(
+        path=path,
+        manifest=manifest,
+        answer=answer,
+        left_out_secrets=secrets,
+        made_absolute=made_absolute,
+    )
+
+
+def answer_manifest(
+    base: Manifest,
+    record: TrialRecord,
+    answer: Answer,
+    *,
+    study_name: str,
+    output: Path,
+    recipe: StudyRecipe | None = None,
+) -> tuple[Manifest, tuple[str, ...], tuple[str, ...]]:
+    """The exported manifest, the secret env names left out, the fields made absolute."""
+    recipe = recipe or StudyRecipe()
+    rendered = base.render({**recipe.overrides, **record.overrides})
+    env = dict(rendered.env)
+    stored = record.manifest.get("env") if isinstance(record.manifest, Mapping) else None
+    if isinstance(stored, Mapping) and stored:
+        differs = sorted(k for k in set(stored) | set(env) if not is_secret_name(k) and stored.get(k) != env.get(k))
+        if differs:
+            logger.warning(
+                "trial %d ran with env values that differ from the base manifest as it is now "
+                "(%s): exporting what the trial ran with",
+                record.number, ", ".join(differs),
+            )  # fmt: skip
+        env = {k: str(v) for k, v in stored.items()}
+    secrets = tuple(sorted(k for k in {**base.env, **env} if is_secret_name(k)))
+    env = {k: v for k, v in env.items() if not is_secret_name(k)}
+    fields: dict[str, Any] = {
+        "name": derived_name(base.name, record.params),
+        "description": describe(answer, study_name, base),
+    }
+    made_absolute: list[str] = []
+    serve = list(base.serve)
+    model_id = base.model_id
+    base_folder = base.folder.resolve()
+    out_folder = output.parent.resolve()
+    if base.source is not None:
+        serve = [output.name if part == base.source.name else part for part in serve]
+    if out_folder != base_folder:
+        for key, value in list(env.items()):
+            env[key] = _absolutize_value(value, base_folder, f"env.{key}", made_absolute)
+        model_id = _absolutize_value(model_id, base_folder, "model_id", made_absolute)
+        serve = [
+            serve[0],
+            *(_absolutize_value(part, base_folder, f"serve[{i}]", made_absolute, keep=output.name)
+              for i, part in enumerate(serve[1:], start=1)),
+        ]  # fmt: skip
+        if made_absolute:
+            logger.info(
+                "exported outside the base manifest's folder: made absolute %s", ", ".join(made_absolute)
+            )
+    manifest = dataclasses.replace(
+        base, env=env, serve=tuple(serve), model_id=model_id, source=output, **fields
+    )
+    # the result must be a manifest sweeper itself accepts
+    Manifest.from_dict(manifest.to_dict(), source=output)
+    return manifest, secrets, tuple(made_absolute)
+
+
+def _absolutize_value(
+    value: str, folder: Path, where: str, changed: list[str], *, keep: str | None = None
+) -> str:
+    """A path relative to ``folder`` made absolute; JSON objects are walked; others unchanged."""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            return value
+        if isinstance(document, dict):
+            before = len(changed)
+            walked = _walk(document, folder, where, changed)
+            return json.dumps(walked, separators=(",", ":")) if len(changed) > before else value
+        return value
+    if not _looks_relative_path(text) or text == keep:
+        return value
+    candidate = folder / text
+    if candidate.exists():
+        changed.append(where)
+        return str(candidate.resolve())
+    return value
+
+
+def _walk(node: Any, folder: Path, where: str, changed: list[str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _walk(v, folder, f"{where}.{k}", changed) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_walk(v, folder, f"{where}[{i}]", changed) for i, v in enumerate(node)]
+    if isinstance(node, str):
+        return _absolutize_value(node, folder, where, changed)
+    return node
+
+
+def _looks_relative_path(text: str) -> bool:
+    if not text or text.startswith(("/", "~", "-")) or "://" in text or any(c.isspace() for c in text):
+        return False
+    try:
+        float(text)
+        return False
+    except ValueError:
+        return True

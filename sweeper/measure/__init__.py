@@ -1,0 +1,32 @@
+"""Measuring a configuration: start its server, run the evaluators, stop it.
+
+``evaluate(manifest, settings)`` is the one place that turns a manifest
+into measured TPS, PPL and fidelity; ``sweeper eval``, every study trial
+(through ``ServerEvaluator``) and every verification repeat go through it.
+"""
+
+from sweeper.measure._evaluate import (
+    PHASES,
+    EvalData,
+    EvalResult,
+    EvalSettings,
+    ServerHooks,
+    evaluate,
+    load_eval_data,
+    measure_server,
+    warmup_settings_from,
+)
+from sweeper.measure._server_evaluator import ServerEvaluator
+
+__all__ = [
+    "PHASES",
+    "EvalData",
+    "EvalResult",
+    "EvalSettings",
+    "ServerEvaluator",
+    "ServerHooks",
+    "evaluate",
+    "load_eval_data",
+    "measure_server",
+    "warmup_settings_from",
+]

@@ -1,0 +1,424 @@
+"""One evaluation: start a manifest's server, warm it up, measure, tear it down.
+
+::
+
+    data = load_eval_data(manifest, settings)       # once: loads and checks the data
+    result = evaluate(manifest, settings, data=data) # per trial: server + measurements
+    result.to_dict()["tps"], result.to_dict()["ppl"]
+
+This is the only place where a server is started, measured and stopped:
+``sweeper eval`` calls it, and so do the study's ``ServerEvaluator`` (per
+trial) and verification (per repeat), which follow the run through
+``ServerHooks`` (the server's token as soon as it exists, each phase's
+seconds as it ends, the log tail once the server is stopped).
+
+The phases run in this order, each timed: server ready, PPL (first and
+untimed, so that a trial clearly over the PPL cap stops before the warm-up
+bridge and TPS), warm-up bridge, TPS, greedy fidelity, teardown. Bad data
+raises ``DataError`` before any server starts; a server that does not come
+up raises a ``ServerError``; a TPS measurement with failed requests is
+returned with ``tps`` None (``ok`` False).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from evaluators import (
+    FidelityReference,
+    FidelityResult,
+    PplRecordSet,
+    PplResult,
+    PplSettings,
+    ProgressCallback,
+    PromptSet,
+    TpsResult,
+    TpsSettings,
+    WarmupResult,
+    WarmupSettings,
+    check_ppl_records,
+    check_prompt_lengths,
+    generate_reference,
+    load_ppl_records,
+    load_prompts,
+    measure_fidelity,
+    measure_ppl,
+    measure_tps,
+    run_warmup,
+    served_models,
+)
+from sweeper.errors import DataError, MeasurementError
+from sweeper.manifest import Manifest
+from sweeper.serving import ServerProcess, model_limits
+
+logger = logging.getLogger(__name__)
+
+PHASES = ("ready", "warmup", "ppl", "tps", "fidelity", "teardown")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalSettings:
+    """What to measure and with what; ``None`` for ``tps``/``ppl`` skips that phase.
+
+    ``prompts``/``ppl_data``: a file or hub dataset id (None: the bundled
+    demo's tuning sets). ``warmup`` None takes the manifest's ``WARMUP_*``
+    env (``WARMUP_BRIDGE=0`` turns it off) over the defaults.
+    ``fidelity_reference``: compare against this reference file;
+    ``save_reference``: write this server's greedy token ids for the first
+    ``reference_prompts`` prompts there (a baseline for later runs).
+    ``tps_after_failed_gate``: still measure TPS when PPL stopped early.
+    """
+
+    prompts: str | os.PathLike[str] | None = None
+    ppl_data: str | os.PathLike[str] | None = None
+    tps: TpsSettings | None = dataclasses.field(default_factory=TpsSettings)
+    ppl: PplSettings | None = dataclasses.field(default_factory=PplSettings)
+    warmup: WarmupSettings | None = None
+    fidelity_reference: str | os.PathLike[str] | None = None
+    save_reference: str | os.PathLike[str] | None = None
+    reference_prompts: int = 8
+    overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    ready_timeout_s: float = 900.0
+    log_path: str | os.PathLike[str] | None = None
+    tps_after_failed_gate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.reference_prompts < 1:
+            raise ValueError("EvalSettings.reference_prompts must be at least 1")
+        for key, value in self.overrides.items():
+            if not isinstance(value, str):
+                raise ValueError(f"EvalSettings.overrides[{key!r}] must be a string")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalData:
+    """The checked data of an evaluation (load once with ``load_eval_data``, reuse per trial)."""
+
+    prompts: PromptSet | None
+    ppl_records: PplRecordSet | None
+    reference: FidelityReference | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalResult:
+    """Everything one evaluation measured; ``to_dict()`` is the ``--json`` object."""
+
+    manifest: str
+    overrides: Mapping[str, str]
+    model: str
+    warmup: WarmupResult | None
+    ppl: PplResult | None
+    tps: TpsResult | None
+    fidelity: FidelityResult | None
+    timings: Mapping[str, float]
+    skipped: tuple[str, ...] = ()
+    reference_saved: str | None = None
+    log_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Every phase that ran completed (TPS: all requests; PPL: finite)."""
+        tps_ok = self.tps is None or self.tps.ok
+        ppl_ok = self.ppl is None or self.ppl.finite
+        return tps_ok and ppl_ok
+
+    def to_dict(self, *, details: bool = True) -> dict[str, Any]:
+        tps, ppl, fid = self.tps, self.ppl, self.fidelity
+        spec = tps.spec_decode if tps else None
+        data: dict[str, Any] = {
+            "manifest": self.manifest,
+            "overrides": dict(self.overrides),
+            "model": self.model,
+            "ok": self.ok,
+            "tps": tps.tps if tps else None,
+            "completed": tps.completed if tps else None,
+            "total": tps.total if tps else None,
+            "output_tokens": tps.output_tokens if tps else None,
+            "duration_s": tps.duration_s if tps else None,
+            "ppl": ppl.to_dict(records=False)["ppl"] if ppl else None,
+            "ppl_finite": ppl.finite if ppl else None,
+            "ppl_tokens": ppl.tokens if ppl else None,
+            "ppl_records": ppl.records_scored if ppl else None,
+            "ppl_stopped_early": ppl.stopped_early if ppl else None,
+            "spec_drafts": spec.drafts if spec else None,
+            "spec_draft_tokens": spec.draft_tokens if spec else None,
+            "spec_accepted_tokens": spec.accepted_tokens if spec else None,
+            "spec_acceptance_rate": spec.acceptance_rate if spec else None,
+            "spec_per_position_acceptance": list(spec.per_position_acceptance) if spec else None,
+            "mean_acceptance_length": spec.mean_acceptance_length if spec else None,
+            "fidelity": fid.fraction_identical if fid else None,
+            "timings": dict(self.timings),
+            "warmup": self.warmup.to_dict() if self.warmup else None,
+            "skipped": list(self.skipped),
+            "reference_saved": self.reference_saved,
+            "log_path": self.log_path,
+        }
+        if details:
+            data["details"] = {
+                "tps": tps.to_dict() if tps else None,
+                "ppl": ppl.to_dict() if ppl else None,
+                "fidelity": fid.to_dict() if fid else None,
+            }
+        return data
+
+
+# -- data ------------------------------------------------------------------
+
+
+def load_eval_data(manifest: Manifest, settings: EvalSettings) -> EvalData:
+    """Load the data the settings ask for and check it against the manifest's model.
+
+    Raises DataError (naming file, record and field) for anything that can be
+    seen without a server: wrong shapes, token ids outside the vocabulary,
+    records or prompts longer than the server's max_model_len.
+    """
+    from sweeper.demo import demo_paths
+
+    demo = demo_paths()
+    limits = model_limits(manifest, settings.overrides)
+    prompts = records = reference = None
+    if settings.tps is not None or settings.save_reference is not None:
+        prompts = load_prompts(settings.prompts or demo.prompts_tuning)
+    if settings.ppl is not None:
+        records = load_ppl_records(settings.ppl_data or demo.ppl_tuning)
+        check_ppl_records(records, vocab_size=limits.vocab_size, max_model_len=limits.max_model_len)
+    if settings.fidelity_reference is not None:
+        reference = FidelityReference.load(settings.fidelity_reference)
+    if prompts is not None and settings.tps is not None and limits.max_model_len:
+        counter = limits.chat_token_counter()
+        if counter is not None:
+            check_prompt_lengths(
+                prompts.head(settings.tps.num_prompts),
+                count_tokens=counter,
+                output_len=settings.tps.output_len,
+                max_model_len=limits.max_model_len,
+                source=prompts.source,
+            )
+    return EvalData(prompts=prompts, ppl_records=records, reference=reference)
+
+
+def warmup_settings_from(
+    manifest: Manifest, overrides: Mapping[str, str] | None = None
+) -> WarmupSettings:
+    """The warm-up bridge as the manifest's ``WARMUP_*`` env describes it (else the defaults)."""
+    env = {**manifest.env, **(overrides or {})}
+    defaults = WarmupSettings()
+    try:
+        return WarmupSettings(
+            enabled=env.get("WARMUP_BRIDGE", "1").strip().lower()
+            not in ("0", "false", "no", "off"),
+            num_prompts=int(env.get("WARMUP_NUM_PROMPTS", defaults.num_prompts)),
+            max_tokens=int(env.get("WARMUP_MAX_TOKENS", defaults.max_tokens)),
+            seed=int(env.get("WARMUP_SEED", defaults.seed)),
+        )
+    except ValueError as exc:
+        raise DataError(f"{manifest.source or manifest.name}: WARMUP_* env: {exc}") from None
+
+
+# -- running ---------------------------------------------------------------
+
+
+class ServerHooks:
+    """What an ``evaluate`` call tells its caller while it runs; every method is a no-op here.
+
+    Subclass and override what you need: ``server_created`` comes before the
+    server starts (its token is known), ``phase_ended`` after each phase
+    (``ready``, ``ppl``, ``warmup``, ``tps``, ``fidelity``, ``reference``,
+    ``teardown``), also when the phase raised, and ``server_stopped`` after
+    the stop (its log is then complete), also when the stop itself failed.
+    """
+
+    def server_created(self, server: ServerProcess) -> None:
+        """The server exists and is about to start."""
+
+    def phase_ended(self, phase: str, seconds: float) -> None:
+        """A phase ended (or raised) after ``seconds``."""
+
+    def server_stopped(self, server: ServerProcess) -> None:
+        """The server was stopped (or its stop failed); its log is complete."""
+
+
+def evaluate(
+    manifest: Manifest,
+    settings: EvalSettings | None = None,
+    *,
+    data: EvalData | None = None,
+    progress: ProgressCallback | None = None,
+    hooks: ServerHooks | None = None,
+) -> EvalResult:
+    """Start the manifest's server with ``settings.overrides``, measure, stop it.
+
+    ``progress(phase, done, total)`` also gets ``(phase, 0, 0)`` when a phase
+    without a count begins ("server", "teardown"). The server is stopped
+    (SIGTERM, then SIGKILL of its group) whatever happens, Ctrl-C included.
+    """
+    settings = settings or EvalSettings()
+    hooks = hooks or ServerHooks()
+    data = data or load_eval_data(manifest, settings)
+    timings: dict[str, float] = {}
+    began = time.perf_counter()
+    server = ServerProcess(
+        manifest,
+        overrides=settings.overrides,
+        log_path=settings.log_path,
+        ready_timeout_s=settings.ready_timeout_s,
+    )
+    hooks.server_created(server)
+    try:
+        _notify(progress, "server")
+        _timed(timings, "ready", _start_and_wait(server), hooks)
+        result = measure_server(
+            server.base_url,
+            server.served_model_name,
+            data,
+            settings,
+            warmup=settings.warmup or warmup_settings_from(manifest, settings.overrides),
+            timings=timings,
+            progress=progress,
+            hooks=hooks,
+        )
+    finally:
+        _notify(progress, "teardown")
+        try:
+            _timed(timings, "teardown", server.stop, hooks)
+        finally:
+            hooks.server_stopped(server)
+    timings["total"] = time.perf_counter() - began
+    return dataclasses.replace(
+        result,
+        manifest=manifest.name,
+        overrides=dict(settings.overrides),
+        timings=dict(timings),
+        log_path=str(server.log_path),
+    )
+
+
+def _start_and_wait(server: ServerProcess) -> Callable[[], float]:
+    def start() -> float:
+        server.start()
+        return server.wait_ready()
+
+    return start
+
+
+def measure_server(
+    base_url: str,
+    model: str,
+    data: EvalData,
+    settings: EvalSettings,
+    *,
+    warmup: WarmupSettings | None = None,
+    timings: dict[str, float] | None = None,
+    progress: ProgressCallback | None = None,
+    hooks: ServerHooks | None = None,
+) -> EvalResult:
+    """The measurement phases against a server that is already up (no start, no stop)."""
+    timings = {} if timings is None else timings
+    hooks = hooks or ServerHooks()
+    skipped: list[str] = []
+    served = served_models(base_url)
+    if model not in served:
+        raise MeasurementError(
+            f"the server at {base_url} does not serve {model!r} (it serves {sorted(served)})"
+        )
+    if data.ppl_records is not None and served[model]:
+        check_ppl_records(data.ppl_records, max_model_len=served[model])
+
+    # PPL first: it is not timed, so it needs no warm-up, and a trial stopped
+    # early by the PPL gate then costs neither the warm-up nor the TPS run
+    ppl = None
+    if settings.ppl is not None and data.ppl_records is not None:
+        ppl = _timed(
+            timings,
+            "ppl",
+            lambda: measure_ppl(base_url, model, data.ppl_records, settings.ppl, progress=progress),
+            hooks,
+        )
+    gate_failed = ppl is not None and ppl.stopped_early and not settings.tps_after_failed_gate
+
+    warm = None
+    if gate_failed and data.reference is None and settings.save_reference is None:
+        skipped.append("warmup: nothing timed follows a trial stopped by the PPL gate")
+    else:
+        warm = _timed(
+            timings,
+            "warmup",
+            lambda: run_warmup(base_url, model, warmup or WarmupSettings(), progress=progress),
+            hooks,
+        )
+
+    tps = None
+    if settings.tps is not None and data.prompts is not None:
+        if gate_failed:
+            skipped.append(
+                f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}"
+            )
+        else:
+            tps = _timed(
+                timings,
+                "tps",
+                lambda: measure_tps(base_url, model, data.prompts, settings.tps, progress=progress),
+                hooks,
+            )
+
+    fidelity = None
+    if data.reference is not None:
+        fidelity = _timed(
+            timings,
+            "fidelity",
+            lambda: measure_fidelity(base_url, model, data.reference, progress=progress),
+            hooks,
+        )
+
+    saved = None
+    if settings.save_reference is not None and data.prompts is not None:
+        output_len = settings.tps.output_len if settings.tps else TpsSettings().output_len
+        reference = _timed(
+            timings,
+            "reference",
+            lambda: generate_reference(
+                base_url,
+                model,
+                data.prompts.head(settings.reference_prompts),
+                output_len=output_len,
+                progress=progress,
+            ),
+            hooks,
+        )
+        saved = str(reference.save(settings.save_reference))
+    return EvalResult(
+        manifest="",
+        overrides={},
+        model=model,
+        warmup=warm,
+        ppl=ppl,
+        tps=tps,
+        fidelity=fidelity,
+        timings=dict(timings),
+        skipped=tuple(skipped),
+        reference_saved=saved,
+    )
+
+
+def _timed(
+    timings: dict[str, float], phase: str, work: Callable[[], Any], hooks: ServerHooks
+) -> Any:
+    began = time.perf_counter()
+    try:
+        return work()
+    finally:
+        timings[phase] = time.perf_counter() - began
+        hooks.phase_ended(phase, timings[phase])
+
+
+def _notify(progress: ProgressCallback | None, phase: str) -> None:
+    if progress is not None:
+        try:
+            progress(phase, 0, 0)
+        except Exception:  # noqa: BLE001 - display problems must not cost a measurement
+            logger.exception("progress callback failed for phase %r", phase)

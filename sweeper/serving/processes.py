@@ -1,0 +1,194 @@
+"""Process-group and port facts read from the operating system (Linux /proc).
+
+Used by ServerProcess to stop a server's whole group, to confirm that the
+process listening on a port is ours, and by the study to find servers left
+behind by a sweeper that was killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_PROC = Path("/proc")
+
+
+def _live_pids() -> Iterator[int]:
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            yield int(entry.name)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # the command name may hold spaces and parentheses: split after the last ')'
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    if not _PROC.is_dir():
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except OSError:
+            return []
+    members = []
+    for pid in _live_pids():
+        fields = _stat_fields(pid)
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(pid)
+    return members
+
+
+def terminate_group(
+    pgid: int, *, grace_s: float, wait_for: subprocess.Popen[bytes] | None = None
+) -> None:
+    """SIGTERM the group, wait up to ``grace_s``, SIGKILL survivors, wait until none is left."""
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if wait_for is not None:
+            wait_for.poll()
+        if not group_members(pgid):
+            break
+        time.sleep(0.2)
+    else:
+        survivors = group_members(pgid)
+        logger.warning(
+            "server group %d still has %d process(es) after %.0f s: sending SIGKILL",
+            pgid,
+            len(survivors),
+            grace_s,
+        )
+        _signal_group(pgid, signal.SIGKILL)
+        kill_deadline = time.monotonic() + 10.0
+        while group_members(pgid) and time.monotonic() < kill_deadline:
+            time.sleep(0.1)
+    if wait_for is not None:
+        try:
+            wait_for.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+    left = group_members(pgid)
+    if left:
+        raise OSError(f"processes {left} of server group {pgid} survived SIGKILL")
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def local_address(host: str) -> str:
+    """Where to reach (or probe the port of) a server bound to ``host``: the
+    loopback address for the wildcard ``0.0.0.0`` or an empty host."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def wait_port_free(port: int, host: str, *, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    bind_host = local_address(host)
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((bind_host, port))
+                return True
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def listening_pids(port: int) -> set[int] | None:
+    """PIDs holding a listening TCP socket on ``port``; None where /proc cannot tell."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (_PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            local, state, inode = parts[1], parts[3], parts[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{inode}]")
+    if not inodes:
+        return None if not _PROC.is_dir() else set()
+    owners = set()
+    for pid in _live_pids():
+        fd_dir = _PROC / str(pid) / "fd"
+        try:
+            for fd in fd_dir.iterdir():
+                try:
+                    if os.readlink(fd) in inodes:
+                        owners.add(pid)
+                        break
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return owners
+
+
+def pids_with_env(variable: str, value: str) -> list[int]:
+    """Processes whose environment holds ``variable=value`` (readable ones only)."""
+    needle = f"{variable}={value}".encode()
+    found = []
+    for pid in _live_pids():
+        try:
+            environ = (_PROC / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def kill_by_env(variable: str, value: str, *, grace_s: float = 10.0) -> list[int]:
+    """Stop every process carrying ``variable=value``: SIGTERM, wait, SIGKILL. Returns them."""
+    victims = pids_with_env(variable, value)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and pids_with_env(variable, value):
+        time.sleep(0.2)
+    for pid in pids_with_env(variable, value):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if victims:
+        logger.warning("stopped %d process(es) left behind by an earlier sweeper", len(victims))
+    return victims
+
+
+def read_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file (empty if it does not exist)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])

@@ -1,0 +1,372 @@
+"""run_study: the quality-gated search loop over a pluggable evaluate callable.
+
+Each trial: the sampler proposes params, the search space turns them into
+env overrides, ``evaluate`` measures TPS and PPL, our tables keep every
+detail, and Optuna is told the objective(s) with the PPL gate as a
+constraint. The loop survives failed trials, stops cleanly on Ctrl-C or
+SIGTERM, and a second run of the same command resumes the same study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import optuna
+
+import sweeper
+from search_spaces import BASELINE, SearchSpace
+from storage import (
+    STUDY_ATTR_PREFIX,
+    StudyStatus,
+    TrialRecord,
+    TrialStore,
+    normalize_url,
+    optuna_storage,
+    redact,
+    study_status,
+)
+from sweeper.serving import stop_servers_with_token
+from sweeper.errors import StudyError
+from sweeper.study._gate import PplGate
+from sweeper.study._evaluator import TrialEvent
+from sweeper.study._recovery import ROLE_ATTR, recover_stale_trials
+from sweeper.study._sampling import make_sampler
+from sweeper.study._options import StudyOptions, parse_duration
+from sweeper.study._evaluator import Evaluator
+from sweeper.study._trial import TrialRunner
+
+logger = logging.getLogger(__name__)
+
+ENQUEUED_ATTR = f"{STUDY_ATTR_PREFIX}enqueued"
+DIRECTIONS = {"tps": ["maximize"], "pareto": ["maximize", "minimize"]}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StudyResult:
+    """How a run_study call ended, and the study as it stands."""
+
+    study_name: str
+    storage: str
+    stop_reason: str  # n_trials | timeout | interrupted | terminated | stopped
+    trials_run: int
+    status: StudyStatus
+
+    @property
+    def best(self) -> TrialRecord | None:
+        return self.status.best
+
+    @property
+    def pareto(self) -> tuple[TrialRecord, ...]:
+        return self.status.pareto
+
+
+def run_study(
+    space: SearchSpace,
+    evaluate: Evaluator,
+    *,
+    study_name: str,
+    storage: str | None = None,
+    n_trials: int | None = None,
+    ppl_cap: float | None = None,
+    sampler: str | None = None,
+    seed: int | None = None,
+    mode: str = "tps",
+    ppl_cap_rel: float | None = None,
+    timeout: float | str | None = None,
+    enqueue: Sequence[Mapping[str, Any]] = (),
+    enqueue_space_configs: bool = True,
+    max_consecutive_failures: int = 3,
+    reuse_quality: bool = False,
+    progress: Callable[[TrialEvent], None] | None = None,
+    stale_after_s: float = 120.0,
+    handle_signals: bool = True,
+    stop_event: threading.Event | None = None,
+) -> StudyResult:
+    """Search ``space`` with ``evaluate(params[, context]) -> Measurement``.
+
+    ``storage`` is a SQLAlchemy URL or a path (default: ./sweeper-study.db);
+    an existing study of that name is resumed. ``n_trials`` counts the
+    study's trials, not this call's. ``mode`` "tps" maximizes TPS under the
+    gate, "pareto" maximizes TPS and minimizes PPL. ``sampler``: guided
+    (the default), gp, tpe, nsga2, random or grid, seeded by ``seed``.
+    ``enqueue``: configs tried first, after the space's own (the baseline
+    first when the cap is relative). ``reuse_quality``: a configuration
+    whose quality parameters were measured before gets that PPL as
+    ``context.known_ppl`` and may return ``ppl=None``. ``stop_event``: set it
+    (from a progress callback or another thread) to end after the running trial.
+    """
+    gate = (
+        None
+        if ppl_cap is None and ppl_cap_rel is None
+        else PplGate(cap=ppl_cap, cap_rel=ppl_cap_rel)
+    )
+    options = StudyOptions(
+        study_name=study_name,
+        storage=storage,
+        n_trials=n_trials,
+        timeout_s=parse_duration(timeout),
+        gate=gate,
+        mode=mode,
+        sampler=sampler,
+        seed=seed,
+        enqueue=tuple(enqueue),
+        enqueue_space_configs=enqueue_space_configs,
+        max_consecutive_failures=max_consecutive_failures,
+        reuse_quality=reuse_quality,
+        progress=progress,
+        stale_after_s=stale_after_s,
+        handle_signals=handle_signals,
+        stop_event=stop_event,
+    )
+    return Sweep(space, evaluate, options).run()
+
+
+class Sweep:
+    """One worker's run over a study (several may share it through PostgreSQL)."""
+
+    def __init__(self, space: SearchSpace, evaluate: Evaluator, options: StudyOptions) -> None:
+        self.space = space if space.bound else space.bind({})
+        self.options = options
+        self.url = normalize_url(options.storage)
+        self.store = TrialStore(self.url)
+        self.host = socket.gethostname()
+        self.stop_event = options.stop_event or threading.Event()
+        self.stop_reason: str | None = None
+        self.study, self.gate = self._open_study()
+        self.runner = TrialRunner(
+            study=self.study,
+            store=self.store,
+            space=self.space,
+            gate=self.gate,
+            evaluate=evaluate,
+            options=options,
+            host=self.host,
+            stop_event=self.stop_event,
+        )
+
+    # -- study set-up -------------------------------------------------------------
+
+    def _settings(self, gate: PplGate | None) -> dict[str, Any]:
+        return {
+            "mode": self.options.mode,
+            **(gate.to_settings() if gate else {}),
+            "space": self.space.name,
+            "quality_params": list(self.space.quality_names),
+            "sweeper_version": sweeper.__version__,
+        }
+
+    def _open_study(self) -> tuple[optuna.Study, PplGate]:
+        opts = self.options
+        storage = optuna_storage(self.url)
+        sampler = make_sampler(opts.sampler, space=self.space, mode=opts.mode, seed=opts.seed)
+        try:
+            if opts.gate is None:  # resuming only: a new study needs its gate
+                try:
+                    study = optuna.load_study(
+                        study_name=opts.study_name, storage=storage, sampler=sampler
+                    )
+                except KeyError:
+                    raise StudyError(
+                        f"study {opts.study_name!r} is new: give a PPL cap (ppl_cap or ppl_cap_rel)"
+                    ) from None
+                created = False
+            else:
+                study = optuna.create_study(
+                    study_name=opts.study_name,
+                    storage=storage,
+                    sampler=sampler,
+                    directions=DIRECTIONS[opts.mode],
+                )
+                created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=opts.study_name, storage=storage, sampler=sampler)
+            created = False
+        if created:
+            with warnings.catch_warnings():  # experimental since Optuna 3.2, still there in 5
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(["tps"] if opts.mode == "tps" else ["tps", "ppl"])
+            for key, value in self._settings(opts.gate).items():
+                study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
+            gate = opts.gate
+            self._enqueue(study, gate, first_time=True)
+            study.set_user_attr(ENQUEUED_ATTR, True)
+            logger.info("created study %s in %s", opts.study_name, redact(self.url))
+        else:
+            gate = self._check_resumed(study)
+            self._wait_for_creator(study)
+            self._recover(study)
+            self._enqueue(study, gate, first_time=False)
+        return study, gate
+
+    def _recover(self, study: optuna.Study) -> None:
+        recover_stale_trials(
+            study,
+            self.store,
+            host=self.host,
+            stale_after_s=self.options.stale_after_s,
+            kill_server=stop_servers_with_token,
+        )
+
+    def _check_resumed(self, study: optuna.Study) -> PplGate:
+        opts = self.options
+        stored = {
+            key[len(STUDY_ATTR_PREFIX) :]: value
+            for key, value in study.user_attrs.items()
+            if key.startswith(STUDY_ATTR_PREFIX)
+        }
+        if stored.get("mode", opts.mode) != opts.mode:
+            raise StudyError(
+                f"study {opts.study_name!r} runs in mode {stored['mode']!r}, not {opts.mode!r}: "
+                f"use the same mode or another study name"
+            )
+        if stored.get("ppl_cap") is None and stored.get("ppl_cap_rel") is None:
+            # created by a run that died before writing its settings
+            if opts.gate is None:
+                raise StudyError(f"study {opts.study_name!r} has no gate stored: give a PPL cap")
+            for key, value in self._settings(opts.gate).items():
+                study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
+            study.set_user_attr(ENQUEUED_ATTR, True)
+            return opts.gate
+        stored_gate = PplGate(cap=stored.get("ppl_cap"), cap_rel=stored.get("ppl_cap_rel"))
+        if opts.gate is not None and opts.gate != stored_gate:
+            raise StudyError(
+                f"study {opts.study_name!r} was started with the gate {stored_gate.describe()}, "
+                f"not {opts.gate.describe()}: use the same cap or another study name"
+            )
+        logger.info("resuming study %s (%d trials so far)", opts.study_name, len(study.trials))
+        return stored_gate
+
+    def _wait_for_creator(self, study: optuna.Study, timeout_s: float = 60.0) -> None:
+        """A worker that joins a study just created waits until its first trials are queued."""
+        deadline = time.monotonic() + timeout_s
+        while not study._storage.get_study_user_attrs(study._study_id).get(ENQUEUED_ATTR):
+            if time.monotonic() > deadline:
+                logger.warning("the study's creator never queued its first trials; going on")
+                return
+            time.sleep(0.5)
+
+    def _enqueue(self, study: optuna.Study, gate: PplGate, *, first_time: bool) -> None:
+        configs: list[tuple[str, dict[str, Any]]] = []
+        if self.options.enqueue_space_configs:
+            configs += self.space.enqueued_params()
+        configs += [
+            (f"enqueued-{i}", self.space.check_params(c, f"enqueue[{i}]"))
+            for i, c in enumerate(self.options.enqueue)
+        ]
+        if gate.relative:
+            baseline = self.space.base_values()
+            configs = [(BASELINE, baseline)] + [(n, p) for n, p in configs if n != BASELINE]
+        seen: dict[str, tuple[str, dict[str, Any]]] = {}
+        for name, params in configs:
+            key = repr(sorted(params.items()))
+            if key in seen:  # the same config under two names: one trial, both names
+                seen[key] = (f"{seen[key][0]}+{name}", params)
+            else:
+                seen[key] = (name, params)
+        for name, params in seen.values():
+            study.enqueue_trial(params, user_attrs={ROLE_ATTR: name}, skip_if_exists=not first_time)
+
+    # -- the loop -----------------------------------------------------------------
+
+    def _counted_trials(self) -> int:
+        """Trials that use the budget: measured, failed and running ones.
+
+        Interrupted trials and those of dead workers are queued again, so
+        they do not count.
+        """
+        return self.store.count(self.options.study_name, ("complete", "failed", "running"))
+
+    def _budget_left(self, started: float) -> bool:
+        opts = self.options
+        if self.stop_event.is_set():
+            self.stop_reason = self.stop_reason or "stopped"
+            return False
+        if opts.n_trials is not None and self._counted_trials() >= opts.n_trials:
+            self.stop_reason = "n_trials"
+            return False
+        if opts.timeout_s is not None and time.monotonic() - started >= opts.timeout_s:
+            self.stop_reason = "timeout"
+            logger.info("timeout reached: no new trial is started")
+            return False
+        return True
+
+    def run(self) -> StudyResult:
+        started = time.monotonic()
+        trials_run = 0
+        consecutive: list[TrialRecord] = []
+        previous = self._install_signals()
+        try:
+            while self._budget_left(started):
+                record = self.runner.run_one()
+                self._recover(self.study)  # another worker's dead trial must not block this one
+                trials_run += 1
+                if record.state == "interrupted":
+                    self.stop_reason = self.stop_reason or "interrupted"
+                    break
+                consecutive = consecutive + [record] if record.state == "failed" else []
+                if len(consecutive) >= self.options.max_consecutive_failures:
+                    raise StudyError(self._failure_message(consecutive))
+        finally:
+            self._restore_signals(previous)
+            self.store.close()
+        return StudyResult(
+            study_name=self.options.study_name,
+            storage=redact(self.url),
+            stop_reason=self.stop_reason or "interrupted",
+            trials_run=trials_run,
+            status=study_status(self.url, self.options.study_name),
+        )
+
+    def _failure_message(self, failed: list[TrialRecord]) -> str:
+        last = failed[-1]
+        tail = (last.log_tail or "").strip().splitlines()
+        hint = f" Last server log line: {tail[-1]!r}." if tail else ""
+        kinds = sorted({r.error_kind or "error" for r in failed})
+        return (
+            f"stopped after {len(failed)} consecutive failed trials "
+            f"({', '.join(f'#{r.number}' for r in failed)}: {', '.join(kinds)}). "
+            f"The last one, trial {last.number} with {dict(last.params)}, failed with "
+            f"{last.error_kind}: {last.error_message}.{hint} Look at its error and server log "
+            f"with 'sweeper status --study {self.options.study_name} --storage "
+            f"{redact(self.url)} --trial {last.number}'; a server that cannot start at all "
+            f"usually means a bad base manifest or a busy port, one that crashes on some "
+            f"settings means the search space reaches values the server cannot take."
+        )
+
+    # -- signals ------------------------------------------------------------------
+
+    def _install_signals(self) -> dict[int, Any]:
+        if (
+            not self.options.handle_signals
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return {}
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _restore_signals(self, previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        first = not self.stop_event.is_set()
+        self.stop_event.set()
+        self.stop_reason = self.stop_reason or (
+            "terminated" if signum == signal.SIGTERM else "interrupted"
+        )
+        if first:
+            logger.warning("%s: stopping after marking the running trial", name)
+            self.runner.interrupt(name)
+        else:
+            logger.warning("%s again: already stopping", name)

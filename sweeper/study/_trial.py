@@ -1,0 +1,346 @@
+"""One trial of a study: ask, evaluate, record, tell."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+
+from search_spaces import BASELINE, SearchSpace
+from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore, best_feasible
+from sweeper.errors import MeasurementError, ServerError, SweeperError
+from sweeper.versions import software_versions
+from sweeper.study._gate import CONSTRAINT, PplGate, reference_ppl, set_reference, wait_for_reference
+from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
+from sweeper.study._recovery import ROLE_ATTR, fail_trial
+from sweeper.study._options import StudyOptions
+
+logger = logging.getLogger(__name__)
+
+class TrialInterrupted(BaseException):
+    """Raised inside evaluate by the SIGINT/SIGTERM handler."""
+
+    def __init__(self, signal_name: str) -> None:
+        self.signal_name = signal_name
+        super().__init__(f"interrupted by {signal_name}")
+
+
+def is_baseline(role: str) -> bool:
+    return BASELINE in role.split("+")
+
+
+class _Heartbeat:
+    """Refreshes the trial's heartbeat in our table while it runs."""
+
+    def __init__(self, store: TrialStore, study_name: str, number: int, interval_s: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(store, study_name, number, interval_s), daemon=True
+        )
+
+    def _beat(self, store: TrialStore, study_name: str, number: int, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                store.beat(study_name, number)
+            except SweeperError as exc:
+                logger.warning("heartbeat of trial %d not recorded: %s", number, exc)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+class TrialRunner:
+    def __init__(
+        self,
+        *,
+        study: optuna.Study,
+        store: TrialStore,
+        space: SearchSpace,
+        gate: PplGate,
+        evaluate: Evaluator,
+        options: StudyOptions,
+        host: str,
+        stop_event: threading.Event,
+    ) -> None:
+        self.study = study
+        self.store = store
+        self.space = space
+        self.gate = gate
+        self.evaluate = evaluate
+        self.options = options
+        self.host = host
+        self.stop_event = stop_event
+        self._in_evaluate = False
+
+    def interrupt(self, signal_name: str) -> None:
+        """Called from the signal handler: abort evaluate (its cleanup runs), else just stop."""
+        if self._in_evaluate:
+            raise TrialInterrupted(signal_name)
+
+    def _emit(self, event: TrialEvent) -> None:
+        if self.options.progress is None:
+            return
+        try:
+            self.options.progress(event)
+        except Exception:  # noqa: BLE001 - a display problem must not cost a trial
+            logger.exception("progress callback failed")
+
+    def _known_ppl(self, params: Mapping[str, Any]) -> tuple[float | None, int | None]:
+        if not self.options.reuse_quality:
+            return None, None
+        key = self.space.quality_key(params)
+        for record in self.store.records(self.study.study_name, states=["complete"]):
+            if (
+                record.ppl is not None
+                and record.ppl_reused_from is None
+                and not record.early_stopped
+                and self.space.quality_key(record.params) == key
+            ):
+                return record.ppl, record.number
+        return None, None
+
+    def _cap(self, role: str, ppl: float | None, number: int) -> float | None:
+        """The cap in force; with a relative gate the baseline sets it, others may wait for it."""
+        if not self.gate.relative:
+            return self.gate.cap
+        reference = reference_ppl(self.study)
+        if reference is None and ppl is not None and is_baseline(role):
+            set_reference(self.study, ppl, number)
+            reference = ppl
+        if reference is None and ppl is not None:
+            reference = wait_for_reference(
+                self.study, self._baseline_finished, should_stop=self.stop_event.is_set
+            )
+        return self.gate.cap_for(reference)
+
+    def _baseline_finished(self) -> bool:
+        return any(
+            t.state.is_finished() and is_baseline(str(t.user_attrs.get(ROLE_ATTR, "")))
+            for t in self.study.get_trials(deepcopy=False)
+        )
+
+    # -- one trial ------------------------------------------------------------------
+
+    def run_one(self) -> TrialRecord:
+        """Ask, evaluate, record and tell one trial; returns its record."""
+        trial = self.study.ask()
+        role = str(trial.user_attrs.get(ROLE_ATTR, "sampled"))
+        try:
+            params = self.space.suggest(trial)
+            overrides = self.space.overrides(params)
+        except BaseException:
+            fail_trial(self.study, self._frozen(trial), requeue=False)
+            raise
+        context = self._start(trial, role, params, overrides)
+        start = time.monotonic()
+        with _Heartbeat(
+            self.store, context.study_name, trial.number, self.options.stale_after_s / 4
+        ):
+            outcome, error = self._evaluate(trial, context)
+        self.store.finish_trial(context.study_name, trial.number, outcome)
+        if outcome.state == "complete":
+            self._tell_complete(trial, outcome)
+        else:
+            if outcome.error_message:
+                message = f"{outcome.error_kind}: {outcome.error_message}"
+                trial.set_user_attr("error", message[:2000])
+            interrupted = outcome.state == "interrupted"
+            fail_trial(self.study, self._frozen(trial), requeue=interrupted, count_retry=False)
+        if error is not None:
+            raise error
+        record = self.store.record(context.study_name, trial.number, details=False)
+        if self.options.progress is not None:
+            best = best_feasible(self.store.records(context.study_name, states=["complete"]))
+            self._emit(
+                self._event(
+                    context,
+                    "finished",
+                    state=record.state,
+                    tps=record.tps,
+                    ppl=record.ppl,
+                    feasible=record.feasible,
+                    error=record.error_message,
+                    best_number=best.number if best else None,
+                    best_tps=best.tps if best else None,
+                    elapsed_s=time.monotonic() - start,
+                )
+            )
+        return record
+
+    @staticmethod
+    def _event(context: TrialContext, kind: str, **fields: Any) -> TrialEvent:
+        return TrialEvent(
+            kind=kind,
+            study_name=context.study_name,
+            number=context.number,
+            params=context.params,
+            role=context.role,
+            **fields,
+        )
+
+    def _start(
+        self,
+        trial: optuna.trial.Trial,
+        role: str,
+        params: dict[str, Any],
+        overrides: dict[str, str],
+    ) -> TrialContext:
+        """Record the trial as running and build its context."""
+        study_name = self.study.study_name
+        cap = self._cap(role, None, trial.number)
+        self.store.start_trial(
+            study_name=study_name,
+            number=trial.number,
+            optuna_trial_id=trial._trial_id,
+            params=params,
+            overrides=overrides,
+            role=role,
+            host=self.host,
+            pid=os.getpid(),
+            ppl_cap=cap,
+        )
+        known_ppl, known_trial = self._known_ppl(params)
+        event = functools.partial(
+            TrialEvent, study_name=study_name, number=trial.number, params=params, role=role
+        )
+        context = TrialContext(
+            study_name=study_name,
+            number=trial.number,
+            params=params,
+            overrides=overrides,
+            role=role,
+            ppl_cap=cap,
+            known_ppl=known_ppl,
+            known_ppl_trial=known_trial,
+            store=self.store,
+            stop_event=self.stop_event,
+            on_phase=lambda name, done, total: self._emit(
+                event(kind="phase", phase=name, done=done, total=total)
+            ),
+            on_progress=lambda name, done, total: self._emit(
+                event(kind="progress", phase=name, done=done, total=total)
+            ),
+        )
+        self._emit(self._event(context, "started"))
+        logger.info("trial %d (%s): %s", trial.number, role, params)
+        return context
+
+    def _evaluate(
+        self, trial: optuna.trial.Trial, context: TrialContext
+    ) -> tuple[TrialOutcome, BaseException | None]:
+        """The trial's outcome, and an error to raise once it is recorded (a bug, not a failure)."""
+        params = context.params
+        try:
+            self._in_evaluate = True
+            measurement = self.evaluate(params, context)
+            self._in_evaluate = False
+            if not isinstance(measurement, Measurement):
+                raise MeasurementError(
+                    f"the evaluator returned {type(measurement).__name__}, not a Measurement"
+                )
+            return self._complete(trial, context.role, measurement, context), None
+        except (TrialInterrupted, KeyboardInterrupt) as exc:
+            self._in_evaluate = False
+            self.stop_event.set()
+            why = f"interrupted by {getattr(exc, 'signal_name', 'SIGINT')}"
+            return self._failed(context, "interrupted", "Interrupted", why), None
+        except (ServerError, MeasurementError) as exc:
+            self._in_evaluate = False
+            log_tail = getattr(exc, "log_tail", "") or context.log_tail
+            return self._failed(context, "failed", type(exc).__name__, str(exc), log_tail), None
+        except BaseException as exc:
+            self._in_evaluate = False
+            return self._failed(context, "failed", type(exc).__name__, str(exc)), exc
+
+    def _frozen(self, trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
+        return self.study._storage.get_trial(trial._trial_id)
+
+    def _failed(
+        self, context: TrialContext, state: str, kind: str, message: str, log_tail: str = ""
+    ) -> TrialOutcome:
+        logger.warning("trial %d %s: %s: %s", context.number, state, kind, message)
+        return TrialOutcome(
+            state=state,
+            error_kind=kind,
+            error_message=message,
+            log_tail=log_tail or context.log_tail or None,
+            server_token=context.server_token,
+            versions=software_versions(),
+        )
+
+    def _complete(
+        self,
+        trial: optuna.trial.Trial,
+        role: str,
+        measurement: Measurement,
+        context: TrialContext,
+    ) -> TrialOutcome:
+        ppl, reused_from = measurement.ppl, None
+        if ppl is None:
+            if context.known_ppl is None:
+                raise MeasurementError("evaluate returned no PPL, and none could be reused")
+            ppl, reused_from = context.known_ppl, context.known_ppl_trial
+        cap = self._cap(role, ppl, trial.number)
+        tps, imputed = measurement.tps, False
+        if tps is None:  # stopped early over the cap: the slowest TPS seen stands in
+            measured = [
+                r.tps
+                for r in self.store.records(self.study.study_name, states=["complete"])
+                if r.tps is not None and not r.tps_imputed
+            ]
+            tps, imputed = (min(measured) if measured else 0.0), True
+        return TrialOutcome(
+            state="complete",
+            tps=float(tps),
+            ppl=float(ppl),
+            ppl_cap=cap,
+            feasible=ppl <= cap,
+            ppl_reused_from=reused_from,
+            early_stopped=measurement.early_stopped,
+            tps_imputed=imputed,
+            extras=measurement.extras,
+            versions={**software_versions(), **measurement.versions},
+            # phases already stored through the context are not stored twice
+            phases=[
+                (name, seconds)
+                for name, seconds in measurement.phases.items()
+                if name not in {recorded for recorded, _ in context.recorded_phases}
+            ],
+            requests=list(measurement.requests),
+            manifest=measurement.manifest or context.manifest,
+            log_tail=measurement.log_tail or context.log_tail or None,
+            server_token=measurement.server_token or context.server_token,
+        )
+
+    def _tell_complete(self, trial: optuna.trial.Trial, outcome: TrialOutcome) -> None:
+        trial.set_user_attr("tps", outcome.tps)
+        trial.set_user_attr("ppl", outcome.ppl)
+        trial.set_user_attr("feasible", outcome.feasible)
+        if outcome.ppl_reused_from is not None:
+            trial.set_user_attr("ppl_reused_from", outcome.ppl_reused_from)
+        if outcome.tps_imputed:
+            trial.set_user_attr(TPS_IMPUTED_ATTR, True)
+        # Optuna's models see an infinite PPL as twice the cap (our table keeps the real value)
+        ppl = PplGate.model_ppl(outcome.ppl, outcome.ppl_cap)
+        trial.set_constraint(CONSTRAINT, PplGate.constraint(outcome.ppl, outcome.ppl_cap))
+        values = [outcome.tps] if len(self.study.directions) == 1 else [outcome.tps, ppl]
+        self.study.tell(trial, values)
+        logger.info(
+            "trial %d: TPS %.2f, PPL %.4f (cap %.4f) %s",
+            trial.number,
+            outcome.tps,
+            outcome.ppl,
+            outcome.ppl_cap,
+            "passes" if outcome.feasible else "FAILS the gate",
+        )

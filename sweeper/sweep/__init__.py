@@ -1,0 +1,18 @@
+"""A whole ``sweeper run``: the plan, checked before any server starts, then study and verify.
+
+``RunPlan`` holds every choice of one run (the defaults run the CPU demo);
+``prepare`` checks manifest, space and data and builds the evaluator;
+``execute`` runs the study and, when asked, verifies its answer.
+"""
+
+from sweeper.sweep._plan import (
+    DEMO_PRESET,
+    DEMO_STORAGE,
+    DEMO_STUDY,
+    PreparedRun,
+    RunPlan,
+    execute,
+    prepare,
+)
+
+__all__ = ["DEMO_PRESET", "DEMO_STORAGE", "DEMO_STUDY", "PreparedRun", "RunPlan", "execute", "prepare"]

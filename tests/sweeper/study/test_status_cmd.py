@@ -1,0 +1,104 @@
+"""``sweeper status`` on a study with a known outcome: exit codes and exact output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import toy
+from click.testing import CliRunner
+
+import sweeper
+from sweeper.cli import app
+from sweeper.errors import ServerError
+from sweeper.study import Measurement
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIGS = [
+    {"w": 1, "k": 4},
+    {"w": 5, "k": 4},
+    {"w": 6, "k": 1},
+    {"w": 7, "k": 2},
+    {"w": 16, "k": 1},
+]
+
+
+@pytest.fixture(scope="module")
+def study_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("status") / "study.db"
+
+    def evaluate(params, context):
+        if params == {"w": 7, "k": 2}:
+            context.set_log_tail("INFO starting\nERROR address already in use")
+            raise ServerError("server exited with code 1 during start-up")
+        with context.phase("tps"):
+            pass
+        return Measurement(tps=toy.tps(params), ppl=toy.ppl(params))
+
+    sweeper.run_study(
+        toy.SPACE,
+        evaluate,
+        study_name="toy",
+        storage=str(path),
+        n_trials=5,
+        ppl_cap=toy.CAP,
+        enqueue=CONFIGS,
+        handle_signals=False,
+    )
+    return str(path)
+
+
+def test_status_summary(study_db: str) -> None:
+    result = CliRunner().invoke(app, ["status", "--storage", study_db])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[:4] == [
+        f"study toy in sqlite:///{study_db}",
+        "mode tps, gate PPL <= 1.2, space toy",
+        "trials: 4 complete (3 pass the gate, 1 fail it), 1 failed, 0 running, 0 queued",
+        "best: trial 1: TPS 230.00, PPL 1.2000 (cap 1.2000), w=5, k=4",
+    ]
+    rows = [line for line in lines if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == ["1", "2", "4"]  # the Pareto set
+
+
+def test_status_json(study_db: str) -> None:
+    result = CliRunner().invoke(app, ["status", "--storage", study_db, "--study", "toy", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["counts"]["COMPLETE"] == 4 and data["counts"]["FAIL"] == 1
+    assert data["best"]["number"] == 1 and data["best"]["params"] == {"w": 5, "k": 4}
+    assert [row["number"] for row in data["pareto"]] == [1, 2, 4]
+    assert data["settings"]["ppl_cap"] == 1.2
+
+
+def test_status_of_a_failed_trial_shows_its_error_and_log(study_db: str) -> None:
+    result = CliRunner().invoke(app, ["status", "--storage", study_db, "--trial", "3"])
+    assert result.exit_code == 0, result.output
+    assert "trial 3 of toy: failed (enqueued-3)" in result.output
+    assert "error: ServerError: server exited with code 1 during start-up" in result.output
+    assert result.output.rstrip().endswith("INFO starting\nERROR address already in use")
+    detail = json.loads(
+        CliRunner().invoke(app, ["status", "--storage", study_db, "--trial", "0", "--json"]).output
+    )
+    assert (detail["state"], detail["feasible"], detail["tps"]) == ("complete", False, 270.0)
+    assert detail["phases"] == [["tps", pytest.approx(0.0, abs=0.5)]]
+
+
+def test_status_errors_are_one_line_and_an_exit_code(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    missing = tmp_path / "none.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "sweeper", "status", "--storage", str(missing)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: no study database at {missing} (see --storage)"
+    assert not missing.exists()
