@@ -36,6 +36,7 @@ from evaluators.fidelity import (
     measure_fidelity,
 )
 from evaluators.ppl import (
+    EarlyStopRule,
     PplResult,
     PplSettings,
     RecordScore,
@@ -58,6 +59,7 @@ from evaluators.tps import RequestRecord, TpsResult, TpsSettings, measure_tps
 from evaluators.warmup import WarmupResult, WarmupSettings, run_warmup, synthetic_prompts
 
 __all__ = [
+    "EarlyStopRule",
     "Divergence",
     "FidelityReference",
     "FidelityResult",

@@ -18,6 +18,18 @@ so that a study can stop a trial whose PPL is clearly over the cap::
         running.add(score_record(client, model, record))
         if running.clearly_over(cap, confidence=0.99):
             break
+
+The early stop looks after every record, so a fixed one-sided test at each
+look would stop a configuration that truly meets the cap far more often
+than its level says (simulated at the cap: about 5 % for a 99 % test with
+128 records, and about 19 % with the finite-population correction). The
+rule keeps its promise over all looks instead: ``EarlyStopRule`` hands out
+the error budget ``1 - confidence`` across the looks with an alpha-spending
+function (Lan-DeMets, Pocock type), each look tests at its share, and the
+union bound caps the chance of any wrong stop at the budget. The standard
+error it uses leaves out the finite-population correction, which can only
+make each look more cautious. ``benchmarks/ppl_early_stop.py`` measures the
+wrong-stop rate and the records saved.
 """
 
 from __future__ import annotations
@@ -134,6 +146,17 @@ class RunningPpl:
             fpc = max(0.0, 1.0 - m / self.population)
         return math.sqrt(fpc * variance / m) / mean_tokens
 
+    @property
+    def stderr_with_replacement(self) -> float:
+        """The standard error without the finite-population correction (never smaller)."""
+        m = self.count
+        if m < 2 or not self.finite:
+            return math.inf
+        mean = self.mean_nll
+        residuals = [s.nll - mean * s.tokens for s in self.scores]
+        variance = sum(r * r for r in residuals) / (m - 1)
+        return math.sqrt(variance / m) / (self.tokens / m)
+
     def interval(self, confidence: float = 0.95) -> tuple[float, float]:
         """Two-sided interval of the PPL at ``confidence`` (normal approximation)."""
         if not self.finite:
@@ -155,16 +178,90 @@ class RunningPpl:
         return math.exp(min(low, MAX_LOG_PPL)) if math.isfinite(low) else 0.0
 
     def clearly_over(self, cap: float, *, confidence: float = 0.99, min_records: int = 16) -> bool:
-        """True when the PPL exceeds ``cap`` even at its lower ``confidence`` bound.
+        """True when the PPL is over ``cap`` by the sequential ``EarlyStopRule``.
 
-        An infinite NLL decides at once; otherwise at least ``min_records``
-        records must be in (the normal approximation needs a few).
+        Over every look a population truly at or under the cap is stopped
+        with a chance of at most ``1 - confidence``. An infinite NLL decides
+        at once; otherwise at least ``min_records`` records must be in.
         """
         if not self.finite:
             return True
-        if self.count < min(min_records, self.population or min_records):
+        rule = EarlyStopRule(
+            alpha=1.0 - confidence, min_records=min_records, population=self.population
+        )
+        return rule.stops(self, cap)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EarlyStopRule:
+    """Stop scoring when the PPL is over the cap, with the wrong-stop chance kept over all looks.
+
+    Look ``j`` comes after record ``min_records + (j - 1) * look_every``; the
+    last possible look comes before the last record (after it the PPL is
+    known exactly). Fewer looks leave each a larger share of the budget: one
+    every 8 records stopped 81 % of configurations 10 % over the cap in the
+    benchmark, one after every record 51 %. Look ``j`` of ``K`` tests at level
+    ``spent(j / K) - spent((j - 1) / K)`` with ``spent(t) = alpha *
+    ln(1 + (e - 1) t)``; the levels add up to ``alpha``. With an unknown
+    population look ``j`` tests at ``alpha * 6 / (pi^2 j^2)``, whose sum is
+    ``alpha`` too.
+    """
+
+    alpha: float = 0.01
+    min_records: int = 16
+    population: int | None = None
+    look_every: int = 8
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 0.5:
+            raise ValueError(f"EarlyStopRule.alpha must be in (0, 0.5), not {self.alpha}")
+        if self.min_records < 2:
+            raise ValueError("EarlyStopRule.min_records must be at least 2")
+        if self.look_every < 1:
+            raise ValueError("EarlyStopRule.look_every must be at least 1")
+
+    @property
+    def first_look(self) -> int:
+        """The number of records after which the first look comes."""
+        return min(self.min_records, self.population or self.min_records)
+
+    @property
+    def looks(self) -> int | None:
+        """How many looks there can be (None: unbounded)."""
+        if self.population is None:
+            return None
+        last = self.population - 1  # the last record count with a look
+        return max(0, (last - self.first_look) // self.look_every + 1)
+
+    def look_alpha(self, count: int) -> float:
+        """The level of the look after ``count`` records (0 where there is no look)."""
+        offset = count - self.first_look
+        if offset < 0 or offset % self.look_every:
+            return 0.0
+        look = offset // self.look_every + 1
+        looks = self.looks
+        if look < 1 or (looks is not None and look > looks):
+            return 0.0
+        if looks is None:
+            return self.alpha * 6.0 / (math.pi**2 * look**2)
+        return self.spent(look / looks) - self.spent((look - 1) / looks)
+
+    def spent(self, fraction: float) -> float:
+        """The error budget spent once ``fraction`` of the looks are done."""
+        return self.alpha * math.log1p((math.e - 1.0) * min(max(fraction, 0.0), 1.0))
+
+    def boundary(self, count: int) -> float:
+        """How many standard errors over the cap the log-PPL must be at this look (inf: no look)."""
+        level = self.look_alpha(count)
+        if level <= 0.0:
+            return math.inf
+        return statistics.NormalDist().inv_cdf(1.0 - level)
+
+    def stops(self, running: RunningPpl, cap: float) -> bool:
+        z = self.boundary(running.count)
+        if not math.isfinite(z):
             return False
-        return self.lower_bound(confidence) > cap
+        return running.mean_nll - z * running.stderr_with_replacement > math.log(cap)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -174,7 +271,9 @@ class PplSettings:
     ``order_seed``: score the records in this seeded random order (None:
     file order); the final PPL does not depend on it, the running estimate
     needs it. ``stop_above``: stop as soon as the PPL is clearly over this
-    cap at ``stop_confidence``. ``max_records``: score only the first ones.
+    cap; over all the looks together, a configuration truly at or under the
+    cap is stopped with a chance of at most ``1 - stop_confidence``
+    (``EarlyStopRule``). ``max_records``: score only the first ones.
     """
 
     order_seed: int | None = 0

@@ -107,7 +107,7 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert completed.returncode == 0, completed.stderr[-3000:]
     measured = json.loads(completed.stdout)
     log = (tmp_path / "eval-server.log").read_text()
-    assert "sweeper.serve: exec: " in log  # started by `sweeper serve winner.json`
+    assert "sweeper.serving._command: exec: " in log  # started by `sweeper serve winner.json`
     spec = json.loads(manifest["env"]["SPECULATIVE_CONFIG"])
     assert f'"num_speculative_tokens": {spec["num_speculative_tokens"]}' in log
     assert measured["completed"] == NUM_PROMPTS
