@@ -35,6 +35,7 @@ from evaluators.fidelity import (
     generate_reference,
     measure_fidelity,
 )
+from evaluators.intervals import Interval, repeat_interval, request_interval
 from evaluators.ppl import (
     EarlyStopRule,
     PplResult,
@@ -59,6 +60,9 @@ from evaluators.tps import RequestRecord, TpsResult, TpsSettings, measure_tps
 from evaluators.warmup import WarmupResult, WarmupSettings, run_warmup, synthetic_prompts
 
 __all__ = [
+    "Interval",
+    "repeat_interval",
+    "request_interval",
     "EarlyStopRule",
     "Divergence",
     "FidelityReference",

@@ -1,0 +1,126 @@
+"""How sure a TPS figure is: intervals from the requests of one run and from repeats.
+
+Two sources of spread, kept apart because they answer different questions:
+
+* **Within one server.** TPS is the output tokens over the wall clock of
+  the measured requests. The requests of a run differ (prompt lengths,
+  acceptance of speculative tokens), so another draw of prompts of the same
+  kind would read a little differently. ``request_interval`` resamples the
+  requests (a percentile bootstrap of the ratio tokens / latency) and
+  scales it to the run's own TPS, so the interval also carries the small
+  time between requests that the wall clock sees.
+* **Between servers.** The same configuration in a fresh server reads
+  differently again (CPU placement, compile results, GPU clocks): 10-20 %
+  on 2 shared CPU cores. Only repeats in fresh servers show it;
+  ``repeat_interval`` gives a t-interval for their mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from sweeper.errors import MeasurementError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Interval:
+    """``low``-``high`` around ``value`` at ``confidence``; ``method`` says how it was made."""
+
+    value: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+    samples: int
+
+    @property
+    def relative_half_width(self) -> float:
+        """Half the width as a share of the value (0.05: +-5 %)."""
+        return (self.high - self.low) / 2.0 / self.value if self.value else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def request_interval(
+    tokens: Sequence[int],
+    latencies_s: Sequence[float],
+    *,
+    tps: float | None = None,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Interval:
+    """Bootstrap interval of a run's TPS from its requests' token counts and latencies.
+
+    ``tps`` is the run's own figure (tokens over the wall clock); None takes
+    the ratio of the sums. The bootstrap draws ``resamples`` sets of the
+    same size with replacement, seeded, so the interval is reproducible.
+    """
+    _check_confidence(confidence)
+    if len(tokens) != len(latencies_s):
+        raise MeasurementError("request_interval: tokens and latencies differ in length")
+    if len(tokens) < 2:
+        raise MeasurementError("request_interval: at least 2 requests are needed")
+    if any(latency <= 0 for latency in latencies_s):
+        raise MeasurementError("request_interval: every latency must be positive")
+    ratio = sum(tokens) / sum(latencies_s)
+    value = ratio if tps is None else float(tps)
+    scale = value / ratio
+    rng = random.Random(seed)
+    count = len(tokens)
+    pairs = list(zip(tokens, latencies_s))
+    ratios = []
+    for _ in range(resamples):
+        drawn = [pairs[rng.randrange(count)] for _ in range(count)]
+        ratios.append(sum(t for t, _ in drawn) / sum(s for _, s in drawn))
+    ratios.sort()
+    tail = (1.0 - confidence) / 2.0
+    low = _quantile(ratios, tail) * scale
+    high = _quantile(ratios, 1.0 - tail) * scale
+    return Interval(
+        value=value,
+        low=low,
+        high=high,
+        confidence=confidence,
+        method=f"bootstrap over {count} requests ({resamples} resamples)",
+        samples=count,
+    )
+
+
+def repeat_interval(values: Sequence[float], *, confidence: float = 0.95) -> Interval:
+    """Student-t interval of the mean of repeated figures (fresh servers)."""
+    _check_confidence(confidence)
+    if len(values) < 2:
+        raise MeasurementError("repeat_interval: at least 2 repeats are needed")
+    mean = statistics.fmean(values)
+    from scipy.stats import t as student_t  # a dependency already (Optuna's GP sampler)
+
+    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, len(values) - 1)) * (
+        statistics.stdev(values) / math.sqrt(len(values))
+    )
+    return Interval(
+        value=mean,
+        low=mean - half,
+        high=mean + half,
+        confidence=confidence,
+        method=f"t-interval over {len(values)} repeats",
+        samples=len(values),
+    )
+
+
+def _quantile(ordered: Sequence[float], probability: float) -> float:
+    position = probability * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.5 < confidence < 1.0:
+        raise MeasurementError(f"confidence must be in (0.5, 1), not {confidence}")
