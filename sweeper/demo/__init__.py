@@ -1,6 +1,10 @@
-"""The bundled demo: a tiny Gemma 4 model with an MTP drafter, its manifest and data.
+"""The bundled demo: a tiny Gemma 4 model with an MTP drafter, its manifests and data.
 
 Everything here is package data built by ``scripts/build_tiny_model.py``.
+``manifest`` serves the model on CPU (float32, eager, the CPU KV-cache
+size); ``gpu_manifest`` serves the same files on a CUDA GPU (bfloat16,
+compiled with CUDA graphs, 30 % of the GPU's memory, vLLM's sampler
+without flashinfer).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ class DemoPaths:
     model: Path
     drafter: Path
     manifest: Path
+    gpu_manifest: Path
     prompts_tuning: Path
     prompts_heldout: Path
     ppl_tuning: Path
@@ -33,6 +38,7 @@ def demo_paths() -> DemoPaths:
         model=DATA_DIR / "model",
         drafter=DATA_DIR / "drafter",
         manifest=DATA_DIR / "manifest.json",
+        gpu_manifest=DATA_DIR / "manifest-gpu.json",
         prompts_tuning=DATA_DIR / "prompts_tuning.json",
         prompts_heldout=DATA_DIR / "prompts_heldout.json",
         ppl_tuning=DATA_DIR / "ppl_tuning.jsonl",
