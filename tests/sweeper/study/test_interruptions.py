@@ -180,7 +180,7 @@ def test_consecutive_failures_stop_with_a_pointer(tmp_path: Path) -> None:
         )
     message = str(caught.value)
     assert calls == [0, 1, 2, 3]
-    assert message.startswith("stopped after 3 consecutive failed trials (#1, #2, #3: ServerError)")
+    assert message.startswith("stopped after 3 consecutive failed trials (#1, #2, #3: oom-start)")
     assert "server exited with code 1 during start-up (trial 3)" in message
     assert "Last server log line: 'RuntimeError: CUDA out of memory'" in message
     assert "sweeper status --study toy --storage sqlite:///" in message and "--trial 3" in message
