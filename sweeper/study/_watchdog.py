@@ -4,8 +4,10 @@
 evaluation. When the limit passes it
 
 1. stops every process that carries the trial's server token (SIGTERM, a
-   grace period, SIGKILL): the evaluator's requests then fail at once and
-   its server context manager finds nothing left to stop;
+   grace period, SIGKILL), and keeps doing so for the token the trial has
+   now (a retried start has a new one) until the evaluator returns: its
+   requests then fail at once and its server context manager finds nothing
+   left to stop;
 2. if the evaluator has still not returned ``return_grace_s`` later (it is
    busy in Python, not waiting on the server), raises ``TrialTimedOut`` in
    the evaluating thread, as the signal handler raises ``TrialInterrupted``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from sweeper.errors import ServerStopError
@@ -74,19 +77,20 @@ class TrialWatchdog:
         if self._done.wait(self.limit_s):
             return
         self.expired = True
-        token = self._token()
-        logger.warning(
-            "trial past its %.0f s limit: stopping its server%s",
-            self.limit_s,
-            f" (token {token})" if token else " (no server token yet)",
-        )
-        if token:
-            try:
-                self.stopped_pids = stop_servers_with_token(token, grace_s=self.stop_grace_s)
-            except ServerStopError as exc:
-                logger.error("the timed-out trial's server could not be stopped: %s", exc)
-        if self._done.wait(self.return_grace_s):
-            return
+        logger.warning("trial past its %.0f s limit: stopping its server", self.limit_s)
+        give_up = time.monotonic() + self.return_grace_s
+        # until the evaluator returns: stop whatever server the trial has now (a retry
+        # started after the first stop carries a new token)
+        while not self._done.is_set() and time.monotonic() < give_up:
+            token = self._token()
+            if token:
+                try:
+                    stopped = stop_servers_with_token(token, grace_s=self.stop_grace_s)
+                except ServerStopError as exc:
+                    logger.error("the timed-out trial's server could not be stopped: %s", exc)
+                    stopped = exc.pids
+                self.stopped_pids += [pid for pid in stopped if pid not in self.stopped_pids]
+            self._done.wait(0.5)
         with self._lock:
             if self._done.is_set():
                 return
