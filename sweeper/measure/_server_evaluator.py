@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluators import PplSettings, TpsSettings, WarmupSettings
+from evaluators import PplSettings, WarmupSettings
 from sweeper.errors import MeasurementError, ServerError
 from sweeper.manifest import Manifest
 from sweeper.measure._evaluate import EvalData, EvalResult, EvalSettings, ServerHooks, evaluate
@@ -44,30 +44,45 @@ STUDY_PHASE_NAMES = {"ready": "start", "server": "start"}
 START_ATTEMPTS = 2  # a transient start failure is tried once more in a fresh server
 # what a stop may take: SIGTERM grace (30 s), SIGKILL wait, the token sweep, the port check
 TEARDOWN_BOUND_S = 90.0
+# the slowest server a trial limit allows for, on average over the trial: a base per request,
+# output tokens at 20 tokens/s (the challenge's bf16 baseline runs 44), prompt tokens scored
+# at 2,000 tokens/s; a hung server is caught sooner, by the first request that times out
+REQUEST_BOUND_S = 2.0
+DECODE_FLOOR_TOKENS_PER_S = 20.0
+PREFILL_FLOOR_TOKENS_PER_S = 2000.0
 
 
 def trial_limit_s(settings: EvalSettings, data: EvalData, warmup: WarmupSettings | None) -> float:
     """A trial's wall-clock limit from its sizes: what each step may take, summed.
 
-    Start (the ready timeout) and teardown twice (a start may be retried),
-    each PPL record's request timeout (from its length), the warm-up
-    bridge's requests and every TPS request (warm-up ones included) at the
-    TPS request timeout (from the output length), the fidelity prompts.
+    Start (the ready timeout) and teardown twice (a start may be retried);
+    per PPL record ``REQUEST_BOUND_S`` plus its tokens at
+    ``PREFILL_FLOOR_TOKENS_PER_S``; per request of the warm-up bridge, the
+    TPS run (its warm-up requests included) and the fidelity check,
+    ``REQUEST_BOUND_S`` plus its output tokens at ``DECODE_FLOOR_TOKENS_PER_S``.
+    The challenge's sizes (128 records of 97,145 tokens, 64 bridge prompts,
+    4 + 128 requests of 512 tokens) give 2 x 990 + 305 + 131 + 3,643 s:
+    about 1 h 40 min.
     """
+
+    def decode(output_len: int) -> float:
+        return REQUEST_BOUND_S + output_len / DECODE_FLOOR_TOKENS_PER_S
+
     limit = START_ATTEMPTS * (settings.ready_timeout_s + TEARDOWN_BOUND_S)
     if settings.ppl is not None and data.ppl_records is not None:
         records = list(data.ppl_records)
         if settings.ppl.max_records:
             records = records[: settings.ppl.max_records]
-        limit += sum(settings.ppl.request_timeout_s(len(r.token_ids)) for r in records)
+        limit += sum(
+            REQUEST_BOUND_S + len(r.token_ids) / PREFILL_FLOOR_TOKENS_PER_S for r in records
+        )
     if warmup is not None and warmup.enabled:
-        limit += warmup.num_prompts * TpsSettings(output_len=warmup.max_tokens).request_timeout_s
+        limit += warmup.num_prompts * decode(warmup.max_tokens)
     if settings.tps is not None and data.prompts is not None:
         count = min(settings.tps.num_prompts, len(data.prompts))
-        limit += (settings.tps.warmup_requests + count) * settings.tps.request_timeout_s
+        limit += (settings.tps.warmup_requests + count) * decode(settings.tps.output_len)
     if data.reference is not None:
-        per_prompt = TpsSettings(output_len=data.reference.output_len).request_timeout_s
-        limit += len(data.reference.entries) * per_prompt
+        limit += len(data.reference.entries) * decode(data.reference.output_len)
     return limit
 
 

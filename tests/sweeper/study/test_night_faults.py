@@ -87,9 +87,9 @@ def test_trial_limit_is_derived_from_the_sizes(tmp_path: Path, demo_manifest: Ma
     records = list(evaluate.data.ppl_records)[:4]
     expected = (
         2 * (30 + 90)  # start and teardown, twice (a start may be retried)
-        + sum(30 + 0.02 * len(r.token_ids) for r in records)  # PPL records
-        + 2 * (30 + 0.1 * 1)  # warm-up bridge, max_tokens 1
-        + 2 * (30 + 0.1 * 8)  # TPS requests, output_len 8
+        + sum(2 + len(r.token_ids) / 2000 for r in records)  # PPL records
+        + 2 * (2 + 1 / 20)  # warm-up bridge, max_tokens 1
+        + 2 * (2 + 8 / 20)  # TPS requests, output_len 8
     )
     assert evaluate.trial_timeout_s == pytest.approx(expected)
 
