@@ -134,6 +134,7 @@ def test_sigkilled_worker_s_server_dies_with_it_and_resume_stops_what_escaped(
         time.sleep(0.1)
     assert process_gone(server_pid), "the server outlived its worker by 10 s"
     survived_s = time.monotonic() - killed_at
+    print(f"server gone {survived_s:.2f} s after its worker's SIGKILL")
     assert not process_gone(escaped_pid), "the escaped child should still be there"
     url = f"sqlite:///{tmp_path / 'study.db'}"
     token = TrialStore(url).record("toy", 1).server_token
