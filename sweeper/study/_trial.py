@@ -27,7 +27,7 @@ import optuna
 
 from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore, best_feasible
-from sweeper.errors import MeasurementError, ServerError, SweeperError
+from sweeper.errors import MeasurementError, ServerError, StudyError, SweeperError
 from sweeper.serving import FailureKind, classify
 from sweeper.versions import software_versions
 from sweeper.study._gate import CONSTRAINT, PplGate, reference_ppl, set_reference, wait_for_reference
@@ -396,11 +396,14 @@ class TrialRunner:
         if self.gate.relative and reference_ppl(self.study) is None and is_baseline(context.role):
             cap = None  # the baseline itself was refused: nothing can be judged
         elif self.gate.relative and reference_ppl(self.study) is None:
-            cap = self.gate.cap_for(
-                wait_for_reference(
+            try:  # another worker runs the baseline
+                reference = wait_for_reference(
                     self.study, self._baseline_finished, should_stop=self.stop_event.is_set
                 )
-            )
+            except StudyError as exc:  # no cap will ever come: recorded as a failure
+                logger.warning("trial %d: refused, and no cap to judge it by: %s", trial.number, exc)
+                return dataclasses.replace(outcome, state="failed")
+            cap = self.gate.cap_for(reference)
         else:
             cap = self._cap(context.role, None, trial.number)
         if cap is None:  # told to Optuna as a failure: see run_one
