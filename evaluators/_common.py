@@ -61,14 +61,27 @@ def error_message(response: httpx.Response) -> str:
 
 
 def post_json(
-    client: httpx.Client, path: str, payload: Mapping[str, Any], *, what: str
+    client: httpx.Client,
+    path: str,
+    payload: Mapping[str, Any],
+    *,
+    what: str,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
-    """POST ``payload``; return the JSON object or raise MeasurementError naming ``what``."""
+    """POST ``payload``; return the JSON object or raise MeasurementError naming ``what``.
+
+    ``timeout_s``: this request's read timeout (default: the client's).
+    """
     url = f"{client.base_url}{path}"
+    extra: dict[str, Any] = {}
+    if timeout_s is not None:
+        extra["timeout"] = httpx.Timeout(timeout_s, connect=10.0)
     try:
-        response = client.post(path, json=payload)
+        response = client.post(path, json=payload, **extra)
     except httpx.TimeoutException as exc:
-        raise MeasurementError(f"{what}: no answer from {url} in time ({exc})") from exc
+        raise MeasurementError(
+            f"{what}: timed out, no answer from {url} in time ({exc})", kind="timeout"
+        ) from exc
     except httpx.HTTPError as exc:
         raise MeasurementError(f"{what}: request to {url} failed ({exc})") from exc
     if response.status_code != 200:

@@ -46,7 +46,6 @@ from typing import Any
 import httpx
 
 from evaluators._common import (
-    DEFAULT_TIMEOUT_S,
     ProgressCallback,
     finite_or_none,
     make_client,
@@ -274,6 +273,9 @@ class PplSettings:
     cap; over all the looks together, a configuration truly at or under the
     cap is stopped with a chance of at most ``1 - stop_confidence``
     (``EarlyStopRule``). ``max_records``: score only the first ones.
+    A record may take ``timeout_base_s + timeout_per_token_s * prompt tokens``
+    seconds (``request_timeout_s``: 90 s for the longest challenge record);
+    ``timeout_s`` overrides that figure for every record.
     """
 
     order_seed: int | None = 0
@@ -281,7 +283,15 @@ class PplSettings:
     stop_above: float | None = None
     stop_confidence: float = 0.99
     min_records: int = 16
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float | None = None
+    timeout_base_s: float = 30.0
+    timeout_per_token_s: float = 0.02
+
+    def request_timeout_s(self, prompt_tokens: int) -> float:
+        """Seconds scoring a record of ``prompt_tokens`` tokens may take."""
+        if self.timeout_s is not None:
+            return float(self.timeout_s)
+        return self.timeout_base_s + self.timeout_per_token_s * prompt_tokens
 
     def __post_init__(self) -> None:
         if not 0.5 < self.stop_confidence < 1.0:
@@ -292,6 +302,14 @@ class PplSettings:
             raise ValueError(f"PplSettings.stop_above must be positive, not {self.stop_above}")
         if self.max_records is not None and self.max_records < 1:
             raise ValueError("PplSettings.max_records must be at least 1")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"PplSettings.timeout_s must be positive, not {self.timeout_s!r}")
+        for field in ("timeout_base_s", "timeout_per_token_s"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"PplSettings.{field} must be a non-negative number, not {value!r}")
+        if not self.request_timeout_s(0) > 0:
+            raise ValueError("PplSettings: the request timeout must be positive")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -351,8 +369,10 @@ class PplResult:
         return data
 
 
-def score_record(client: httpx.Client, model: str, record: PplRecord) -> RecordScore:
-    """Score one record on the server ``client`` talks to."""
+def score_record(
+    client: httpx.Client, model: str, record: PplRecord, *, timeout_s: float | None = None
+) -> RecordScore:
+    """Score one record on the server ``client`` talks to (``timeout_s``: this request's)."""
     payload = {
         "model": model,
         "prompt": list(record.token_ids),
@@ -361,7 +381,9 @@ def score_record(client: httpx.Client, model: str, record: PplRecord) -> RecordS
         "prompt_logprobs": 1,
         "add_special_tokens": False,
     }
-    body = post_json(client, "/v1/completions", payload, what=f"PPL record {record.id!r}")
+    body = post_json(
+        client, "/v1/completions", payload, what=f"PPL record {record.id!r}", timeout_s=timeout_s
+    )
     try:
         entries = body["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
@@ -413,9 +435,12 @@ def measure_ppl(
     stopped = False
     began = time.perf_counter()
     order = scoring_order(len(chosen), settings.order_seed)
-    with make_client(base_url, settings.timeout_s) as client:
+    with make_client(base_url, settings.request_timeout_s(0)) as client:
         for done, index in enumerate(order, start=1):
-            score = score_record(client, model, chosen[index])
+            record = chosen[index]
+            score = score_record(
+                client, model, record, timeout_s=settings.request_timeout_s(len(record.token_ids))
+            )
             if not score.finite:
                 logger.warning("PPL record %r has a non-finite NLL", score.id)
             running.add(score)

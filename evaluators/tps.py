@@ -9,6 +9,12 @@ the measured requests (prefill and HTTP time included).
 A request that fails, or returns fewer tokens than asked for, is kept as a
 failed ``RequestRecord``; the result then has ``completed < total`` and
 ``tps`` is None: a failed measurement never produces a number.
+
+Each request has a timeout that scales with the output length
+(``TpsSettings.request_timeout_s``: a base plus seconds per output token),
+and the run stops at the first request that times out or cannot reach the
+server: the rest are recorded as not sent, so a hung server costs one
+request timeout, not one per prompt.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from typing import Any
 import httpx
 
 from evaluators._common import (
-    DEFAULT_TIMEOUT_S,
     ProgressCallback,
     chat_payload,
     error_message,
@@ -40,7 +45,12 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TpsSettings:
-    """The benchmark's settings; the defaults are the challenge's."""
+    """The benchmark's settings; the defaults are the challenge's.
+
+    A request may take ``timeout_base_s + timeout_per_token_s * output_len``
+    seconds (``request_timeout_s``; 81 s at 512 tokens: a server slower than
+    10 tokens/s is treated as hung); ``timeout_s`` overrides that figure.
+    """
 
     num_prompts: int = 128
     output_len: int = 512
@@ -48,9 +58,26 @@ class TpsSettings:
     ignore_eos: bool = True
     temperature: float = 0.0
     stream: bool = False
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float | None = None
+    timeout_base_s: float = 30.0
+    timeout_per_token_s: float = 0.1
+
+    @property
+    def request_timeout_s(self) -> float:
+        """Seconds one request may take before it counts as hung."""
+        if self.timeout_s is not None:
+            return float(self.timeout_s)
+        return self.timeout_base_s + self.timeout_per_token_s * self.output_len
 
     def __post_init__(self) -> None:
+        for field in ("timeout_base_s", "timeout_per_token_s"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"TpsSettings.{field} must be a non-negative number, not {value!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"TpsSettings.timeout_s must be positive, not {self.timeout_s!r}")
+        if not self.request_timeout_s > 0:
+            raise ValueError("TpsSettings: the request timeout must be positive")
         for field in ("num_prompts", "output_len", "warmup_requests"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -61,7 +88,7 @@ class TpsSettings:
             raise ValueError("TpsSettings.num_prompts and output_len must be at least 1")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "request_timeout_s": self.request_timeout_s}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -178,7 +205,7 @@ def measure_tps(
         raise MeasurementError("TPS measurement: the prompt set is empty")
     if len(chosen) < settings.num_prompts:
         logger.info("the prompt set has %d prompts; measuring all of them", len(chosen))
-    with make_client(base_url, settings.timeout_s) as client:
+    with make_client(base_url, settings.request_timeout_s) as client:
         warm_began = time.perf_counter()
         for index in range(settings.warmup_requests):
             prompt = chosen[index % len(chosen)]
@@ -202,8 +229,10 @@ def measure_tps(
                 continue
             record = _send(client, model, prompt, index, settings)
             records.append(record)
-            if record.error and record.error.startswith("server unreachable"):
-                unreachable = f"not sent: {record.error}"
+            if record.error and record.error.startswith(("server unreachable", "timed out")):
+                # a hung or dead server: the next request would wait as long again
+                unreachable = f"not sent: {record.error} (at request {index})"
+                logger.warning("TPS stopped at request %d: %s", index, record.error)
             report(progress, "tps", index + 1, len(chosen))
         duration = time.perf_counter() - began
         after = (
@@ -260,7 +289,7 @@ def _send(
         else:
             fields = _unary(client, payload)
     except httpx.TimeoutException as exc:
-        fields = {"error": f"timed out after {settings.timeout_s:.0f} s ({exc})"}
+        fields = {"error": f"timed out after {settings.request_timeout_s:.0f} s ({exc})"}
     except httpx.TransportError as exc:
         fields = {"error": f"server unreachable ({exc})"}
     except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError) as exc:

@@ -117,6 +117,9 @@ def _clock(seconds: float) -> str:
               help="After the sweep, verify the N best feasible trials on held-out data.")
 @click.option("--enqueue", multiple=True, metavar="NAME=V[,NAME=V]",
               help="A configuration to try first (repeatable), e.g. sliding_window=16,num_speculative_tokens=2.")
+@click.option("--trial-timeout", metavar="DURATION",
+              help="Wall-clock limit of one trial (e.g. 45m); past it the trial fails with kind "
+                   "timeout and its server is stopped (default: derived from the sizes).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.

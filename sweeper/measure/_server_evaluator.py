@@ -8,6 +8,15 @@ force, warm-up, TPS, greedy fidelity when a reference is given, stop).
 Phase timings, the rendered manifest (secrets redacted), the server token
 and the log tail reach the study database while the trial runs, so a crash
 loses none of them.
+
+A failure is classified (``sweeper.serving.classify``) and raised with its
+kind. A start that failed transiently (out of memory, a crash, a busy port)
+is tried once more in a fresh server, after ``before_retry()``: the seam
+where a device-aware caller waits until the GPU memory of the failed server
+is free again (on CPU there is nothing to wait for). A refusal (the server
+rejected its configuration) is not retried: it is deterministic.
+``trial_timeout_s`` is the trial's wall-clock limit derived from the sizes
+(see ``trial_limit_s``); the study enforces it.
 """
 
 from __future__ import annotations
@@ -15,16 +24,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluators import PplSettings
-from sweeper.errors import MeasurementError
+from evaluators import PplSettings, WarmupSettings
+from sweeper.errors import MeasurementError, ServerError
 from sweeper.manifest import Manifest
 from sweeper.measure._evaluate import EvalData, EvalResult, EvalSettings, ServerHooks, evaluate
-from sweeper.measure._evaluate import load_eval_data
-from sweeper.serving import ServerProcess
+from sweeper.measure._evaluate import load_eval_data, warmup_settings_from
+from sweeper.serving import FailureKind, ServerProcess, classify, with_kind
 from sweeper.study import EvaluationContext, Measurement
 from sweeper.versions import software_versions
 
@@ -32,6 +41,49 @@ logger = logging.getLogger(__name__)
 
 # evaluate's phase names as the study stores and shows them
 STUDY_PHASE_NAMES = {"ready": "start", "server": "start"}
+START_ATTEMPTS = 2  # a transient start failure is tried once more in a fresh server
+# what a stop may take: SIGTERM grace (30 s), SIGKILL wait, the token sweep, the port check
+TEARDOWN_BOUND_S = 90.0
+# the slowest server a trial limit allows for, on average over the trial: a base per request,
+# output tokens at 20 tokens/s (the challenge's bf16 baseline runs 44), prompt tokens scored
+# at 2,000 tokens/s; a hung server is caught sooner, by the first request that times out
+REQUEST_BOUND_S = 2.0
+DECODE_FLOOR_TOKENS_PER_S = 20.0
+PREFILL_FLOOR_TOKENS_PER_S = 2000.0
+
+
+def trial_limit_s(settings: EvalSettings, data: EvalData, warmup: WarmupSettings | None) -> float:
+    """A trial's wall-clock limit from its sizes: what each step may take, summed.
+
+    Start (the ready timeout) and teardown twice (a start may be retried);
+    per PPL record ``REQUEST_BOUND_S`` plus its tokens at
+    ``PREFILL_FLOOR_TOKENS_PER_S``; per request of the warm-up bridge, the
+    TPS run (its warm-up requests included) and the fidelity check,
+    ``REQUEST_BOUND_S`` plus its output tokens at ``DECODE_FLOOR_TOKENS_PER_S``.
+    The challenge's sizes (128 records of 97,145 tokens, 64 bridge prompts,
+    4 + 128 requests of 512 tokens) give 2 x 990 + 305 + 131 + 3,643 s:
+    about 1 h 40 min.
+    """
+
+    def decode(output_len: int) -> float:
+        return REQUEST_BOUND_S + output_len / DECODE_FLOOR_TOKENS_PER_S
+
+    limit = START_ATTEMPTS * (settings.ready_timeout_s + TEARDOWN_BOUND_S)
+    if settings.ppl is not None and data.ppl_records is not None:
+        records = list(data.ppl_records)
+        if settings.ppl.max_records:
+            records = records[: settings.ppl.max_records]
+        limit += sum(
+            REQUEST_BOUND_S + len(r.token_ids) / PREFILL_FLOOR_TOKENS_PER_S for r in records
+        )
+    if warmup is not None and warmup.enabled:
+        limit += warmup.num_prompts * decode(warmup.max_tokens)
+    if settings.tps is not None and data.prompts is not None:
+        count = min(settings.tps.num_prompts, len(data.prompts))
+        limit += (settings.tps.warmup_requests + count) * decode(settings.tps.output_len)
+    if data.reference is not None:
+        limit += len(data.reference.entries) * decode(data.reference.output_len)
+    return limit
 
 
 class ServerEvaluator:
@@ -44,6 +96,7 @@ class ServerEvaluator:
         *,
         run_dir: str | Path,
         data: EvalData | None = None,
+        before_retry: Callable[[], None] | None = None,
     ) -> None:
         self.base_manifest = base_manifest
         self.settings = settings
@@ -51,6 +104,10 @@ class ServerEvaluator:
         # the data is loaded and checked once, before any server time is spent
         self.data = data if data is not None else load_eval_data(base_manifest, settings)
         self.versions = software_versions()
+        # called before a failed start is tried again (a GPU worker waits for free memory)
+        self.before_retry = before_retry or (lambda: None)
+        warmup = settings.warmup or warmup_settings_from(base_manifest, settings.overrides)
+        self.trial_timeout_s = trial_limit_s(settings, self.data, warmup)
 
     def manifest_for(self, overrides: Mapping[str, str], number: int | str) -> Manifest:
         return self.base_manifest.render(
@@ -60,18 +117,51 @@ class ServerEvaluator:
     def __call__(self, params: Mapping[str, Any], context: EvaluationContext) -> Measurement:
         manifest = self.manifest_for(context.overrides, context.number)
         context.set_manifest(manifest.redacted().to_dict())
-        settings = dataclasses.replace(
-            self.settings,
-            ppl=self._ppl_settings(context),
-            overrides={},  # already rendered into the manifest
-            log_path=self.run_dir / f"trial-{context.number:04d}" / "server.log",
-        )
-        hooks = _ContextHooks(context)
-        result = evaluate(
-            manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks
-        )
-        assert hooks.server is not None  # evaluate creates the server before anything else
-        return self._measurement(result, context, manifest, hooks.server)
+        folder = self.run_dir / f"trial-{context.number:04d}"
+        first_failure: ServerError | MeasurementError | None = None
+        for attempt in range(1, START_ATTEMPTS + 1):
+            settings = dataclasses.replace(
+                self.settings,
+                ppl=self._ppl_settings(context),
+                overrides={},  # already rendered into the manifest
+                log_path=folder / ("server.log" if attempt == 1 else f"server-{attempt}.log"),
+            )
+            hooks = _ContextHooks(context)
+            try:
+                result = evaluate(
+                    manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks
+                )
+                assert hooks.server is not None  # evaluate creates the server first
+                measurement = self._measurement(result, context, manifest, hooks.server)
+            except (ServerError, MeasurementError) as exc:
+                failure, kind, at_start = self._classified(exc, hooks)
+                if not (at_start and kind.retry_at_start and attempt < START_ATTEMPTS):
+                    raise failure from (exc if failure is not exc else exc.__cause__)
+                first_failure = failure
+                logger.warning(
+                    "trial %d: the server failed to start (%s): trying once more in a fresh server",
+                    context.number, kind.value,
+                )  # fmt: skip
+                self.before_retry()
+                continue
+            if first_failure is not None:
+                extras = dict(measurement.extras)
+                extras["start_attempts"] = attempt
+                extras["first_start_failure"] = f"{first_failure.kind}: {first_failure}"[:2000]
+                measurement = dataclasses.replace(measurement, extras=extras)
+            return measurement
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _classified(
+        exc: ServerError | MeasurementError, hooks: _ContextHooks
+    ) -> tuple[ServerError | MeasurementError, FailureKind, bool]:
+        """The error with its kind, the kind, and whether the server never became ready."""
+        server = hooks.server
+        at_start = server is None or server.ready_seconds is None
+        log_tail = getattr(exc, "log_tail", "") or (server.log_tail() if server else "")
+        kind = classify(log_tail, exc, during_start=at_start, server_exited=hooks.exited_early)
+        return with_kind(exc, kind), kind, at_start
 
     # -- helpers ----------------------------------------------------------------
 
@@ -145,12 +235,15 @@ class _ContextHooks(ServerHooks):
     def __init__(self, context: EvaluationContext) -> None:
         self.context = context
         self.server: ServerProcess | None = None
+        self.exited_early = False  # the server was gone before teardown (it crashed)
 
     def server_created(self, server: ServerProcess) -> None:
         self.server = server
         self.context.set_server_token(server.token)
 
     def phase_ended(self, phase: str, seconds: float) -> None:
+        if phase != "teardown" and self.server is not None and self.server.process is not None:
+            self.exited_early = self.exited_early or not self.server.alive()
         self.context.record_phase(STUDY_PHASE_NAMES.get(phase, phase), seconds)
 
     def server_stopped(self, server: ServerProcess) -> None:

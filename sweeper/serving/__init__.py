@@ -3,8 +3,9 @@
 Everything that knows how a manifest becomes a running vLLM server lives
 here: the env -> vLLM arguments translation (``sweeper serve``), the
 ``ServerProcess`` context manager, the process-group and port helpers
-(``processes``), the drafter copy behind ``CENTROID_TOP_K``, the model
-limits read before a server starts, and our vLLM plugin.
+(``processes``), what kind of failure ended a server (``classify``), the
+drafter copy behind ``CENTROID_TOP_K``, the model limits read before a
+server starts, and our vLLM plugin.
 """
 
 from sweeper.serving._command import (
@@ -14,6 +15,7 @@ from sweeper.serving._command import (
     exec_server,
 )
 from sweeper.serving._drafter import TOP_K_FIELD, drafter_with_top_k
+from sweeper.serving._failures import FailureKind, classify, with_kind
 from sweeper.serving._limits import ModelLimits, model_limits
 from sweeper.serving._process import (
     DEFAULT_HOST,
@@ -26,6 +28,7 @@ from sweeper.serving._process import (
 
 __all__ = [
     "DEFAULT_HOST",
+    "FailureKind",
     "GREEDY_GENERATION_CONFIG",
     "TOKEN_VARIABLE",
     "TOP_K_FIELD",
@@ -33,10 +36,12 @@ __all__ = [
     "ServeCommand",
     "ServerProcess",
     "build_serve_command",
+    "classify",
     "drafter_with_top_k",
     "exec_server",
     "free_port",
     "model_limits",
     "port_is_free",
     "stop_servers_with_token",
+    "with_kind",
 ]

@@ -7,11 +7,17 @@ against a monotonic deadline while the process is watched: a crash is
 reported at once with its exit code and the log tail. The process that
 answers must be one of ours (the listening socket is matched to the
 process group). On exit the group gets SIGTERM, then SIGKILL after a grace
-period, and sweeper confirms that no process of the group is left and the
-port is free.
+period, and so does every process that carries the server's token (a
+``serve.py`` that daemonizes, or starts vLLM in a session of its own, leaves
+the group but keeps the token); sweeper confirms that none is left and the
+port is free. A process that survives SIGKILL is a ``ServerStopError``.
 
 Every server carries a token in its environment (``SWEEPER_SERVER_TOKEN``),
-so a later sweeper can find and stop a server whose owner was killed.
+so a later sweeper can find and stop a server whose owner was killed. The
+server also gets a parent-death signal (``PR_SET_PDEATHSIG``: SIGTERM when
+the sweeper dies, even by SIGKILL); where the kernel refuses it, the child
+writes why to a file beside the log before it execs, and the parent logs it
+(``parent_death_signal`` then reads False).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from sweeper.errors import (
     ServerError,
     ServerIdentityError,
     ServerStartError,
+    ServerStopError,
     ServerTimeoutError,
 )
 from sweeper.manifest import Manifest
@@ -64,16 +71,65 @@ def port_is_free(port: int, host: str = DEFAULT_HOST) -> bool:
 
 
 def stop_servers_with_token(token: str, *, grace_s: float = 10.0) -> list[int]:
-    """Stop every process that carries this server token (one a dead sweeper left behind)."""
-    return processes.kill_by_env(TOKEN_VARIABLE, token, grace_s=grace_s)
+    """Stop every process that carries this server token (one a dead sweeper left behind).
+
+    Raises ``ServerStopError`` if one survives SIGKILL.
+    """
+    victims = processes.kill_by_env(TOKEN_VARIABLE, token, grace_s=grace_s)
+    if victims:
+        logger.warning("stopped %d process(es) of server %s: %s", len(victims), token, victims)
+    return victims
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    try:  # PR_SET_PDEATHSIG: SIGTERM the server if the sweeper dies, even by SIGKILL
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+_PR_SET_PDEATHSIG = 1
+_PR_GET_PDEATHSIG = 2
+
+
+class _ChildSetup:
+    """Runs in the child between fork and exec: a session of its own, the parent-death signal.
+
+    The child cannot log, so a failure to set the signal is written to
+    ``report_path`` (plain ``os`` calls only: no locks after fork); the
+    parent reads it once ``Popen`` has returned (the child has exec'd by then).
+    """
+
+    def __init__(self, report_path: Path, death_signal: int) -> None:
+        self.report_path = str(report_path)
+        self.death_signal = death_signal
+        try:  # looked up in the parent: nothing but the call is left for the child
+            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            self._prctl = None
+        self._read_back = ctypes.c_int(0)
+
+    def __call__(self) -> None:
+        os.setsid()
+        if self._prctl is None:
+            return self._report("prctl is not available (not Linux?)")
+        if self._prctl(_PR_SET_PDEATHSIG, self.death_signal, 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            return self._report(f"prctl(PR_SET_PDEATHSIG, {self.death_signal}) failed: "
+                                f"{os.strerror(errno)} (errno {errno})")  # fmt: skip
+        self._prctl(_PR_GET_PDEATHSIG, ctypes.byref(self._read_back), 0, 0, 0)
+        if self._read_back.value != self.death_signal:
+            self._report(f"PR_GET_PDEATHSIG reads {self._read_back.value}, not {self.death_signal}")
+
+    def _report(self, text: str) -> None:
+        try:
+            fd = os.open(self.report_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, text.encode())
+            os.close(fd)
+        except OSError:
+            pass
+
+    def failure(self) -> str | None:
+        """What the child reported (and the report file removed), or None if all went well."""
+        try:
+            text = Path(self.report_path).read_text()
+        except OSError:
+            return None
+        Path(self.report_path).unlink(missing_ok=True)
+        return text or "unknown failure"
 
 
 class ServerProcess:
@@ -95,6 +151,7 @@ class ServerProcess:
         stop_timeout_s: float = 30.0,
         poll_interval_s: float = 0.5,
         log_tail_lines: int = 40,
+        parent_death_signal: int = signal.SIGTERM,
     ) -> None:
         self.manifest = manifest
         self.overrides = dict(overrides or {})
@@ -103,6 +160,9 @@ class ServerProcess:
         self.stop_timeout_s = stop_timeout_s
         self.poll_interval_s = poll_interval_s
         self.log_tail_lines = log_tail_lines
+        self.death_signal = parent_death_signal
+        # False once the child reported that the parent-death signal could not be set
+        self.parent_death_signal: bool | None = None
         if log_path is None:
             handle, name = tempfile.mkstemp(prefix="sweeper-server-", suffix=".log")
             os.close(handle)
@@ -173,17 +233,33 @@ class ServerProcess:
         logger.info(
             "starting server %r on port %d (log: %s)", self.manifest.name, self.port, self.log_path
         )
+        setup = _ChildSetup(self.log_path.with_name(self.log_path.name + ".pdeathsig"),
+                            self.death_signal)  # fmt: skip
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(  # noqa: S603 - the user's own serve command
-                command,
-                cwd=self.manifest.folder,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - setsid + pdeathsig only
-            )
+            try:
+                self.process = subprocess.Popen(  # noqa: S603 - the user's own serve command
+                    command,
+                    cwd=self.manifest.folder,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=setup,  # noqa: PLW1509 - setsid + pdeathsig only
+                )
+            except OSError as exc:  # the command itself is missing or not executable
+                raise ServerStartError(
+                    f"server {self.manifest.name!r}: cannot run {command[0]!r}: {exc}",
+                    kind="environment",
+                ) from exc
         self._started_at = time.monotonic()
+        failure = setup.failure()
+        self.parent_death_signal = failure is None
+        if failure is not None:
+            logger.warning(
+                "server %r (pid %d) has no parent-death signal: %s; if this sweeper is "
+                "killed, the next run stops it through its token",
+                self.manifest.name, self.process.pid, failure,
+            )  # fmt: skip
 
     def wait_ready(self) -> float:
         """Block until /v1/models answers 200; return the seconds it took."""
@@ -218,14 +294,35 @@ class ServerProcess:
                 time.sleep(self.poll_interval_s)
 
     def stop(self) -> None:
-        """SIGTERM the group, wait, SIGKILL what is left, confirm nothing remains."""
+        """SIGTERM the group and the token's processes, wait, SIGKILL what is left, confirm.
+
+        Raises ``ServerStopError`` when a process survives SIGKILL (after
+        trying every other one).
+        """
         if self.process is None or self.stop_seconds is not None:
             return
         began = time.monotonic()
         pgid = self.process.pid
-        processes.terminate_group(pgid, grace_s=self.stop_timeout_s, wait_for=self.process)
+        failure: ServerStopError | None = None
+        try:
+            processes.terminate_group(pgid, grace_s=self.stop_timeout_s, wait_for=self.process)
+        except ServerStopError as exc:
+            failure = exc
+        try:  # a process that left the group (setsid, a daemon) still carries the token
+            escaped = processes.kill_by_env(TOKEN_VARIABLE, self.token, grace_s=self.stop_timeout_s)
+        except ServerStopError as exc:
+            escaped, failure = exc.pids, failure or exc
+        if escaped:
+            logger.warning(
+                "server %r: %d process(es) outside its process group stopped through its "
+                "token: %s", self.manifest.name, len(escaped), escaped,
+            )  # fmt: skip
+        self.stop_seconds = time.monotonic() - began
+        if failure is not None:
+            failure.log_tail = self.log_tail()
+            raise failure
         if not processes.wait_port_free(self.port, self.host, timeout_s=10.0):
-            # our whole group is gone (terminate_group checked): a stranger holds the port
+            # every process of ours is gone (checked above): a stranger holds the port
             logger.warning(
                 "port %d is still held after the server stopped, by process(es) %s "
                 "that this ServerProcess did not start",
@@ -234,6 +331,10 @@ class ServerProcess:
             )
         self.stop_seconds = time.monotonic() - began
         logger.info("server stopped in %.1f s", self.stop_seconds)
+
+    def alive(self) -> bool:
+        """Is the server's main process still running?"""
+        return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int | None = None) -> str:
         return processes.read_tail(self.log_path, lines or self.log_tail_lines)

@@ -1,8 +1,11 @@
 """Process-group and port facts read from the operating system (Linux /proc).
 
-Used by ServerProcess to stop a server's whole group, to confirm that the
-process listening on a port is ours, and by the study to find servers left
-behind by a sweeper that was killed.
+Used by ServerProcess to stop a server's whole group and every process
+that carries its token (one that left the group with setsid or a double
+fork), to confirm that the process listening on a port is ours, and by the
+study to find servers left behind by a sweeper that was killed. A process
+that survives SIGKILL (stuck in the kernel, in uninterruptible sleep) is a
+``ServerStopError``, so the caller fails one trial instead of the study.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from sweeper.errors import ServerStopError
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +88,16 @@ def terminate_group(
             pass
     left = group_members(pgid)
     if left:
-        raise OSError(f"processes {left} of server group {pgid} survived SIGKILL")
+        raise ServerStopError(
+            f"process(es) {left} of server group {pgid} survived SIGKILL "
+            f"(state {', '.join(_state(pid) for pid in left)})",
+            pids=left,
+        )
+
+
+def _state(pid: int) -> str:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else "?"
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -147,10 +161,16 @@ def listening_pids(port: int) -> set[int] | None:
 
 
 def pids_with_env(variable: str, value: str) -> list[int]:
-    """Processes whose environment holds ``variable=value`` (readable ones only)."""
+    """Live processes whose environment holds ``variable=value`` (readable ones only).
+
+    This process is never one of them; a zombie has an empty environment.
+    """
     needle = f"{variable}={value}".encode()
+    own = os.getpid()
     found = []
     for pid in _live_pids():
+        if pid == own:
+            continue
         try:
             environ = (_PROC / str(pid) / "environ").read_bytes()
         except OSError:
@@ -160,25 +180,46 @@ def pids_with_env(variable: str, value: str) -> list[int]:
     return found
 
 
-def kill_by_env(variable: str, value: str, *, grace_s: float = 10.0) -> list[int]:
-    """Stop every process carrying ``variable=value``: SIGTERM, wait, SIGKILL. Returns them."""
+def kill_by_env(
+    variable: str, value: str, *, grace_s: float = 10.0, kill_wait_s: float = 10.0
+) -> list[int]:
+    """Stop every process carrying ``variable=value``: SIGTERM, wait, SIGKILL. Returns them.
+
+    Raises ``ServerStopError`` when one is still there ``kill_wait_s`` after SIGKILL.
+    """
     victims = pids_with_env(variable, value)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    if not victims:
+        return []
+    _signal_all(victims, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and pids_with_env(variable, value):
         time.sleep(0.2)
-    for pid in pids_with_env(variable, value):
+    stubborn = pids_with_env(variable, value)
+    if stubborn:
+        logger.warning(
+            "%d process(es) carrying %s=%s still there after %.0f s: sending SIGKILL",
+            len(stubborn), variable, value, grace_s,
+        )  # fmt: skip
+        _signal_all(stubborn, signal.SIGKILL)
+        deadline = time.monotonic() + kill_wait_s
+        while time.monotonic() < deadline and pids_with_env(variable, value):
+            time.sleep(0.1)
+    survivors = pids_with_env(variable, value)
+    if survivors:
+        raise ServerStopError(
+            f"process(es) {survivors} carrying {variable}={value} survived SIGKILL "
+            f"(state {', '.join(_state(pid) for pid in survivors)})",
+            pids=survivors,
+        )
+    return sorted(set(victims) | set(stubborn))
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
             pass
-    if victims:
-        logger.warning("stopped %d process(es) left behind by an earlier sweeper", len(victims))
-    return victims
 
 
 def read_tail(path: Path, lines: int) -> str:

@@ -48,13 +48,17 @@ class StudyOptions:
     """Everything ``run_study`` takes besides the space and the evaluate callable.
 
     ``gate`` None means "the gate stored in the study" (resuming without
-    repeating the cap).
+    repeating the cap). ``trial_timeout_s``: the wall-clock limit of one
+    trial's evaluation (None: the evaluator's own ``trial_timeout_s``, which
+    ``ServerEvaluator`` derives from the sizes, else no limit); a trial over
+    it is failed with kind ``timeout`` and its server stopped.
     """
 
     study_name: str
     storage: str | None = None
     n_trials: int | None = None
     timeout_s: float | None = None
+    trial_timeout_s: float | None = None
     gate: PplGate | None = None
     mode: str = "tps"
     sampler: str | None = None
@@ -86,6 +90,14 @@ class StudyOptions:
             raise StudyOptionsError(f"n_trials must be a positive integer, not {self.n_trials!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise StudyOptionsError(f"timeout must be positive, not {self.timeout_s!r}")
+        if self.trial_timeout_s is not None and (
+            isinstance(self.trial_timeout_s, bool)
+            or not isinstance(self.trial_timeout_s, (int, float))
+            or not self.trial_timeout_s > 0
+        ):
+            raise StudyOptionsError(
+                f"trial_timeout_s must be a positive number of seconds, not {self.trial_timeout_s!r}"
+            )
         if (
             isinstance(self.max_consecutive_failures, bool)
             or not isinstance(self.max_consecutive_failures, int)

@@ -5,6 +5,13 @@ env overrides, ``evaluate`` measures TPS and PPL, our tables keep every
 detail, and Optuna is told the objective(s) with the PPL gate as a
 constraint. The loop survives failed trials, stops cleanly on Ctrl-C or
 SIGTERM, and a second run of the same command resumes the same study.
+
+What ends a run early: ``max_consecutive_failures`` failed trials in a row
+(a refused configuration neither counts nor breaks the run of failures: it
+is an answer about that configuration, not about the night), and, under a
+relative cap, a baseline that failed twice (no trial could be judged).
+Before the first trial and after each one, servers that a dead worker left
+behind are stopped through their tokens.
 """
 
 from __future__ import annotations
@@ -34,14 +41,14 @@ from storage import (
     study_status,
 )
 from sweeper.serving import stop_servers_with_token
-from sweeper.errors import StudyError
-from sweeper.study._gate import PplGate
+from sweeper.errors import ServerStopError, StudyError
+from sweeper.study._gate import PplGate, reference_ppl
 from sweeper.study._evaluator import TrialEvent
-from sweeper.study._recovery import ROLE_ATTR, recover_stale_trials
+from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
 from sweeper.study._sampling import make_sampler
 from sweeper.study._options import StudyOptions, parse_duration
 from sweeper.study._evaluator import Evaluator
-from sweeper.study._trial import TrialRunner
+from sweeper.study._trial import REFUSED, TrialRunner, is_baseline
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +88,7 @@ def run_study(
     mode: str = "tps",
     ppl_cap_rel: float | None = None,
     timeout: float | str | None = None,
+    trial_timeout: float | str | None = None,
     enqueue: Sequence[Mapping[str, Any]] = (),
     enqueue_space_configs: bool = True,
     max_consecutive_failures: int = 3,
@@ -102,6 +110,8 @@ def run_study(
     whose quality parameters were measured before gets that PPL as
     ``context.known_ppl`` and may return ``ppl=None``. ``stop_event``: set it
     (from a progress callback or another thread) to end after the running trial.
+    ``trial_timeout`` (seconds or text like ``45m``): one trial's wall-clock
+    limit (default: ``evaluate.trial_timeout_s`` if it has one).
     """
     gate = (
         None
@@ -113,6 +123,7 @@ def run_study(
         storage=storage,
         n_trials=n_trials,
         timeout_s=parse_duration(timeout),
+        trial_timeout_s=parse_duration(trial_timeout),
         gate=gate,
         mode=mode,
         sampler=sampler,
@@ -127,6 +138,15 @@ def run_study(
         stop_event=stop_event,
     )
     return Sweep(space, evaluate, options).run()
+
+
+def _stop_left_behind(token: str) -> list[int]:
+    """Stop a dead worker's server; one that survives SIGKILL is logged, not fatal."""
+    try:
+        return stop_servers_with_token(token)
+    except ServerStopError as exc:
+        logger.error("a server left behind could not be stopped: %s", exc)
+        return exc.pids
 
 
 class Sweep:
@@ -212,7 +232,7 @@ class Sweep:
             self.store,
             host=self.host,
             stale_after_s=self.options.stale_after_s,
-            kill_server=stop_servers_with_token,
+            kill_server=_stop_left_behind,
         )
 
     def _check_resumed(self, study: optuna.Study) -> PplGate:
@@ -282,7 +302,9 @@ class Sweep:
         Interrupted trials and those of dead workers are queued again, so
         they do not count.
         """
-        return self.store.count(self.options.study_name, ("complete", "failed", "running"))
+        return self.store.count(
+            self.options.study_name, ("complete", "failed", "running", REFUSED)
+        )
 
     def _budget_left(self, started: float) -> bool:
         opts = self.options
@@ -311,7 +333,11 @@ class Sweep:
                 if record.state == "interrupted":
                     self.stop_reason = self.stop_reason or "interrupted"
                     break
-                consecutive = consecutive + [record] if record.state == "failed" else []
+                self._check_baseline(record)
+                if record.state == "failed":
+                    consecutive = consecutive + [record]
+                elif record.state != REFUSED:  # a refusal neither counts nor breaks the run
+                    consecutive = []
                 if len(consecutive) >= self.options.max_consecutive_failures:
                     raise StudyError(self._failure_message(consecutive))
         finally:
@@ -323,6 +349,41 @@ class Sweep:
             stop_reason=self.stop_reason or "interrupted",
             trials_run=trials_run,
             status=study_status(self.url, self.options.study_name),
+        )
+
+    def _check_baseline(self, record: TrialRecord) -> None:
+        """Under a relative cap, stop at once when the baseline failed and is not tried again."""
+        if (
+            not self.gate.relative
+            or record.state == "complete"
+            or not is_baseline(record.role)
+            or reference_ppl(self.study) is not None
+        ):
+            return
+        trial = self.study._storage.get_trial(self._trial_id(record.number))
+        if trial.user_attrs.get(RETRIED_ATTR):
+            return  # queued again: the next trial is its retry
+        attempts = [
+            r
+            for r in self.store.records(self.options.study_name)
+            if is_baseline(r.role) and r.state != "complete"
+        ]
+        tail = (record.log_tail or "").strip().splitlines()
+        hint = f" Last server log line: {tail[-1]!r}." if tail else ""
+        raise StudyError(
+            f"the baseline failed {len(attempts)} time(s) "
+            f"({', '.join(f'#{r.number}: {r.error_kind}' for r in attempts)}), so the relative "
+            f"cap ({self.gate.describe()}) has no reference and no trial can be judged: "
+            f"stopping now. The last attempt, trial {record.number} with {dict(record.params)}, "
+            f"failed with {record.error_kind}: {record.error_message}.{hint} Fix the base "
+            f"manifest (it must serve as is), or give an absolute cap with --ppl-cap; see "
+            f"'sweeper status --study {self.options.study_name} --storage {redact(self.url)} "
+            f"--trial {record.number}'."
+        )
+
+    def _trial_id(self, number: int) -> int:
+        return self.study._storage.get_trial_id_from_study_id_trial_number(
+            self.study._study_id, number
         )
 
     def _failure_message(self, failed: list[TrialRecord]) -> str:

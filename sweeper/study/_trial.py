@@ -1,9 +1,22 @@
-"""One trial of a study: ask, evaluate, record, tell."""
+"""One trial of a study: ask, evaluate, record, tell.
+
+A trial that fails is recorded with its failure kind (``error_kind``:
+``oom-start``, ``crash``, ``timeout``, ``refused``, ... as
+``sweeper.serving.classify`` names them). A refused configuration (the
+server rejected its settings) is not a failure to Optuna: it is told as a
+COMPLETE trial that violates the ``ppl_gate`` constraint (as an infinite
+PPL would), with an imputed TPS, so samplers steer away from it; our table
+keeps it as state ``refused``. An evaluation that runs past the trial's
+wall-clock limit is ended by a ``TrialWatchdog`` (kind ``timeout``). With a
+relative cap, a failed baseline is queued again once.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -14,14 +27,22 @@ import optuna
 
 from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore, best_feasible
-from sweeper.errors import MeasurementError, ServerError, SweeperError
+from sweeper.errors import MeasurementError, ServerError, StudyError, SweeperError
+from sweeper.serving import FailureKind, classify
 from sweeper.versions import software_versions
 from sweeper.study._gate import CONSTRAINT, PplGate, reference_ppl, set_reference, wait_for_reference
 from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
-from sweeper.study._recovery import ROLE_ATTR, fail_trial
+from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
 from sweeper.study._options import StudyOptions
+from sweeper.study._watchdog import TrialTimedOut, TrialWatchdog
 
 logger = logging.getLogger(__name__)
+
+REFUSED = FailureKind.REFUSED.value
+REFUSED_ATTR = "sweeper:refused"
+# phases of the measuring side: a failure after one of them is not a start failure
+_MEASURING_PHASES = frozenset({"ppl", "warmup", "tps", "fidelity", "reference"})
+
 
 class TrialInterrupted(BaseException):
     """Raised inside evaluate by the SIGINT/SIGTERM handler."""
@@ -125,10 +146,20 @@ class TrialRunner:
         return self.gate.cap_for(reference)
 
     def _baseline_finished(self) -> bool:
+        """A baseline trial ended and will not be tried again (a queued retry still may)."""
         return any(
-            t.state.is_finished() and is_baseline(str(t.user_attrs.get(ROLE_ATTR, "")))
+            t.state.is_finished()
+            and is_baseline(str(t.user_attrs.get(ROLE_ATTR, "")))
+            and not t.user_attrs.get(RETRIED_ATTR)
             for t in self.study.get_trials(deepcopy=False)
         )
+
+    def trial_limit(self) -> float | None:
+        """The wall-clock limit of one evaluation: the option, else the evaluator's own."""
+        if self.options.trial_timeout_s is not None:
+            return self.options.trial_timeout_s
+        own = getattr(self.evaluate, "trial_timeout_s", None)
+        return float(own) if isinstance(own, (int, float)) and own > 0 else None
 
     # -- one trial ------------------------------------------------------------------
 
@@ -148,15 +179,31 @@ class TrialRunner:
             self.store, context.study_name, trial.number, self.options.stale_after_s / 4
         ):
             outcome, error = self._evaluate(trial, context)
+        if outcome.state == REFUSED:
+            outcome = self._refused_outcome(trial, context, outcome)
         self.store.finish_trial(context.study_name, trial.number, outcome)
         if outcome.state == "complete":
             self._tell_complete(trial, outcome)
+        elif outcome.state == REFUSED:
+            self._tell_refused(trial, outcome)
         else:
             if outcome.error_message:
                 message = f"{outcome.error_kind}: {outcome.error_message}"
                 trial.set_user_attr("error", message[:2000])
             interrupted = outcome.state == "interrupted"
-            fail_trial(self.study, self._frozen(trial), requeue=interrupted, count_retry=False)
+            if interrupted:
+                fail_trial(self.study, self._frozen(trial), requeue=True, count_retry=False)
+            elif (
+                is_baseline(role)
+                and self.gate.relative
+                and reference_ppl(self.study) is None
+                and outcome.error_kind != REFUSED  # refused again if tried again
+            ):
+                # nothing can be judged without the baseline's PPL: one more try
+                if fail_trial(self.study, self._frozen(trial), requeue=True):
+                    logger.warning("baseline trial %d failed: queued again once", trial.number)
+            else:
+                fail_trial(self.study, self._frozen(trial), requeue=False)
         if error is not None:
             raise error
         record = self.store.record(context.study_name, trial.number, details=False)
@@ -241,27 +288,51 @@ class TrialRunner:
     ) -> tuple[TrialOutcome, BaseException | None]:
         """The trial's outcome, and an error to raise once it is recorded (a bug, not a failure)."""
         params = context.params
+        limit = self.trial_limit()
+        watchdog = (
+            TrialWatchdog(limit, token=lambda: context.server_token) if limit is not None else None
+        )
         try:
-            self._in_evaluate = True
-            measurement = self.evaluate(params, context)
-            self._in_evaluate = False
+            try:
+                self._in_evaluate = True
+                if watchdog is not None:
+                    with watchdog:
+                        measurement = self.evaluate(params, context)
+                else:
+                    measurement = self.evaluate(params, context)
+            finally:
+                self._in_evaluate = False
             if not isinstance(measurement, Measurement):
                 raise MeasurementError(
                     f"the evaluator returned {type(measurement).__name__}, not a Measurement"
                 )
             return self._complete(trial, context.role, measurement, context), None
         except (TrialInterrupted, KeyboardInterrupt) as exc:
-            self._in_evaluate = False
             self.stop_event.set()
             why = f"interrupted by {getattr(exc, 'signal_name', 'SIGINT')}"
             return self._failed(context, "interrupted", "Interrupted", why), None
-        except (ServerError, MeasurementError) as exc:
-            self._in_evaluate = False
+        except (ServerError, MeasurementError, TrialTimedOut) as exc:
             log_tail = getattr(exc, "log_tail", "") or context.log_tail
-            return self._failed(context, "failed", type(exc).__name__, str(exc), log_tail), None
+            if watchdog is not None and watchdog.expired:
+                why = (
+                    f"the trial ran past its {watchdog.limit_s:.0f} s limit; its server was "
+                    f"stopped ({len(watchdog.stopped_pids)} process(es)); the evaluator then "
+                    f"ended with {type(exc).__name__}: {exc}"
+                )
+                return self._failed(context, "failed", FailureKind.TIMEOUT.value, why, log_tail), None
+            kind = self._kind(exc, context, log_tail)
+            state = REFUSED if kind.infeasible else "failed"
+            return self._failed(context, state, kind.value, str(exc), log_tail), None
         except BaseException as exc:
-            self._in_evaluate = False
             return self._failed(context, "failed", type(exc).__name__, str(exc)), exc
+
+    @staticmethod
+    def _kind(exc: BaseException, context: TrialContext, log_tail: str) -> FailureKind:
+        """The failure's kind: the evaluator's, else classified here from what is known."""
+        measured = {name for name, _ in context.recorded_phases} & _MEASURING_PHASES
+        return classify(
+            log_tail, exc, during_start=isinstance(exc, ServerError) and not measured
+        )
 
     def _frozen(self, trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
         return self.study._storage.get_trial(trial._trial_id)
@@ -294,12 +365,7 @@ class TrialRunner:
         cap = self._cap(role, ppl, trial.number)
         tps, imputed = measurement.tps, False
         if tps is None:  # stopped early over the cap: the slowest TPS seen stands in
-            measured = [
-                r.tps
-                for r in self.store.records(self.study.study_name, states=["complete"])
-                if r.tps is not None and not r.tps_imputed
-            ]
-            tps, imputed = (min(measured) if measured else 0.0), True
+            tps, imputed = self._slowest_tps(), True
         return TrialOutcome(
             state="complete",
             tps=float(tps),
@@ -321,6 +387,53 @@ class TrialRunner:
             manifest=measurement.manifest or context.manifest,
             log_tail=measurement.log_tail or context.log_tail or None,
             server_token=measurement.server_token or context.server_token,
+        )
+
+    def _refused_outcome(
+        self, trial: optuna.trial.Trial, context: TrialContext, outcome: TrialOutcome
+    ) -> TrialOutcome:
+        """A refusal as stored: infeasible, the cap in force, the slowest TPS seen standing in."""
+        if self.gate.relative and reference_ppl(self.study) is None and is_baseline(context.role):
+            cap = None  # the baseline itself was refused: nothing can be judged
+        elif self.gate.relative and reference_ppl(self.study) is None:
+            try:  # another worker runs the baseline
+                reference = wait_for_reference(
+                    self.study, self._baseline_finished, should_stop=self.stop_event.is_set
+                )
+            except StudyError as exc:  # no cap will ever come: recorded as a failure
+                logger.warning("trial %d: refused, and no cap to judge it by: %s", trial.number, exc)
+                return dataclasses.replace(outcome, state="failed")
+            cap = self.gate.cap_for(reference)
+        else:
+            cap = self._cap(context.role, None, trial.number)
+        if cap is None:  # told to Optuna as a failure: see run_one
+            return dataclasses.replace(outcome, state="failed")
+        return dataclasses.replace(
+            outcome, ppl_cap=cap, feasible=False, tps=self._slowest_tps(), tps_imputed=True
+        )
+
+    def _slowest_tps(self) -> float:
+        measured = [
+            r.tps
+            for r in self.store.records(self.study.study_name, states=["complete"])
+            if r.tps is not None and not r.tps_imputed
+        ]
+        return min(measured) if measured else 0.0
+
+    def _tell_refused(self, trial: optuna.trial.Trial, outcome: TrialOutcome) -> None:
+        """Optuna learns the configuration as infeasible (COMPLETE, constraint violated)."""
+        assert outcome.ppl_cap is not None and outcome.tps is not None
+        trial.set_user_attr("feasible", False)
+        trial.set_user_attr(TPS_IMPUTED_ATTR, True)
+        trial.set_user_attr(REFUSED_ATTR, True)
+        trial.set_user_attr("error", f"{outcome.error_kind}: {outcome.error_message}"[:2000])
+        trial.set_constraint(CONSTRAINT, PplGate.constraint(math.inf, outcome.ppl_cap))
+        ppl = PplGate.model_ppl(math.inf, outcome.ppl_cap)
+        values = [outcome.tps] if len(self.study.directions) == 1 else [outcome.tps, ppl]
+        self.study.tell(trial, values)
+        logger.warning(
+            "trial %d: the server refused the configuration: told to Optuna as infeasible",
+            trial.number,
         )
 
     def _tell_complete(self, trial: optuna.trial.Trial, outcome: TrialOutcome) -> None:

@@ -62,6 +62,8 @@ class RunPlan:
     ready_timeout_s: float = 900.0
     verify_top: int = 0
     enqueue: tuple[str, ...] = ()  # "name=value,name=value" configs tried first
+    # one trial's wall-clock limit (e.g. "45m"); None: derived from the sizes by the evaluator
+    trial_timeout: str | float | None = None
 
     def enqueued_configs(self) -> list[dict[str, str]]:
         """``--enqueue`` texts as params (values are typed by the search space later)."""
@@ -198,6 +200,7 @@ def execute(
         storage=plan.storage,
         n_trials=plan.n_trials,
         timeout=plan.timeout,
+        trial_timeout=plan.trial_timeout,
         ppl_cap=plan.ppl_cap,
         ppl_cap_rel=plan.ppl_cap_rel,
         sampler=plan.sampler,

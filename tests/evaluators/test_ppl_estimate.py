@@ -179,3 +179,28 @@ def test_settings_validate_themselves():
         PplSettings(stop_confidence=1.5)
     with pytest.raises(ValueError, match="stop_above"):
         PplSettings(stop_above=0)
+
+
+def test_a_ppl_record_timeout_scales_with_its_length(scripted_server):
+    """A stand-in for a server that stops answering while scoring: each record's
+    timeout is a base plus seconds per prompt token, and a timed-out record is a
+    MeasurementError of kind timeout, not a wait of the old flat 600 s."""
+    settings = PplSettings(timeout_base_s=0.5, timeout_per_token_s=0.1, order_seed=None)
+    assert settings.request_timeout_s(4) == pytest.approx(0.9)
+    assert settings.request_timeout_s(2943) == pytest.approx(294.8)
+    assert PplSettings().request_timeout_s(2943) == pytest.approx(30 + 0.02 * 2943)
+    assert PplSettings(timeout_s=5).request_timeout_s(2943) == 5
+
+    answer = scripted_completions(lambda prompt, p: -0.1 * p)
+
+    def slow_second(body):
+        if len(body["prompt"]) == 5:  # r2 (5 tokens: 1.0 s allowed)
+            import time
+
+            time.sleep(2.5)
+        return answer(body)
+
+    scripted_server.routes["/v1/completions"] = slow_second
+    with pytest.raises(MeasurementError, match="PPL record 'r2': timed out") as caught:
+        measure_ppl(scripted_server.base_url, "m", RECORDS, settings)
+    assert caught.value.kind == "timeout"

@@ -198,3 +198,40 @@ def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
     assert first_divergence([1, 2, 3], [1, 2]) == 2
+
+
+def test_request_timeout_scales_with_output_length():
+    assert TpsSettings(output_len=512).request_timeout_s == pytest.approx(30 + 0.1 * 512)
+    assert TpsSettings(output_len=32).request_timeout_s == pytest.approx(33.2)
+    assert TpsSettings(output_len=32, timeout_s=7).request_timeout_s == 7
+    settings = TpsSettings(output_len=100, timeout_base_s=1, timeout_per_token_s=0.01)
+    assert settings.request_timeout_s == pytest.approx(2.0)
+    assert settings.to_dict()["request_timeout_s"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="timeout_per_token_s"):
+        TpsSettings(timeout_per_token_s=-1)
+
+
+def test_tps_stops_at_the_first_request_that_times_out(scripted_server):
+    """A stand-in for a server that hangs mid-benchmark: the second request never
+    gets an answer in time. The run stops there instead of waiting once per prompt."""
+    calls = []
+
+    def tokens(body):
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            time.sleep(3.0)  # longer than the request timeout below
+        return 16
+
+    scripted_server.routes["/v1/chat/completions"] = chat_route(tokens)
+    settings = TpsSettings(
+        num_prompts=4, output_len=16, warmup_requests=0, timeout_base_s=0.6, timeout_per_token_s=0.0
+    )
+    began = time.monotonic()
+    result = measure_tps(scripted_server.base_url, "m", PROMPTS, settings, spec_metrics=False)
+    assert time.monotonic() - began < 2.5  # one timeout, not three
+    assert len(calls) == 2
+    assert (result.completed, result.total, result.tps) == (1, 4, None)
+    assert result.requests[1].error.startswith("timed out after 1 s")
+    assert [r.error for r in result.requests[2:]] == [
+        f"not sent: {result.requests[1].error} (at request 1)"
+    ] * 2

@@ -176,3 +176,82 @@ def test_free_port_is_bindable():
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_serve_script_that_escapes_its_group_is_stopped_through_its_token(tmp_path: Path):
+    """A stand-in for a serve.py that daemonizes: it answers /v1/models, then starts a
+    child in a new session (setsid, as a daemonizing script or a detached vLLM engine
+    would) that outlives the group; stopping the server must stop that child too."""
+    manifest = stand_in(
+        tmp_path,
+        """
+        import os, subprocess, sys, time
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
+        open(os.environ["ESCAPED_PID_FILE"], "w").write(str(child.pid))
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+            def log_message(self, *a): pass
+        HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+        """,
+    )
+    pid_file = tmp_path / "escaped.pid"
+    server = ServerProcess(
+        manifest,
+        overrides={"ESCAPED_PID_FILE": str(pid_file)},
+        ready_timeout_s=30,
+        stop_timeout_s=3,
+        log_path=tmp_path / "l",
+    )
+    with server:
+        escaped = int(pid_file.read_text())
+        assert escaped not in processes.group_members(server.pid)  # it left the group
+        assert escaped in processes.pids_with_env("SWEEPER_SERVER_TOKEN", server.token)
+    assert processes.pids_with_env("SWEEPER_SERVER_TOKEN", server.token) == []
+    assert not Path(f"/proc/{escaped}/environ").exists() or processes._state(escaped) == "Z"
+    assert processes.group_members(server.pid) == []
+
+
+def test_a_parent_death_signal_that_cannot_be_set_is_logged(tmp_path: Path, caplog):
+    """The kernel refuses PR_SET_PDEATHSIG for an invalid signal number: the honest way to
+    make the child's prctl fail on demand. The child reports it, the parent logs it."""
+    manifest = stand_in(tmp_path, "import time; time.sleep(600)\n")
+    server = ServerProcess(manifest, log_path=tmp_path / "l", parent_death_signal=999)
+    with caplog.at_level("WARNING", logger="sweeper.serving._process"):
+        server.start()
+        try:
+            assert server.parent_death_signal is False
+        finally:
+            server.stop()
+    assert any(
+        "has no parent-death signal" in r.message and "Invalid argument" in r.message
+        for r in caplog.records
+    )
+    assert not (tmp_path / "l.pdeathsig").exists()
+
+    ok = ServerProcess(manifest, log_path=tmp_path / "l2")
+    ok.start()
+    try:
+        assert ok.parent_death_signal is True
+        sigcatch = Path(f"/proc/{ok.pid}/status").read_text()
+        assert "SigCgt" in sigcatch  # the child exec'd: it is the stand-in now
+    finally:
+        ok.stop()
+
+
+def test_a_missing_interpreter_is_an_environment_failure(tmp_path: Path):
+    """A serve script whose interpreter is gone (a server venv that was removed): the
+    kernel's exec fails, which is an environment problem, not a bug that ends the study."""
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/no/such/venv/bin/python\nprint('never')\n")
+    script.chmod(0o755)
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"name": "gone-venv", "serve": [str(script)], "env": {}}))
+    server = ServerProcess(Manifest.load(path), log_path=tmp_path / "l")
+    with pytest.raises(ServerStartError) as caught:
+        server.start()
+    assert caught.value.kind == "environment"
+    assert "cannot run" in str(caught.value) and "serve.sh" in str(caught.value)

@@ -17,6 +17,7 @@ import toy
 import sweeper
 from storage import TrialStore
 from sweeper.errors import ServerError, StudyError
+from sweeper.serving import TOKEN_VARIABLE, processes
 from sweeper.study import Measurement
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -114,6 +115,51 @@ def test_sigkilled_worker_resumes_without_losing_a_trial(tmp_path: Path) -> None
     }
 
 
+def test_sigkilled_worker_s_server_dies_with_it_and_resume_stops_what_escaped(
+    tmp_path: Path,
+) -> None:
+    """The worker runs a real ServerProcess on the stand-in fake_server.py (not vLLM),
+    which starts a child in a session of its own, as a daemonizing serve.py or a
+    detached engine would. SIGKILL of the worker: the server gets its parent-death
+    signal and is gone within seconds; the escaped child is not (nothing signals it)
+    until the next run stops it through the token, before its first trial."""
+    worker = start_worker(tmp_path, n_trials=3, hang_on=[1], server="fake")
+    wait_for(tmp_path / "hanging-1", worker)
+    server_pid = int((tmp_path / "server-1").read_text())
+    escaped_pid = int((tmp_path / "escaped.pid").read_text())
+    worker.kill()
+    worker.wait(timeout=30)
+    killed_at = time.monotonic()
+    while not process_gone(server_pid) and time.monotonic() - killed_at < 10:
+        time.sleep(0.1)
+    assert process_gone(server_pid), "the server outlived its worker by 10 s"
+    survived_s = time.monotonic() - killed_at
+    print(f"server gone {survived_s:.2f} s after its worker's SIGKILL")
+    assert not process_gone(escaped_pid), "the escaped child should still be there"
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    token = TrialStore(url).record("toy", 1).server_token
+    assert escaped_pid in processes.pids_with_env(TOKEN_VARIABLE, token)
+
+    left_at_first_trial = []
+
+    def evaluate(params, context):
+        if not left_at_first_trial:
+            left_at_first_trial.append(processes.pids_with_env(TOKEN_VARIABLE, token))
+        return toy.evaluate(params, context)
+
+    result = sweeper.run_study(toy.SPACE, evaluate, study_name="toy", storage=url, n_trials=3,
+                               ppl_cap=toy.CAP, sampler="random", seed=1,
+                               handle_signals=False)  # fmt: skip
+    assert left_at_first_trial == [[]]  # stopped before the first trial of the resumed run
+    assert process_gone(escaped_pid)
+    records = {r.number: r for r in result.status.trials}
+    assert (records[0].state, records[1].state, records[1].error_kind) == (
+        "complete", "stale", "WorkerDied",
+    )  # fmt: skip
+    assert records[2].params == records[1].params and records[2].state == "complete"
+    assert survived_s < 10
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_ends_cleanly_and_the_trial_is_queued_again(tmp_path: Path, signum: int) -> None:
     worker = start_worker(tmp_path, n_trials=4, hang_on=[1])
@@ -180,7 +226,7 @@ def test_consecutive_failures_stop_with_a_pointer(tmp_path: Path) -> None:
         )
     message = str(caught.value)
     assert calls == [0, 1, 2, 3]
-    assert message.startswith("stopped after 3 consecutive failed trials (#1, #2, #3: ServerError)")
+    assert message.startswith("stopped after 3 consecutive failed trials (#1, #2, #3: oom-start)")
     assert "server exited with code 1 during start-up (trial 3)" in message
     assert "Last server log line: 'RuntimeError: CUDA out of memory'" in message
     assert "sweeper status --study toy --storage sqlite:///" in message and "--trial 3" in message

@@ -138,7 +138,7 @@ def test_a_missing_ppl_without_reuse_fails_the_trial(tmp_path: Path) -> None:
     with pytest.raises(StudyError, match="3 consecutive failed trials"):
         run(tmp_path, evaluate, n_trials=5)
     records = TrialStore(str(tmp_path / "study.db")).records("toy")
-    assert {r.error_kind for r in records} == {"MeasurementError"}
+    assert {r.error_kind for r in records} == {"measurement"}
     assert "no PPL, and none could be reused" in records[0].error_message
 
 
@@ -265,5 +265,5 @@ def test_an_evaluator_must_return_a_measurement(tmp_path: Path) -> None:
     with pytest.raises(StudyError, match="3 consecutive failed trials"):
         run(tmp_path, evaluate, n_trials=5)
     records = TrialStore(str(tmp_path / "study.db")).records("toy")
-    assert {r.error_kind for r in records} == {"MeasurementError"}
+    assert {r.error_kind for r in records} == {"measurement"}
     assert "the evaluator returned dict, not a Measurement" in records[0].error_message

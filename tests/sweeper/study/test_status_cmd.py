@@ -80,7 +80,7 @@ def test_status_of_a_failed_trial_shows_its_error_and_log(study_db: str) -> None
     result = CliRunner().invoke(app, ["status", "--storage", study_db, "--trial", "3"])
     assert result.exit_code == 0, result.output
     assert "trial 3 of toy: failed (enqueued-3)" in result.output
-    assert "error: ServerError: server exited with code 1 during start-up" in result.output
+    assert "error: port: server exited with code 1 during start-up" in result.output
     assert result.output.rstrip().endswith("INFO starting\nERROR address already in use")
     detail = json.loads(
         CliRunner().invoke(app, ["status", "--storage", study_db, "--trial", "0", "--json"]).output

@@ -46,13 +46,13 @@ def run_command(tmp_path: Path, url: str, smallest_window: int) -> list[str]:
     ]  # fmt: skip
 
 
-def wait_for(predicate, timeout_s: float, what: str):
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(1.0)
+        time.sleep(poll_s)
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
@@ -89,11 +89,18 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
         if first.poll() is None:
             first.kill()
         log.close()
+    killed_at = time.monotonic()
     completed_before = {r.number: (r.tps, r.ppl) for r in store.records(STUDY) if r.state == "complete"}
     assert completed_before
 
-    # the killed sweeper's server gets SIGTERM from the kernel (parent-death signal);
-    # whatever is still shutting down is stopped by the resumed sweeper through its token
+    # the killed sweeper's server gets SIGTERM from the kernel (parent-death signal) and
+    # vLLM shuts its engine down: no process of that server survives for long
+    wait_for(
+        lambda: not processes.pids_with_env(TOKEN_VARIABLE, victim.server_token),
+        60, "the killed sweeper's server to exit",
+    )  # fmt: skip
+    print(f"server of the killed sweeper gone {time.monotonic() - killed_at:.1f} s after SIGKILL")
+    # whatever would still be shutting down is stopped by the resumed sweeper through its token
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads(second.stdout.strip().splitlines()[-1])
