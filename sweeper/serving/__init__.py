@@ -23,6 +23,7 @@ from sweeper.serving._process import (
     port_is_free,
     stop_servers_with_token,
 )
+from sweeper.serving._venv import ServerVenv, ServerVenvError, dependencies_key, server_venv, venv_cache_root
 
 __all__ = [
     "DEFAULT_HOST",
@@ -32,11 +33,16 @@ __all__ = [
     "ModelLimits",
     "ServeCommand",
     "ServerProcess",
+    "ServerVenv",
+    "ServerVenvError",
     "build_serve_command",
+    "dependencies_key",
     "drafter_with_top_k",
     "exec_server",
     "free_port",
     "model_limits",
     "port_is_free",
+    "server_venv",
     "stop_servers_with_token",
+    "venv_cache_root",
 ]
