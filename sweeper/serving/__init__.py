@@ -23,9 +23,17 @@ from sweeper.serving._process import (
     port_is_free,
     stop_servers_with_token,
 )
-from sweeper.serving._venv import ServerVenv, ServerVenvError, dependencies_key, server_venv, venv_cache_root
+from sweeper.serving._venv import (
+    CACHE_VARIABLE,
+    ServerVenv,
+    ServerVenvError,
+    dependencies_key,
+    server_venv,
+    venv_cache_root,
+)
 
 __all__ = [
+    "CACHE_VARIABLE",
     "DEFAULT_HOST",
     "GREEDY_GENERATION_CONFIG",
     "TOKEN_VARIABLE",
