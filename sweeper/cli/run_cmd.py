@@ -123,7 +123,7 @@ class LiveView:
             self.console.print(describe_finished(event), markup=False, highlight=False)
             if event.best_number is not None and event.best_tps is not None:
                 self.best = f"trial {event.best_number}: {event.best_tps:.1f} tok/s"
-        self.live.update(self.render())
+        self.live.update(self.render(), refresh=event.kind != "progress")
 
     def render(self) -> Table:
         elapsed = time.monotonic() - self.started
