@@ -44,9 +44,9 @@ def recipe_lines(status: StudyStatus) -> list[str]:
     """How the study measures (its recorded recipe): sizes, data and the held-out split."""
     from sweeper.study import recipe_from_settings
 
+    if status.settings.get("recipe") is None:
+        return []  # a study made outside 'sweeper run' (run_study from Python)
     recipe = recipe_from_settings(status.settings)
-    if recipe.num_prompts is None and recipe.prompts is None:
-        return ["measured with: not recorded (a study made outside 'sweeper run')"]
     counts = recipe.data_counts
 
     def _of(value: int | None, key: str) -> str:
