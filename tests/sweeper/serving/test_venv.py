@@ -1,42 +1,18 @@
 """The server venv: created once from a manifest's dependencies, keyed by their hash, reused;
-a failed install caches nothing. The dependency is a tiny wheel built here (no index needed)."""
+a failed install caches nothing. The dependency is a tiny wheel built by the test (no index needed)."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from sweeper.manifest import Manifest
 from sweeper.serving import ServerVenvError, dependencies_key, server_venv
-
-
-def build_wheel(folder: Path, name: str = "sweeper_probe", version: str = "0.1", value: int = 42) -> Path:
-    """A pure-Python wheel with one module ``{name}`` holding ``VALUE = value``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    dist_info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}.py": f"VALUE = {value}\n",
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    records = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        records.append(f"{path},sha256={digest},{len(text.encode())}")
-    records.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = "\n".join(records) + "\n"
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    return wheel
 
 
 def write_manifest(folder: Path, dependencies: list[str]) -> Path:
@@ -50,7 +26,7 @@ def python_version(python: Path) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
 
 
-def test_a_server_venv_is_created_once_keyed_by_its_dependencies_and_reused(tmp_path, monkeypatch, capsys) -> None:
+def test_a_server_venv_is_created_once_keyed_by_its_dependencies_and_reused(tmp_path, monkeypatch, capsys, build_wheel) -> None:
     from sweeper.cli import main
 
     submission = tmp_path / "submission"

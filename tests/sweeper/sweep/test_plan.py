@@ -338,6 +338,25 @@ def test_server_python_runs_a_python_serve_command_with_that_interpreter(user_se
     assert prepared.recipe.server_python == str(python)
 
 
+def test_server_venv_is_made_from_the_manifests_dependencies_and_recorded(monkeypatch, tmp_path, make_user, build_wheel) -> None:
+    wheel = build_wheel(tmp_path / "mine" / "wheels")
+    user = make_user("mine")
+    data = json.loads(user.manifest.read_text())
+    data["dependencies"] = [f"./wheels/{wheel.name}"]
+    data["serve"] = ["python", "-m", "sweeper", "serve", "my-manifest.json"]  # a python serve command
+    user.manifest.write_text(json.dumps(data))
+    monkeypatch.setenv("SWEEPER_VENV_CACHE", str(tmp_path / "venvs"))
+    from sweeper.serving import dependencies_key
+
+    key = dependencies_key(data["dependencies"])
+    prepared = prepare(RunPlan(manifest=str(user.manifest), storage=f"sqlite:///{tmp_path / 'db'}",
+                               **_data(user, heldout=True), server_venv=True))  # fmt: skip
+    python = str(tmp_path / "venvs" / key / "bin" / "python")
+    assert prepared.manifest.server_python == prepared.recipe.server_python == python
+    assert prepared.evaluator.base_manifest.resolve_serve_command()[:2] == [python, "-m"]
+    assert sorted(p.name for p in (tmp_path / "venvs").iterdir()) == [key]
+
+
 def _data(user_setup, *, heldout: bool = False) -> dict[str, str]:
     data = {"prompts": str(user_setup.prompts), "ppl_data": str(user_setup.ppl_data)}
     if heldout:
