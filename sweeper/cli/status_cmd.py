@@ -54,10 +54,11 @@ def recipe_lines(status: StudyStatus) -> list[str]:
         return f"{text} (of {counts[key]})" if key in counts else text
 
     bridge = recipe.warmup_prompts
+    bridge_text = "manifest default" if bridge is None else "off" if bridge == 0 else f"{bridge} prompts"
     sizes = (
         f"sizes: {_of(recipe.num_prompts, 'prompts')} prompts x {recipe.output_len or '-'} tokens, "
         f"{'-' if recipe.warmup_requests is None else recipe.warmup_requests} warm-up requests, "
-        f"warm-up bridge {'manifest default' if bridge is None else 'off' if bridge == 0 else f'{bridge} prompts'}, "
+        f"warm-up bridge {bridge_text}, "
         f"PPL records {'all' if recipe.ppl_records is None else recipe.ppl_records}"
         + (f" of {counts['ppl_records']}" if "ppl_records" in counts else "")
     )

@@ -81,7 +81,9 @@ class StudyRecipe:
         ):
             raise UserInputError(f"study recipe: heldout_fraction must be between 0 and 1, not {fraction!r}")
         timeout = self.ready_timeout_s
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
             raise UserInputError(f"study recipe: ready_timeout_s must be positive, not {timeout!r}")
         if not isinstance(self.keep_port, bool):
             raise UserInputError(f"study recipe: keep_port must be true or false, not {self.keep_port!r}")

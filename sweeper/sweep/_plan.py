@@ -135,7 +135,9 @@ class RunPlan:
             except UserInputError as exc:
                 raise UserInputError(f"--{exc}") from None
         if not _number(self.ready_timeout_s) or not self.ready_timeout_s > 0:
-            raise UserInputError(f"--ready-timeout must be a positive number of seconds, not {self.ready_timeout_s!r}")
+            raise UserInputError(
+                f"--ready-timeout must be a positive number of seconds, not {self.ready_timeout_s!r}"
+            )
         if self.ppl_cap is not None and not (_number(self.ppl_cap) and self.ppl_cap > 0):
             raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
         if self.ppl_cap_rel is not None and not (_number(self.ppl_cap_rel) and self.ppl_cap_rel >= 1.0):
@@ -285,7 +287,10 @@ def run_data(plan: RunPlan, manifest_label: str) -> RunData:
     if missing or heldout_missing:
         needs = []
         if missing:
-            needs.append(f"its data: {' and '.join(missing)} (a file or hub dataset id each, as 'sweeper eval' takes them)")
+            needs.append(
+                f"its data: {' and '.join(missing)} (a file or hub dataset id each, as "
+                "'sweeper eval' takes them)"
+            )
         if heldout_missing:
             needs.append(
                 f"held-out data for verify: {' and '.join(heldout_missing)}, or --heldout-fraction F "
