@@ -39,6 +39,7 @@ def make_user_setup(folder: Path, demo, *, port: int | None = None, name: str = 
     if port is not None:
         data["port"] = port
     manifest = folder / "my-manifest.json"
+    data["serve"] = [part if part != demo.manifest.name else manifest.name for part in data["serve"]]
     manifest.write_text(json.dumps(data, indent=2))
     files = {
         "prompts": folder / "my-prompts.json",
