@@ -204,6 +204,43 @@ def save_recipe(url: str | None, study_name: str, recipe: StudyRecipe) -> None:
     logger.info("stored the study recipe of %s", study_name)
 
 
+# what makes two trials' numbers comparable: a study resumed with other values would mix them
+MEASURING_FIELDS = (
+    "prompts", "ppl_data", "heldout_prompts", "heldout_ppl_data", "heldout_fraction", "split_seed",
+    "num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records",
+)  # fmt: skip
+
+
+def recipe_changes(stored: StudyRecipe, new: StudyRecipe) -> dict[str, tuple[Any, Any]]:
+    """The measuring fields whose value differs: name -> (stored, new); unrecorded ones are skipped."""
+    return {
+        name: (getattr(stored, name), getattr(new, name))
+        for name in MEASURING_FIELDS
+        if getattr(stored, name) is not None and getattr(stored, name) != getattr(new, name)
+    }
+
+
+def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
+    """The recipe a study recorded; None for a study (or SQLite file) that does not exist yet,
+    or one without a recipe. Creates no file."""
+    import optuna
+    from sqlalchemy.engine import make_url
+
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        return None
+    storage = optuna_storage(url)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return None
+    finally:
+        storage.remove_session()
+    value = study.user_attrs.get(RECIPE_ATTR)
+    return None if value is None else StudyRecipe.from_attr(value)
+
+
 def base_manifest_of(recipe: StudyRecipe, base_manifest: Manifest | None = None) -> Manifest:
     """The given base manifest, else the one the study recorded (ManifestError if unreadable)."""
     if base_manifest is not None:

@@ -42,7 +42,9 @@ from sweeper.study import (
     parse_duration,
     plan_from_manifest,
     run_study,
+    recipe_changes,
     save_recipe,
+    stored_recipe,
 )
 
 logger = logging.getLogger(__name__)
@@ -403,6 +405,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
             "each TPS measurement uses all %d",
             counts["prompts"], settings.tps.num_prompts, counts["prompts"],
         )  # fmt: skip
+    _check_resume(plan.storage, study_name, recipe)
     if plan.server_venv:
         from sweeper.serving import server_venv
 
@@ -426,6 +429,21 @@ def _check_heldout(manifest: Manifest, recipe: StudyRecipe) -> EvalData:
     from sweeper.answer import heldout_data, heldout_settings
 
     return load_eval_data(manifest, heldout_settings(recipe, heldout_data(recipe)))
+
+
+def _check_resume(url: str, study_name: str, recipe: StudyRecipe) -> None:
+    """A study resumed with other sizes or data would mix numbers measured two ways: refuse."""
+    stored = stored_recipe(url, study_name)
+    if stored is None:
+        return
+    changes = recipe_changes(stored, recipe)
+    if changes:
+        listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+        raise UserInputError(
+            f"study {study_name!r} was measured with other settings than this run's ({listed}): "
+            "its trials would not be comparable; run it with the options it was started with, "
+            "or start another study with --study NAME"
+        )
 
 
 def _check_port_free(manifest: Manifest, label: str) -> None:

@@ -144,6 +144,22 @@ def test_every_size_is_in_the_recipe_and_shown_by_status(monkeypatch, capsys, sy
     assert "servers: ready timeout 300 s" in out
 
 
+def test_a_study_resumed_with_other_sizes_or_data_is_refused(synthetic, user_setup, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.25)
+    prepared = prepare(plan)
+    _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
+    assert prepare(plan).recipe == prepared.recipe  # the same command resumes
+    with pytest.raises(UserInputError) as refused:
+        prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
+                        heldout_fraction=0.25, num_prompts=8, split_seed=2))  # fmt: skip
+    assert str(refused.value) == (
+        f"study {prepared.study_name!r} was measured with other settings than this run's "
+        "(split_seed 0 -> 2; num_prompts 128 -> 8): its trials would not be comparable; run it "
+        "with the options it was started with, or start another study with --study NAME"
+    )
+
+
 # -- the held-out split ---------------------------------------------------------------------------
 
 
@@ -186,7 +202,7 @@ def test_the_heldout_split_is_disjoint_recorded_and_reproduced_by_verify(synthet
     again = prepare(plan).evaluator.data
     assert [p.id for p in again.prompts] == [p.id for p in tuning.prompts]
     other = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
-                            heldout_fraction=0.25, split_seed=8)).evaluator.data  # fmt: skip
+                            heldout_fraction=0.25, split_seed=8, study_name="other")).evaluator.data  # fmt: skip
     assert {p.id for p in other.prompts} != {p.id for p in tuning.prompts}
 
 
