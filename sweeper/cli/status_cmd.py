@@ -49,20 +49,21 @@ def recipe_lines(status: StudyStatus) -> list[str]:
     recipe = recipe_from_settings(status.settings)
     counts = recipe.data_counts
 
-    def _of(value: int | None, key: str) -> str:
-        text = "-" if value is None else str(value)
-        return f"{text} (of {counts[key]})" if key in counts else text
-
     bridge = recipe.warmup_prompts
     bridge_text = "manifest default" if bridge is None else "off" if bridge == 0 else f"{bridge} prompts"
     sizes = (
-        f"sizes: {_of(recipe.num_prompts, 'prompts')} prompts x {recipe.output_len or '-'} tokens, "
+        f"sizes: {recipe.num_prompts or '-'} prompts x {recipe.output_len or '-'} tokens, "
         f"{'-' if recipe.warmup_requests is None else recipe.warmup_requests} warm-up requests, "
         f"warm-up bridge {bridge_text}, "
         f"PPL records {'all' if recipe.ppl_records is None else recipe.ppl_records}"
-        + (f" of {counts['ppl_records']}" if "ppl_records" in counts else "")
     )
-    lines = [sizes, f"tuning data: prompts {recipe.prompts or 'demo'}, PPL {recipe.ppl_data or 'demo'}"]
+    tuning = f"tuning data: prompts {recipe.prompts or 'demo'}"
+    if "prompts" in counts:
+        tuning += f" ({counts['prompts']})"
+    tuning += f", PPL {recipe.ppl_data or 'demo'}"
+    if "ppl_records" in counts:
+        tuning += f" ({counts['ppl_records']} records)"
+    lines = [sizes, tuning]
     heldout = []
     for kind, given, key in (("prompts", recipe.heldout_prompts, "heldout_prompts"),
                              ("ppl_data", recipe.heldout_ppl_data, "heldout_ppl_records")):  # fmt: skip
@@ -75,7 +76,7 @@ def recipe_lines(status: StudyStatus) -> list[str]:
         else:
             where = "demo" if recipe.tunes_on_demo_data else "none recorded"
         if key in counts:
-            where += f", {counts[key]}"
+            where += f" ({counts[key]}{' records' if kind == 'ppl_data' else ''})"
         heldout.append(f"{label} {where}")
     lines.append("held-out data: " + "; ".join(heldout))
     server = []
