@@ -41,15 +41,6 @@ class HeldOutData:
     prompts_split: DataSplit | None = None
     ppl_split: DataSplit | None = None
 
-    def describe(self, kind: str) -> str:
-        source, split = {
-            "prompts": (self.prompts, self.prompts_split),
-            "ppl_data": (self.ppl_data, self.ppl_split),
-        }[kind]
-        if split is None:
-            return source
-        return f"{source} (held-out {split.heldout_fraction:g}, seed {split.seed})"
-
 
 def heldout_data(
     recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None

@@ -99,10 +99,6 @@ class DataSplit:
             )
         return chosen
 
-    def other(self) -> DataSplit:
-        """The other part of the same split."""
-        return dataclasses.replace(self, part="heldout" if self.part == "tuning" else "tuning")
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSettings:
