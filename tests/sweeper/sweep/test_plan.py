@@ -208,6 +208,16 @@ def test_the_heldout_split_is_disjoint_recorded_and_reproduced_by_verify(synthet
     assert {p.id for p in other.prompts} != {p.id for p in tuning.prompts}
 
 
+def test_a_fraction_that_leaves_no_heldout_record_is_refused_before_any_server(user_setup, tmp_path) -> None:
+    n_prompts = len(json.loads(user_setup.prompts.read_text()))
+    fraction = 0.4 / n_prompts  # rounds to no prompt at all
+    with pytest.raises(UserInputError, match=rf"my-prompts.json: a held-out fraction of {fraction:g} of its "
+                                             rf"{n_prompts} records leaves the heldout part empty"):  # fmt: skip
+        prepare(RunPlan(manifest=str(user_setup.manifest), storage=f"sqlite:///{tmp_path / 'study.db'}",
+                        **_data(user_setup), heldout_fraction=fraction))  # fmt: skip
+    assert not (tmp_path / "study.db").exists()
+
+
 def test_verify_top_on_user_data_verifies_on_the_split_off_part(synthetic, user_setup, tmp_path) -> None:
     """The path `run --verify-top` takes after the sweep, with the synthetic evaluator in
     place of servers: verify finds the held-out data in the recipe alone."""
