@@ -70,6 +70,33 @@ def test_a_non_demo_manifest_without_data_is_one_line_naming_the_options(
     assert nothing_written(tmp_path)
 
 
+def test_the_readme_night_without_data_is_refused_on_a_challenge_manifest(monkeypatch, capsys, tmp_path, challenge_data) -> None:
+    manifest = challenge_data / "vidraft-fw188-ctk49-manifest.json"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = sweeper(monkeypatch, capsys, *run_args(
+        tmp_path, "--manifest", str(manifest), "--ppl-cap", "2.42", "--timeout", "8h", "--verify-top", "3"))  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: a run of {manifest} needs its data: --prompts and --ppl-data")
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_the_challenge_prompts_split_into_disjoint_reproducible_parts(challenge_data) -> None:
+    from evaluators import load_ppl_records, load_prompts
+    from sweeper.measure import DataSplit
+
+    prompts = load_prompts(challenge_data / "eval_prompts_sharegpt.json")
+    records = load_ppl_records(challenge_data / "ppl_ground_truth_tokens.jsonl")
+    assert (len(prompts), len(records)) == (128, 128)
+    for data in (prompts, records):
+        ids = [item.id for item in data]
+        tuning = DataSplit(heldout_fraction=0.25, seed=0).of(data)
+        heldout = DataSplit(heldout_fraction=0.25, seed=0, part="heldout").of(data)
+        assert (len(tuning), len(heldout)) == (96, 32)
+        assert {i.id for i in heldout} == expected_heldout_ids(ids, 0.25, 0)
+        assert {i.id for i in tuning} | {i.id for i in heldout} == set(ids)
+        assert [i.id for i in DataSplit(heldout_fraction=0.25, seed=0).of(data)] == [i.id for i in tuning]
+
+
 def test_the_demo_keeps_its_bundled_sets(demo, tmp_path) -> None:
     prepared = prepare(RunPlan(storage=f"sqlite:///{tmp_path / 'study.db'}", run_dir=str(tmp_path / "runs")))
     recipe = prepared.recipe
