@@ -54,7 +54,7 @@ class TrialCount:
         return self.done_before + self.done
 
     def line(self) -> str:
-        """``trial 3 of 8 (5 to go)`` while one runs, ``8 of 8 done`` when none does."""
+        """``trial 3 of 8, 5 to go after it`` while one runs, ``8 of 8 done, 0 to go`` when none does."""
         total = "∞" if self.n_trials is None else str(self.n_trials)
         if self.running:
             current = self.finished + 1
