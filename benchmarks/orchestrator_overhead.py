@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from storage import TrialStore
-from sweeper.sweep import RunPlan, prepare
+from sweeper.sweep import DEMO_SIZES, RunPlan, prepare
 from sweeper.study import run_study
 
 MEASURED_PHASES = ("start", "warmup", "ppl", "tps", "fidelity", "teardown")
@@ -39,8 +39,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4, help="trials in the study (at least 3)")
     parser.add_argument("--keep", help="folder for the database and logs (default: a temp dir)")
-    parser.add_argument("--num-prompts", type=int, default=RunPlan.num_prompts, help="TPS prompts per trial")
-    parser.add_argument("--output-len", type=int, default=RunPlan.output_len, help="output tokens per prompt")
+    parser.add_argument("--num-prompts", type=int, default=DEMO_SIZES.num_prompts, help="TPS prompts per trial")
+    parser.add_argument("--output-len", type=int, default=DEMO_SIZES.output_len, help="output tokens per prompt")
     args = parser.parse_args()
     folder = Path(args.keep or tempfile.mkdtemp(prefix="sweeper-overhead-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,9 @@ class Manifest:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     source: Path | None = dataclasses.field(default=None, compare=False)
+    # the interpreter that runs a ``python ...`` serve command (None: this one); a local
+    # setting of this machine (``--server-python``), never saved with the manifest
+    server_python: str | None = dataclasses.field(default=None, compare=False)
 
     # -- construction -----------------------------------------------------
 
@@ -143,7 +146,7 @@ class Manifest:
         if head == SWEEPER_COMMAND:
             return [sys.executable, "-m", "sweeper", *rest]
         if head in INTERPRETER_COMMANDS:
-            return [sys.executable, *rest]
+            return [self.server_python or sys.executable, *rest]
         if os.sep in head:
             candidate = Path(head) if os.path.isabs(head) else self.folder / head
             if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -153,6 +156,24 @@ class Manifest:
         raise ManifestError(
             str(self.source or "<manifest>"), "serve", f"command {head!r} does not exist"
         )
+
+    def with_server_python(self, python: str | os.PathLike[str] | None) -> Manifest:
+        """A copy whose ``python ...`` serve command runs with ``python`` (None: this one).
+
+        ManifestError when it is not an executable file. A ``sweeper ...`` serve
+        command keeps running with this interpreter (where sweeper is installed).
+        """
+        if python is None:
+            return dataclasses.replace(self, server_python=None)
+        path = Path(python).expanduser()
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ManifestError(str(python), None, "is not an executable Python interpreter")
+        if self.serve[0] not in INTERPRETER_COMMANDS:
+            logger.warning(
+                "%s: the serve command starts with %r, not python: the server python %s is not used",
+                self.source or self.name, self.serve[0], path,
+            )  # fmt: skip
+        return dataclasses.replace(self, server_python=str(path.absolute()))
 
     def get(self, key: str, default: str = "") -> str:
         """An env value, falling back to the top-level field of the same name."""

@@ -21,7 +21,14 @@ from sweeper.answer._export import (
     derived_name,
     export_answer,
 )
-from sweeper.answer._heldout import HeldOutDataError, heldout_evaluator, heldout_sources
+from sweeper.answer._heldout import (
+    HeldOutData,
+    HeldOutDataError,
+    heldout_data,
+    heldout_evaluator,
+    heldout_settings,
+    heldout_sources,
+)
 from sweeper.answer._verify import (
     VerifyEvent,
     VerifyResult,
@@ -33,6 +40,7 @@ from sweeper.answer._verify import (
 __all__ = [
     "Answer",
     "ExportResult",
+    "HeldOutData",
     "HeldOutDataError",
     "NothingToExportError",
     "UnverifiedAnswerError",
@@ -44,7 +52,9 @@ __all__ = [
     "candidates",
     "derived_name",
     "export_answer",
+    "heldout_data",
     "heldout_evaluator",
+    "heldout_settings",
     "heldout_sources",
     "judge",
     "ranked_answers",

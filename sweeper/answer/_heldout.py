@@ -9,13 +9,14 @@ PPL-first ordering and teardown.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.errors import UserInputError
-from sweeper.measure import EvalSettings
+from sweeper.measure import DataSplit, EvalSettings
 from sweeper.manifest import Manifest
 from sweeper.study import StudyRecipe, base_manifest_of
 
@@ -26,37 +27,80 @@ class HeldOutDataError(UserInputError):
     """The held-out data is missing, or is the data the study tuned on."""
 
 
-def heldout_sources(
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeldOutData:
+    """Where the held-out prompts and PPL records come from.
+
+    A kind with a ``*_split`` is the held-out part of that file, split off
+    exactly as the study split its tuning part (same fraction, same seed);
+    without one, the file is held-out data as a whole.
+    """
+
+    prompts: str
+    ppl_data: str
+    prompts_split: DataSplit | None = None
+    ppl_split: DataSplit | None = None
+
+
+def heldout_data(
     recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None
-) -> tuple[str, str]:
-    """The held-out prompt set and PPL records: given, else recorded, else the demo's."""
+) -> HeldOutData:
+    """The held-out prompt set and PPL records: given, else recorded (a file, or the part
+    split off the tuning set), else the demo's held-out sets when the study tuned on the demo's."""
     from sweeper.demo import demo_paths
 
     demo = demo_paths()
-    prompts = prompts or recipe.heldout_prompts
-    ppl_data = ppl_data or recipe.heldout_ppl_data
-    if recipe.tunes_on_demo_data:
-        prompts = prompts or str(demo.prompts_heldout)
-        ppl_data = ppl_data or str(demo.ppl_heldout)
+    tuning = {
+        "prompts": recipe.prompts or str(demo.prompts_tuning),
+        "ppl_data": recipe.ppl_data or str(demo.ppl_tuning),
+    }
+    given = {"prompts": prompts, "ppl_data": ppl_data}
+    recorded = {"prompts": recipe.heldout_prompts, "ppl_data": recipe.heldout_ppl_data}
+    demo_heldout = {"prompts": str(demo.prompts_heldout), "ppl_data": str(demo.ppl_heldout)}
+    sources: dict[str, str | None] = {}
+    splits: dict[str, DataSplit | None] = {}
+    for kind in ("prompts", "ppl_data"):
+        split = recipe.split_of(kind)
+        splits[kind] = None
+        if given[kind]:
+            sources[kind] = given[kind]
+        elif recorded[kind]:
+            sources[kind] = recorded[kind]
+        elif split is not None:
+            sources[kind] = tuning[kind]
+            splits[kind] = DataSplit(heldout_fraction=split[0], seed=split[1], part="heldout")
+        elif recipe.tunes_on_demo_data:
+            sources[kind] = demo_heldout[kind]
+        else:
+            sources[kind] = None
     missing = [
-        option for option, value in (("--prompts", prompts), ("--ppl-data", ppl_data)) if not value
+        f"--{kind.replace('_', '-')}" for kind, value in sources.items() if not value
     ]
     if missing:
         raise HeldOutDataError(
             "the study tuned on its own data and records no held-out set: give the held-out "
             f"data with {' and '.join(missing)} (prompts and PPL records the study did not tune on)"
         )
-    tuning = {
-        "prompts": recipe.prompts or str(demo.prompts_tuning),
-        "ppl-data": recipe.ppl_data or str(demo.ppl_tuning),
-    }
-    for option, value in (("prompts", prompts), ("ppl-data", ppl_data)):
-        if _same_source(value, tuning[option]):
+    for kind, value in sources.items():
+        if splits[kind] is None and _same_source(str(value), tuning[kind]):
             raise HeldOutDataError(
-                f"the held-out {option} {value} is the set the study tuned on: verification "
-                "needs data the study never saw"
+                f"the held-out {kind.replace('_', '-')} {value} is the set the study tuned on: "
+                "verification needs data the study never saw"
             )
-    return str(prompts), str(ppl_data)
+    return HeldOutData(
+        prompts=str(sources["prompts"]),
+        ppl_data=str(sources["ppl_data"]),
+        prompts_split=splits["prompts"],
+        ppl_split=splits["ppl_data"],
+    )
+
+
+def heldout_sources(
+    recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None
+) -> tuple[str, str]:
+    """The files of the held-out prompt set and PPL records (see ``heldout_data``)."""
+    data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data)
+    return data.prompts, data.ppl_data
 
 
 def _same_source(a: str, b: str) -> bool:
@@ -66,7 +110,14 @@ def _same_source(a: str, b: str) -> bool:
     return a == b
 
 
-def heldout_settings(recipe: StudyRecipe, prompts: str, ppl_data: str) -> EvalSettings:
+def heldout_settings(
+    recipe: StudyRecipe, prompts: str | HeldOutData, ppl_data: str | None = None
+) -> EvalSettings:
+    """The study's measuring settings (from its recipe) on the held-out data."""
+    if isinstance(prompts, HeldOutData):
+        data = prompts
+    else:
+        data = HeldOutData(prompts=prompts, ppl_data=str(ppl_data))
     defaults = TpsSettings()
     if recipe.num_prompts is None or recipe.output_len is None:
         logger.warning(
@@ -76,8 +127,12 @@ def heldout_settings(recipe: StudyRecipe, prompts: str, ppl_data: str) -> EvalSe
             recipe.output_len or defaults.output_len,
         )
     return EvalSettings(
-        prompts=prompts,
-        ppl_data=ppl_data,
+        prompts=data.prompts,
+        ppl_data=data.ppl_data,
+        prompts_split=data.prompts_split,
+        ppl_split=data.ppl_split,
+        keep_port=recipe.keep_port,
+        ready_timeout_s=recipe.ready_timeout_s or EvalSettings.ready_timeout_s,
         tps=TpsSettings(
             num_prompts=recipe.num_prompts or defaults.num_prompts,
             output_len=recipe.output_len or defaults.output_len,
@@ -105,15 +160,23 @@ def heldout_evaluator(
     from sweeper.measure import ServerEvaluator
 
     manifest = base_manifest_of(recipe, base_manifest)
-    prompts, ppl_data = heldout_sources(recipe, prompts=prompts, ppl_data=ppl_data)
-    settings = heldout_settings(recipe, prompts, ppl_data)
+    if recipe.server_python and manifest.server_python is None:
+        manifest = manifest.with_server_python(recipe.server_python)
+    data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data)
+    settings = heldout_settings(recipe, data)
     # the data is loaded and checked here, before any server time is spent
     first = ServerEvaluator(manifest, settings, run_dir=run_dir)
     evaluator = _PerCandidate(first, Path(run_dir))
     tps = settings.tps
     info = {
-        "prompts": prompts,
-        "ppl_data": ppl_data,
+        "prompts": data.prompts,
+        "ppl_data": data.ppl_data,
+        "prompts_split": _split_info(data.prompts_split),
+        "ppl_split": _split_info(data.ppl_split),
+        "heldout_prompts": len(first.data.prompts) if first.data.prompts is not None else None,
+        "heldout_ppl_records": (
+            len(first.data.ppl_records) if first.data.ppl_records is not None else None
+        ),
         "num_prompts": tps.num_prompts if tps else None,
         "output_len": tps.output_len if tps else None,
         "warmup_requests": tps.warmup_requests if tps else None,
@@ -121,6 +184,12 @@ def heldout_evaluator(
         "run_dir": str(Path(run_dir).resolve()),
     }
     return evaluator, info
+
+
+def _split_info(split: DataSplit | None) -> dict[str, Any] | None:
+    if split is None:
+        return None
+    return {"heldout_fraction": split.heldout_fraction, "seed": split.seed, "part": split.part}
 
 
 class _PerCandidate:

@@ -22,6 +22,7 @@ COMMAND_MODULES = {
     "serve": "sweeper.cli.serve_cmd",
     "demo": "sweeper.cli.demo_cmd",
     "eval": "sweeper.cli.eval_cmd",
+    "env": "sweeper.cli.env_cmd",
     "run": "sweeper.cli.run_cmd",
     "status": "sweeper.cli.status_cmd",
     "verify": "sweeper.cli.verify_cmd",

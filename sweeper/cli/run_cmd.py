@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -12,23 +15,88 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from sweeper.errors import UserInputError
 from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent
-from sweeper.sweep import DEMO_PRESET, DEMO_STORAGE, RunPlan, execute, prepare
+from sweeper.sweep import (
+    CHALLENGE_SIZES,
+    DEMO_PRESET,
+    DEMO_SIZES,
+    DEMO_STORAGE,
+    DEMO_TRIALS,
+    RunPlan,
+    execute,
+    prepare,
+)
+
+
+PHASE_LABELS = {
+    "start": "starting the server",
+    "ppl": "PPL records",
+    "warm-up": "warm-up bridge",
+    "tps warm-up": "TPS warm-up requests",
+    "tps": "TPS requests",
+    "fidelity": "fidelity prompts",
+    "teardown": "stopping the server",
+}
+
+
+class TrialCount:
+    """Where the study's budget stands: trials counted before this run, done in it, running."""
+
+    def __init__(self, n_trials: int | None, done_before: int = 0) -> None:
+        self.n_trials = n_trials
+        self.done_before = done_before
+        self.done = 0  # finished in this run
+        self.running = False
+
+    @property
+    def finished(self) -> int:
+        return self.done_before + self.done
+
+    def line(self) -> str:
+        """``trial 3 of 8, 5 to go after it`` while one runs, ``8 of 8 done, 0 to go`` when none does."""
+        total = "∞" if self.n_trials is None else str(self.n_trials)
+        if self.running:
+            current = self.finished + 1
+            togo = "" if self.n_trials is None else f", {max(0, self.n_trials - current)} to go after it"
+            return f"trial {current} of {total}{togo}"
+        togo = "" if self.n_trials is None else f", {max(0, self.n_trials - self.finished)} to go"
+        return f"{self.finished} of {total} done{togo}"
+
+
+def describe_finished(event: TrialEvent) -> str:
+    """One line for a finished trial: its params, TPS, PPL and verdict."""
+    verdict = event.state or "?"
+    if event.state == "complete":
+        verdict = "feasible" if event.feasible else "rejected by the gate"
+    tps = f"{event.tps:.1f} tok/s" if event.tps is not None else "-"
+    ppl = f"PPL {event.ppl:.3f}" if event.ppl is not None else "PPL -"
+    return (
+        f"trial {event.number} {dict(event.params)}: {tps}, {ppl}: {verdict}"
+        + (f" ({event.error})" if event.error else "")
+    )
+
+
+def describe_phase(phase: str | None, done: int | None, total: int | None) -> str:
+    label = PHASE_LABELS.get(phase or "-", phase or "-")
+    if total:
+        return f"{label} {done or 0}/{total}"
+    return label
 
 
 class LiveView:
-    """Trial n of N, its phase, elapsed time and ETA, the best feasible config so far."""
+    """Trial n of N and the trials to go, the phase with its progress (PPL records,
+    warm-up and TPS requests done of total), elapsed time and ETA, the best so far."""
 
-    def __init__(self, console: Console, n_trials: int | None) -> None:
+    def __init__(self, console: Console, n_trials: int | None, done_before: int = 0) -> None:
         self.console = console
-        self.n_trials = n_trials
+        self.count = TrialCount(n_trials, done_before)
         self.started = time.monotonic()
         self.trial_started = self.started
         self.durations: list[float] = []
         self.current: TrialEvent | None = None
         self.phase = "-"
         self.best: str = "none yet"
-        self.done = 0
         self.live = Live(self.render(), console=console, refresh_per_second=2, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -42,40 +110,101 @@ class LiveView:
     def __call__(self, event: TrialEvent) -> None:
         if event.kind == "started":
             self.current = event
+            self.count.running = True
             self.trial_started = time.monotonic()
             self.phase = "starting"
-        elif event.kind == "phase":
-            self.phase = event.phase or "-"
+        elif event.kind in ("phase", "progress"):
+            self.phase = describe_phase(event.phase, event.done, event.total)
         elif event.kind == "finished":
-            self.done += 1
+            self.count.running = False
+            self.count.done += 1
             self.durations.append(time.monotonic() - self.trial_started)
-            verdict = event.state or "?"
-            if event.state == "complete":
-                verdict = "feasible" if event.feasible else "rejected by the gate"
-            tps = f"{event.tps:.1f} tok/s" if event.tps is not None else "-"
-            ppl = f"PPL {event.ppl:.3f}" if event.ppl is not None else "PPL -"
-            self.console.print(
-                f"trial {event.number} {dict(event.params)}: {tps}, {ppl}: {verdict}"
-                + (f" ({event.error})" if event.error else "")
-            )
+            self.phase = "-"
+            self.console.print(describe_finished(event), markup=False, highlight=False)
             if event.best_number is not None and event.best_tps is not None:
                 self.best = f"trial {event.best_number}: {event.best_tps:.1f} tok/s"
-        self.live.update(self.render())
+        self.live.update(self.render(), refresh=event.kind != "progress")
 
     def render(self) -> Table:
         elapsed = time.monotonic() - self.started
         table = Table.grid(padding=(0, 2))
-        number = self.current.number if self.current else "-"
-        total = self.n_trials or "∞"
-        table.add_row("trial", f"{self.done + (1 if self.current else 0)} of {total} (#{number})")
-        table.add_row("params", str(dict(self.current.params)) if self.current else "-")
+        running = self.current is not None and self.count.running
+        number = f" (#{self.current.number})" if running else ""
+        table.add_row("trials", self.count.line() + number)
+        table.add_row("params", str(dict(self.current.params)) if running else "-")
         table.add_row("phase", self.phase)
         table.add_row("elapsed", _clock(elapsed))
-        if self.durations and self.n_trials:
+        n_trials = self.count.n_trials
+        if self.durations and n_trials:
             mean = sum(self.durations) / len(self.durations)
-            table.add_row("ETA", _clock(max(0.0, (self.n_trials - self.done) * mean)))
+            left = max(0, n_trials - self.count.finished)
+            table.add_row("ETA", _clock(left * mean))
         table.add_row("best feasible", self.best)
         return table
+
+
+class PlainView:
+    """One plain line per event on stderr, for logs and CI (no cursor movement, no colour).
+
+    Progress within a phase is written when the phase begins and when it is done."""
+
+    def __init__(self, n_trials: int | None, done_before: int = 0, write: Any = None) -> None:
+        self.count = TrialCount(n_trials, done_before)
+        self.write = write or (lambda line: click.echo(line, err=True))
+
+    def __enter__(self) -> PlainView:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.write(f"trials: {self.count.line()}")
+
+    def __call__(self, event: TrialEvent) -> None:
+        if event.kind == "started":
+            self.count.running = True
+            self.write(f"{self.count.line()}: #{event.number} {dict(event.params)} ({event.role})")
+        elif event.kind == "phase":
+            self.write(f"trial {event.number}: {describe_phase(event.phase, event.done, event.total)}")
+        elif event.kind == "progress" and event.total and event.done == event.total:
+            self.write(f"trial {event.number}: {describe_phase(event.phase, event.done, event.total)}")
+        elif event.kind == "finished":
+            self.count.running = False
+            self.count.done += 1
+            line = describe_finished(event)
+            if event.best_number is not None and event.best_tps is not None:
+                line += f"; best feasible: trial {event.best_number} ({event.best_tps:.1f} tok/s)"
+            self.write(f"{line}; {self.count.line()}")
+
+
+class _QuietView:
+    def __enter__(self) -> _QuietView:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def __call__(self, event: TrialEvent) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _log_through(console: Console | None, level: int | None) -> Iterator[None]:
+    """Route log records through rich on ``console`` (the Live view stays whole at the
+    bottom) and/or raise the level; the handlers are put back afterwards."""
+    root = logging.getLogger()
+    handlers, old_level = list(root.handlers), root.level
+    if console is not None:
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=console, show_path=False, rich_tracebacks=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        root.handlers = [handler]
+    if level is not None:
+        root.setLevel(max(level, old_level))
+    try:
+        yield
+    finally:
+        root.handlers = handlers
+        root.setLevel(old_level)
 
 
 def _clock(seconds: float) -> str:
@@ -89,7 +218,7 @@ def _clock(seconds: float) -> str:
 @click.option("--space", help=f"Search-space preset or YAML/TOML file (default: {DEMO_PRESET} for the demo, else the preset that fits the manifest).")
 @click.option("--study", "study_name", help="Study name (default: derived from manifest and space).")
 @click.option("--storage", default=DEMO_STORAGE, show_default=True, help="SQLAlchemy URL or SQLite path.")
-@click.option("--n-trials", type=int, default=8, show_default=True, help="Trials in the study (resumes count).")
+@click.option("--n-trials", type=int, help=f"Trials in the study, resumes count (default: {DEMO_TRIALS}; no limit with --timeout, except on the demo).")
 @click.option("--timeout", help="Stop starting new trials after this long (e.g. 8h, 90m).")
 @click.option("--mode", type=click.Choice(list(MODES)), default="tps", show_default=True)
 @click.option("--sampler", type=click.Choice(list(SAMPLERS)), help=f"Optuna sampler (default: {DEFAULT_SAMPLER}).")
@@ -104,15 +233,28 @@ def _clock(seconds: float) -> str:
 )
 @click.option("--reuse-quality/--no-reuse-quality", default=True, show_default=True,
               help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.")
-@click.option("--prompts", metavar="FILE", help="Prompt set for TPS (default: the demo's tuning set).")
-@click.option("--ppl-data", metavar="FILE", help="PPL reference records (default: the demo's tuning set).")
-@click.option("--num-prompts", type=int, default=8, show_default=True, help="Prompts per TPS measurement.")
-@click.option("--output-len", type=int, default=128, show_default=True, help="Output tokens per request.")
-@click.option("--warmup-requests", type=int, default=1, show_default=True,
-              help="Untimed chat requests before each TPS measurement.")
+@click.option("--prompts", metavar="P", help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).")
+@click.option("--ppl-data", metavar="D", help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).")
+@click.option("--heldout-prompts", metavar="P", help="Held-out prompts for verify (or split them off with --heldout-fraction).")
+@click.option("--heldout-ppl-data", metavar="D", help="Held-out PPL records for verify (or split them off with --heldout-fraction).")
+@click.option("--heldout-fraction", type=float, metavar="F",
+              help="Hold this fraction of the tuning prompts / PPL records out for verify (e.g. 0.25), seeded by --split-seed.")
+@click.option("--split-seed", type=int, default=0, show_default=True, help="Seed of the --heldout-fraction split.")
+@click.option("--num-prompts", type=int, help=f"Prompts per TPS measurement (default: {CHALLENGE_SIZES.num_prompts}; demo {DEMO_SIZES.num_prompts}).")
+@click.option("--output-len", type=int, help=f"Output tokens per request (default: {CHALLENGE_SIZES.output_len}; demo {DEMO_SIZES.output_len}).")
+@click.option("--warmup-requests", type=int,
+              help=f"Untimed chat requests before each TPS measurement (default: {CHALLENGE_SIZES.warmup_requests}; demo {DEMO_SIZES.warmup_requests}).")
 @click.option("--warmup-prompts", type=int,
               help="Warm-up bridge prompts (max_tokens=1) after start (default: the manifest's WARMUP_NUM_PROMPTS or 64).")
+@click.option("--ppl-records", "ppl_max_records", type=int, help="Score only the first N PPL records (default: all).")
 @click.option("--run-dir", default="sweeper-runs", show_default=True, help="Where server logs go.")
+@click.option("--ready-timeout", "ready_timeout_s", type=float, default=900.0, show_default=True,
+              help="Seconds a server may take to answer /v1/models.")
+@click.option("--server-python", metavar="PATH", help="Run the manifest's 'python ...' serve command with this interpreter.")
+@click.option("--server-venv", is_flag=True,
+              help="Install the manifest's dependencies into a cached venv (see 'sweeper env') and serve with its python.")
+@click.option("--keep-port", is_flag=True,
+              help="Start servers on the manifest's own port (for a serve script that ignores $PORT).")
 @click.option("--verify-top", type=int, default=0, show_default=True,
               help="After the sweep, verify the N best feasible trials on held-out data.")
 @click.option("--enqueue", multiple=True, metavar="NAME=V[,NAME=V]",
@@ -120,6 +262,8 @@ def _clock(seconds: float) -> str:
 @click.option("--trial-timeout", metavar="DURATION",
               help="Wall-clock limit of one trial (e.g. 45m); past it the trial fails with kind "
                    "timeout and its server is stopped (default: derived from the sizes).")
+@click.option("--quiet", is_flag=True, help="No live view and no log lines: only warnings and the final result.")
+@click.option("--plain", is_flag=True, help="One plain line per event instead of the live view (the default when stderr is not a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.
@@ -130,16 +274,43 @@ def command(**options: Any) -> None:
     the server is stopped and the running trial is marked.
     """
     as_json = options.pop("as_json")
+    quiet, plain = options.pop("quiet"), options.pop("plain")
+    if quiet and plain:
+        raise UserInputError("--quiet and --plain: give one of them, not both")
     options["ppl_cap_rel"] = None if options["ppl_cap"] is not None else options["ppl_cap_rel"]
-    plan = RunPlan(**options)
-    prepared = prepare(plan)
+    plan = RunPlan(**options)  # every option checked: errors come before any output
     console = Console(stderr=True)
-    console.print(
-        f"study [bold]{prepared.study_name}[/bold]: space {prepared.space.name} "
-        f"({', '.join(prepared.space.names)}), storage {plan.storage}"
-    )
-    with LiveView(console, plan.n_trials) as view:
-        result = execute(prepared, progress=view)
+    if quiet:
+        mode = "quiet"
+    elif plain or not console.is_terminal:
+        mode = "plain"
+    else:
+        mode = "live"
+    if mode == "live":
+        logs: Any = _log_through(console, None)
+    elif mode == "quiet":
+        logs = _log_through(None, logging.WARNING)
+    else:
+        logs = contextlib.nullcontext()
+    with logs:
+        prepared = prepare(plan)
+        budget, before = plan.trial_budget, prepared.trials_done
+        if mode == "live":
+            view: Any = LiveView(console, budget, before)
+        elif mode == "plain":
+            view = PlainView(budget, before)
+        else:
+            view = _QuietView()
+        if mode != "quiet":
+            sizes = plan.sizes
+            click.echo(
+                f"study {prepared.study_name}: space {prepared.space.name} "
+                f"({', '.join(prepared.space.names)}), {sizes.num_prompts} prompts x "
+                f"{sizes.output_len} tokens, storage {plan.storage}",
+                err=True,
+            )
+        with view:
+            result = execute(prepared, progress=view)
     if plan.verify_top:
         from storage import study_status
 

@@ -40,6 +40,57 @@ def _settings_line(status: StudyStatus) -> str:
     return f"mode {settings.get('mode', '?')}, gate {gate}, space {settings.get('space', '?')}"
 
 
+def recipe_lines(status: StudyStatus) -> list[str]:
+    """How the study measures (its recorded recipe): sizes, data and the held-out split."""
+    from sweeper.study import recipe_from_settings
+
+    if status.settings.get("recipe") is None:
+        return []  # a study made outside 'sweeper run' (run_study from Python)
+    recipe = recipe_from_settings(status.settings)
+    counts = recipe.data_counts
+
+    bridge = recipe.warmup_prompts
+    bridge_text = "manifest default" if bridge is None else "off" if bridge == 0 else f"{bridge} prompts"
+    sizes = (
+        f"sizes: {recipe.num_prompts or '-'} prompts x {recipe.output_len or '-'} tokens, "
+        f"{'-' if recipe.warmup_requests is None else recipe.warmup_requests} warm-up requests, "
+        f"warm-up bridge {bridge_text}, "
+        f"PPL records {'all' if recipe.ppl_records is None else recipe.ppl_records}"
+    )
+    tuning = f"tuning data: prompts {recipe.prompts or 'demo'}"
+    if "prompts" in counts:
+        tuning += f" ({counts['prompts']})"
+    tuning += f", PPL {recipe.ppl_data or 'demo'}"
+    if "ppl_records" in counts:
+        tuning += f" ({counts['ppl_records']} records)"
+    lines = [sizes, tuning]
+    heldout = []
+    for kind, given, key in (("prompts", recipe.heldout_prompts, "heldout_prompts"),
+                             ("ppl_data", recipe.heldout_ppl_data, "heldout_ppl_records")):  # fmt: skip
+        split = recipe.split_of(kind)
+        label = "prompts" if kind == "prompts" else "PPL"
+        if given:
+            where = given
+        elif split is not None:
+            where = f"{split[0]:g} split off the tuning set (seed {split[1]})"
+        else:
+            where = "demo" if recipe.tunes_on_demo_data else "none recorded"
+        if key in counts:
+            where += f" ({counts[key]}{' records' if kind == 'ppl_data' else ''})"
+        heldout.append(f"{label} {where}")
+    lines.append("held-out data: " + "; ".join(heldout))
+    server = []
+    if recipe.ready_timeout_s is not None:
+        server.append(f"ready timeout {recipe.ready_timeout_s:g} s")
+    if recipe.server_python:
+        server.append(f"server python {recipe.server_python}")
+    if recipe.keep_port:
+        server.append("the manifest's own port")
+    if server:
+        lines.append("servers: " + ", ".join(server))
+    return lines
+
+
 def _trial_table(title: str, records: tuple[TrialRecord, ...]) -> Table:
     table = Table(title=title, title_justify="left")
     for name, justify in (
@@ -65,6 +116,8 @@ def show_status(console: Console, status: StudyStatus) -> None:
     counts = status.counts
     console.print(f"study {status.study_name} in {status.url}")
     console.print(_settings_line(status))
+    for line in recipe_lines(status):
+        console.print(line, markup=False, highlight=False)
     console.print(
         f"trials: {counts['COMPLETE']} complete ({counts['feasible']} pass the gate, "
         f"{counts['infeasible']} fail it), {counts['FAIL']} failed, {counts['RUNNING']} running, "

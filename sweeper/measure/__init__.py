@@ -7,6 +7,7 @@ into measured TPS, PPL and fidelity; ``sweeper eval``, every study trial
 
 from sweeper.measure._evaluate import (
     PHASES,
+    DataSplit,
     EvalData,
     EvalResult,
     EvalSettings,
@@ -20,6 +21,7 @@ from sweeper.measure._server_evaluator import ServerEvaluator
 
 __all__ = [
     "PHASES",
+    "DataSplit",
     "EvalData",
     "EvalResult",
     "EvalSettings",

@@ -60,6 +60,45 @@ logger = logging.getLogger(__name__)
 
 PHASES = ("ready", "warmup", "ppl", "tps", "fidelity", "teardown")
 
+SPLIT_PARTS = ("tuning", "heldout")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataSplit:
+    """One part of a data set split by a seeded fraction (``split_items``: by id, by seed).
+
+    ``heldout_fraction`` of the records (by id hash) form the held-out part,
+    the rest the tuning part; the same fraction and seed always give the
+    same, disjoint parts, so a study tunes on one and verifies on the other.
+    """
+
+    heldout_fraction: float
+    seed: int = 0
+    part: str = "tuning"
+
+    def __post_init__(self) -> None:
+        fraction = self.heldout_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+            raise DataError(
+                f"--heldout-fraction must be a fraction between 0 and 1 (0.25 = a quarter), "
+                f"not {fraction!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise DataError(f"--split-seed must be an integer, not {self.seed!r}")
+        if self.part not in SPLIT_PARTS:
+            raise DataError(f"data split part must be one of {', '.join(SPLIT_PARTS)}, not {self.part!r}")
+
+    def of(self, data: Any) -> Any:
+        """This part of a ``PromptSet`` or ``PplRecordSet``; DataError if it comes out empty."""
+        tuning, heldout = data.split(heldout_fraction=self.heldout_fraction, seed=self.seed)
+        chosen = tuning if self.part == "tuning" else heldout
+        if not len(chosen):
+            raise DataError(
+                f"{data.source}: a held-out fraction of {self.heldout_fraction:g} of its "
+                f"{len(data)} records leaves the {self.part} part empty"
+            )
+        return chosen
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSettings:
@@ -72,6 +111,9 @@ class EvalSettings:
     ``save_reference``: write this server's greedy token ids for the first
     ``reference_prompts`` prompts there (a baseline for later runs).
     ``tps_after_failed_gate``: still measure TPS when PPL stopped early.
+    ``prompts_split``/``ppl_split``: use only that part of the loaded set.
+    ``keep_port``: start the server on the manifest's own ``port`` (for a
+    serve command that does not read ``$PORT``) instead of a free one.
     """
 
     prompts: str | os.PathLike[str] | None = None
@@ -86,6 +128,9 @@ class EvalSettings:
     ready_timeout_s: float = 900.0
     log_path: str | os.PathLike[str] | None = None
     tps_after_failed_gate: bool = False
+    prompts_split: DataSplit | None = None
+    ppl_split: DataSplit | None = None
+    keep_port: bool = False
 
     def __post_init__(self) -> None:
         if self.reference_prompts < 1:
@@ -184,8 +229,12 @@ def load_eval_data(manifest: Manifest, settings: EvalSettings) -> EvalData:
     prompts = records = reference = None
     if settings.tps is not None or settings.save_reference is not None:
         prompts = load_prompts(settings.prompts or demo.prompts_tuning)
+        if settings.prompts_split is not None:
+            prompts = settings.prompts_split.of(prompts)
     if settings.ppl is not None:
         records = load_ppl_records(settings.ppl_data or demo.ppl_tuning)
+        if settings.ppl_split is not None:
+            records = settings.ppl_split.of(records)
         check_ppl_records(records, vocab_size=limits.vocab_size, max_model_len=limits.max_model_len)
     if settings.fidelity_reference is not None:
         reference = FidelityReference.load(settings.fidelity_reference)
@@ -265,6 +314,7 @@ def evaluate(
     server = ServerProcess(
         manifest,
         overrides=settings.overrides,
+        port=manifest.port if settings.keep_port else None,
         log_path=settings.log_path,
         ready_timeout_s=settings.ready_timeout_s,
     )

@@ -25,8 +25,17 @@ from sweeper.serving._process import (
     port_is_free,
     stop_servers_with_token,
 )
+from sweeper.serving._venv import (
+    CACHE_VARIABLE,
+    ServerVenv,
+    ServerVenvError,
+    dependencies_key,
+    server_venv,
+    venv_cache_root,
+)
 
 __all__ = [
+    "CACHE_VARIABLE",
     "DEFAULT_HOST",
     "FailureKind",
     "GREEDY_GENERATION_CONFIG",
@@ -35,13 +44,18 @@ __all__ = [
     "ModelLimits",
     "ServeCommand",
     "ServerProcess",
+    "ServerVenv",
+    "ServerVenvError",
     "build_serve_command",
     "classify",
+    "dependencies_key",
     "drafter_with_top_k",
     "exec_server",
     "free_port",
     "model_limits",
     "port_is_free",
+    "server_venv",
     "stop_servers_with_token",
     "with_kind",
+    "venv_cache_root",
 ]

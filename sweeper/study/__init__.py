@@ -24,13 +24,22 @@ from sweeper.study._from_manifest import (
 from sweeper.study._gate import CONSTRAINT, PplGate
 from sweeper.study._guided import GuidedPlan, Observation
 from sweeper.study._options import StudyOptions, parse_duration
-from sweeper.study._recipe import StudyRecipe, base_manifest_of, recipe_from_settings, save_recipe
+from sweeper.study._recipe import (
+    MEASURING_FIELDS,
+    StudyRecipe,
+    base_manifest_of,
+    recipe_changes,
+    recipe_from_settings,
+    save_recipe,
+    stored_recipe,
+)
 from sweeper.study._run import StudyResult, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
 
 __all__ = [
     "CONSTRAINT",
     "DEFAULT_SAMPLER",
+    "MEASURING_FIELDS",
     "MODES",
     "SAMPLERS",
     "EvaluationContext",
@@ -51,7 +60,9 @@ __all__ = [
     "describe_value",
     "parse_duration",
     "plan_from_manifest",
+    "recipe_changes",
     "recipe_from_settings",
     "run_study",
     "save_recipe",
+    "stored_recipe",
 ]

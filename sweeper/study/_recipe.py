@@ -37,6 +37,15 @@ class StudyRecipe:
     when the study tuned on the demo's, else unknown (verify asks for them).
     ``overrides``: env values set on every trial on top of the base manifest
     (``EvalSettings.overrides`` of the study's evaluator).
+
+    ``heldout_fraction``/``split_seed``: the held-out set of each kind
+    (prompts, PPL records) that is not given as a file was split off the
+    tuning set by this seeded fraction; the study tuned on the rest, and
+    verify re-creates the same split to measure on the held-out part.
+    ``data_counts``: how many prompts / PPL records each part held
+    (``prompts``, ``ppl_records``, ``heldout_prompts``, ``heldout_ppl_records``).
+    ``server_python``, ``keep_port``, ``ready_timeout_s``: how the servers were
+    started, so that verification starts them the same way.
     """
 
     base_manifest: str | None = None
@@ -50,12 +59,34 @@ class StudyRecipe:
     warmup_prompts: int | None = None
     ppl_records: int | None = None
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    heldout_fraction: float | None = None
+    split_seed: int | None = None
+    data_counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    ready_timeout_s: float | None = None
+    server_python: str | None = None
+    keep_port: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records"):
+        for name in ("num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records",
+                     "split_seed"):  # fmt: skip
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise UserInputError(f"study recipe: {name} must be a non-negative integer, not {value!r}")
+        for key, value in self.data_counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UserInputError(f"study recipe: data_counts[{key!r}] must be a non-negative integer")
+        fraction = self.heldout_fraction
+        if fraction is not None and (
+            isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1
+        ):
+            raise UserInputError(f"study recipe: heldout_fraction must be between 0 and 1, not {fraction!r}")
+        timeout = self.ready_timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise UserInputError(f"study recipe: ready_timeout_s must be positive, not {timeout!r}")
+        if not isinstance(self.keep_port, bool):
+            raise UserInputError(f"study recipe: keep_port must be true or false, not {self.keep_port!r}")
         for key, value in self.overrides.items():
             if not isinstance(value, str):
                 raise UserInputError(f"study recipe: overrides[{key!r}] must be a string")
@@ -68,10 +99,19 @@ class StudyRecipe:
         demo = demo_paths()
         return _is(self.prompts, demo.prompts_tuning) and _is(self.ppl_data, demo.ppl_tuning)
 
+    def split_of(self, kind: str) -> tuple[float, int] | None:
+        """(held-out fraction, seed) when the held-out ``kind`` ("prompts" or "ppl_data")
+        was split off the tuning set, else None (given as its own set, or none)."""
+        given = {"prompts": self.heldout_prompts, "ppl_data": self.heldout_ppl_data}[kind]
+        if given is not None or self.heldout_fraction is None:
+            return None
+        return float(self.heldout_fraction), int(self.split_seed or 0)
+
     def to_attr(self) -> dict[str, Any]:
         """The JSON value stored in the study's ``sweeper:recipe`` attribute."""
         data = dataclasses.asdict(self)
         data["overrides"] = dict(self.overrides)
+        data["data_counts"] = dict(self.data_counts)
         return data
 
     @classmethod
@@ -89,9 +129,20 @@ class StudyRecipe:
         *,
         heldout_prompts: str | None = None,
         heldout_ppl_data: str | None = None,
+        server_python: str | None = None,
+        data_counts: Mapping[str, int] | None = None,
     ) -> StudyRecipe:
-        """The recipe of a study whose trials an ``EvalSettings`` measured (``sweeper run``)."""
+        """The recipe of a study whose trials an ``EvalSettings`` measured (``sweeper run``).
+
+        A held-out kind not given here is split off by the settings' ``prompts_split``
+        / ``ppl_split`` (their fraction and seed are recorded), else there is none.
+        """
         tps, ppl, warmup = settings.tps, settings.ppl, settings.warmup
+        split = getattr(settings, "prompts_split", None) or getattr(settings, "ppl_split", None)
+        if warmup is None:
+            warmup_prompts = None
+        else:
+            warmup_prompts = warmup.num_prompts if warmup.enabled else 0
         return cls(
             base_manifest=absolute(base_manifest),
             prompts=absolute(settings.prompts),
@@ -101,9 +152,15 @@ class StudyRecipe:
             num_prompts=tps.num_prompts if tps else None,
             output_len=tps.output_len if tps else None,
             warmup_requests=tps.warmup_requests if tps else None,
-            warmup_prompts=warmup.num_prompts if warmup is not None and warmup.enabled else None,
+            warmup_prompts=warmup_prompts,
             ppl_records=ppl.max_records if ppl else None,
             overrides=dict(settings.overrides),
+            heldout_fraction=split.heldout_fraction if split is not None else None,
+            split_seed=split.seed if split is not None else None,
+            data_counts=dict(data_counts or {}),
+            ready_timeout_s=float(settings.ready_timeout_s),
+            server_python=server_python,
+            keep_port=bool(getattr(settings, "keep_port", False)),
         )
 
     def replace(self, **changes: Any) -> StudyRecipe:
@@ -145,6 +202,43 @@ def save_recipe(url: str | None, study_name: str, recipe: StudyRecipe) -> None:
     finally:
         storage.remove_session()
     logger.info("stored the study recipe of %s", study_name)
+
+
+# what makes two trials' numbers comparable: a study resumed with other values would mix them
+MEASURING_FIELDS = (
+    "prompts", "ppl_data", "heldout_prompts", "heldout_ppl_data", "heldout_fraction", "split_seed",
+    "num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records",
+)  # fmt: skip
+
+
+def recipe_changes(stored: StudyRecipe, new: StudyRecipe) -> dict[str, tuple[Any, Any]]:
+    """The measuring fields whose value differs: name -> (stored, new); unrecorded ones are skipped."""
+    return {
+        name: (getattr(stored, name), getattr(new, name))
+        for name in MEASURING_FIELDS
+        if getattr(stored, name) is not None and getattr(stored, name) != getattr(new, name)
+    }
+
+
+def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
+    """The recipe a study recorded; None for a study (or SQLite file) that does not exist yet,
+    or one without a recipe. Creates no file."""
+    import optuna
+    from sqlalchemy.engine import make_url
+
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        return None
+    storage = optuna_storage(url)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return None
+    finally:
+        storage.remove_session()
+    value = study.user_attrs.get(RECIPE_ATTR)
+    return None if value is None else StudyRecipe.from_attr(value)
 
 
 def base_manifest_of(recipe: StudyRecipe, base_manifest: Manifest | None = None) -> Manifest:

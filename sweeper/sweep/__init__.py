@@ -6,13 +6,31 @@
 """
 
 from sweeper.sweep._plan import (
+    CHALLENGE_SIZES,
     DEMO_PRESET,
     DEMO_STORAGE,
+    DEMO_SIZES,
     DEMO_STUDY,
+    DEMO_TRIALS,
     PreparedRun,
+    RunData,
     RunPlan,
+    RunSizes,
     execute,
     prepare,
 )
 
-__all__ = ["DEMO_PRESET", "DEMO_STORAGE", "DEMO_STUDY", "PreparedRun", "RunPlan", "execute", "prepare"]
+__all__ = [
+    "CHALLENGE_SIZES",
+    "DEMO_PRESET",
+    "DEMO_SIZES",
+    "DEMO_STORAGE",
+    "DEMO_STUDY",
+    "DEMO_TRIALS",
+    "PreparedRun",
+    "RunData",
+    "RunPlan",
+    "RunSizes",
+    "execute",
+    "prepare",
+]

@@ -1,10 +1,19 @@
 """``sweeper run``: a base manifest + a search space + real servers -> a study.
 
-``RunPlan`` holds every choice of one run, with the demo's defaults: the
-``tiny-cpu`` preset on the bundled manifest, a SQLite file in the current
-folder, the baseline measured first and a cap 5 % above its PPL. ``execute``
-checks everything that can be checked before a server starts (manifest,
-space, data), builds the server evaluator and runs the study.
+``RunPlan`` holds every choice of one run and checks each value as it is
+made (a bad option is a ``UserInputError`` naming it, before anything is
+shown or written). Its sizes depend on the run: the bundled demo keeps its
+small preset (``DEMO_SIZES``: 8 prompts x 128 tokens, 1 warm-up request),
+any other manifest gets the challenge's (``CHALLENGE_SIZES``: 128 x 512, 4
+warm-up requests, the 64-prompt warm-up bridge). ``prepare`` checks the
+manifest, the space and all the data (tuning and held-out) before a server
+starts; ``execute`` runs the study and, when asked, verifies its answer on
+the held-out data the study recipe records.
+
+A run on the user's own manifest needs its data (``--prompts``,
+``--ppl-data``) and held-out data, given (``--heldout-prompts``,
+``--heldout-ppl-data``) or split off the tuning data by a seeded fraction
+(``--heldout-fraction``, ``--split-seed``); the demo has bundled sets of both.
 """
 
 from __future__ import annotations
@@ -15,34 +24,71 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from evaluators import PplSettings, TpsSettings
+from evaluators import PplSettings, TpsSettings, WarmupSettings
 from search_spaces import SearchSpace, load_preset, load_space, preset_names
+from storage import normalize_url
 from sweeper.demo import demo_paths
-from sweeper.errors import UserInputError
-from sweeper.study import default_space_for, plan_from_manifest
-from sweeper.study import StudyRecipe, save_recipe
-from sweeper.measure import EvalSettings
+from sweeper.errors import ManifestError, UserInputError
 from sweeper.manifest import Manifest
-from sweeper.study import TrialEvent
-from sweeper.measure import ServerEvaluator
-from sweeper.study import StudyResult, run_study
+from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data
+from sweeper.measure import warmup_settings_from
+from sweeper.study import (
+    MODES,
+    SAMPLERS,
+    StudyRecipe,
+    StudyResult,
+    TrialEvent,
+    default_space_for,
+    parse_duration,
+    plan_from_manifest,
+    run_study,
+    recipe_changes,
+    save_recipe,
+    stored_recipe,
+)
 
 logger = logging.getLogger(__name__)
 
 DEMO_PRESET = "tiny-cpu"
 DEMO_STUDY = "tiny-cpu-demo"
 DEMO_STORAGE = "sqlite:///sweeper-study.db"
+DEMO_TRIALS = 8  # the demo's budget, and a run's when neither --n-trials nor --timeout is given
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSizes:
+    """How much each trial measures. ``warmup_prompts`` None: the manifest's
+    ``WARMUP_NUM_PROMPTS`` or the bridge's default (64); ``ppl_records`` None: all."""
+
+    num_prompts: int
+    output_len: int
+    warmup_requests: int
+    warmup_prompts: int | None = None
+    ppl_records: int | None = None
+
+
+DEMO_SIZES = RunSizes(num_prompts=8, output_len=128, warmup_requests=1)
+CHALLENGE_SIZES = RunSizes(
+    num_prompts=TpsSettings.num_prompts,
+    output_len=TpsSettings.output_len,
+    warmup_requests=TpsSettings.warmup_requests,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """Everything one ``sweeper run`` decides; the defaults run the demo."""
+    """Everything one ``sweeper run`` decides; the defaults run the demo.
+
+    A size left None takes the run's preset (``sizes``): the demo's with no
+    ``manifest``, else the challenge's. ``n_trials`` None: 8, or no limit when
+    a ``timeout`` is given on a non-demo run (``trial_budget``).
+    """
 
     manifest: str | None = None  # None: the bundled demo manifest
     space: str | None = None  # a preset name or a YAML/TOML file; None: chosen for the manifest
     study_name: str | None = None
     storage: str = DEMO_STORAGE
-    n_trials: int | None = 8
+    n_trials: int | None = None
     timeout: str | float | None = None
     mode: str = "tps"
     sampler: str | None = None
@@ -51,19 +97,102 @@ class RunPlan:
     ppl_cap_rel: float | None = 1.05
     reuse_quality: bool = True
     max_consecutive_failures: int = 3
-    prompts: str | None = None  # None: the demo's tuning prompts
-    ppl_data: str | None = None  # None: the demo's tuning PPL records
-    num_prompts: int = 8
-    output_len: int = 128
-    warmup_requests: int = 1
-    warmup_prompts: int | None = None  # None: the manifest's WARMUP_* or the default 64
+    # data: None is the demo's bundled sets on the demo, and missing on any other manifest
+    prompts: str | None = None
+    ppl_data: str | None = None
+    heldout_prompts: str | None = None
+    heldout_ppl_data: str | None = None
+    heldout_fraction: float | None = None  # split the held-out sets not given off the tuning sets
+    split_seed: int = 0
+    # sizes: None takes the run's preset (see ``sizes``)
+    num_prompts: int | None = None
+    output_len: int | None = None
+    warmup_requests: int | None = None
+    warmup_prompts: int | None = None
     ppl_max_records: int | None = None
+    # servers
     run_dir: str = "sweeper-runs"
     ready_timeout_s: float = 900.0
+    server_python: str | None = None
+    server_venv: bool = False
+    keep_port: bool = False
     verify_top: int = 0
     enqueue: tuple[str, ...] = ()  # "name=value,name=value" configs tried first
     # one trial's wall-clock limit (e.g. "45m"); None: derived from the sizes by the evaluator
     trial_timeout: str | float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ppl_cap is not None and self.ppl_cap_rel is not None:
+            object.__setattr__(self, "ppl_cap_rel", None)  # an absolute cap wins
+        _positive_int("--n-trials", self.n_trials)
+        _positive_int("--max-consecutive-failures", self.max_consecutive_failures)
+        for option, value in (("--num-prompts", self.num_prompts), ("--output-len", self.output_len),
+                              ("--ppl-records", self.ppl_max_records)):  # fmt: skip
+            _positive_int(option, value)
+        for option, value in (("--warmup-requests", self.warmup_requests),
+                              ("--warmup-prompts", self.warmup_prompts),
+                              ("--verify-top", self.verify_top)):  # fmt: skip
+            _positive_int(option, value, zero=True)
+        for option, value in (("timeout", self.timeout), ("trial-timeout", self.trial_timeout)):
+            if value is None:
+                continue
+            try:
+                seconds = parse_duration(value)
+            except UserInputError as exc:
+                raise UserInputError(f"--{option}: {str(exc).split(': ', 1)[-1]}") from None
+            if seconds is not None and not seconds > 0:
+                raise UserInputError(f"--{option} must be longer than 0 s, not {value!r}")
+        if not _number(self.ready_timeout_s) or not self.ready_timeout_s > 0:
+            raise UserInputError(
+                f"--ready-timeout must be a positive number of seconds, not {self.ready_timeout_s!r}"
+            )
+        if self.ppl_cap is not None and not (_number(self.ppl_cap) and self.ppl_cap > 0):
+            raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
+        if self.ppl_cap_rel is not None and not (_number(self.ppl_cap_rel) and self.ppl_cap_rel >= 1.0):
+            raise UserInputError(f"--ppl-cap-rel must be at least 1.0, not {self.ppl_cap_rel}")
+        if self.mode not in MODES:
+            raise UserInputError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.sampler is not None and self.sampler not in SAMPLERS:
+            raise UserInputError(f"--sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
+        if self.heldout_fraction is not None:
+            DataSplit(heldout_fraction=self.heldout_fraction, seed=self.split_seed)  # checks both
+            if self.heldout_prompts and self.heldout_ppl_data:
+                raise UserInputError(
+                    "--heldout-fraction: both held-out sets are given (--heldout-prompts, "
+                    "--heldout-ppl-data): there is nothing to split off"
+                )
+        if self.server_python is not None and self.server_venv:
+            raise UserInputError("--server-python and --server-venv: give one of them, not both")
+        normalize_url(self.storage)  # StorageError for a URL that is not one
+        self.enqueued_configs()
+
+    # -- what the plan resolves to ----------------------------------------------------
+
+    @property
+    def demo(self) -> bool:
+        """Is this the bundled demo (no ``--manifest``)?"""
+        return self.manifest is None
+
+    @property
+    def sizes(self) -> RunSizes:
+        """The sizes given, else the demo's small preset or the challenge's."""
+        preset = DEMO_SIZES if self.demo else CHALLENGE_SIZES
+        return RunSizes(
+            num_prompts=preset.num_prompts if self.num_prompts is None else self.num_prompts,
+            output_len=preset.output_len if self.output_len is None else self.output_len,
+            warmup_requests=preset.warmup_requests if self.warmup_requests is None else self.warmup_requests,
+            warmup_prompts=self.warmup_prompts,
+            ppl_records=self.ppl_max_records,
+        )
+
+    @property
+    def trial_budget(self) -> int | None:
+        """``n_trials`` given; else none with a timeout (not on the demo); else 8."""
+        if self.n_trials is not None:
+            return self.n_trials
+        if self.timeout is not None and not self.demo:
+            return None
+        return DEMO_TRIALS
 
     def enqueued_configs(self) -> list[dict[str, str]]:
         """``--enqueue`` texts as params (values are typed by the search space later)."""
@@ -80,23 +209,25 @@ class RunPlan:
             configs.append(config)
         return configs
 
-    def __post_init__(self) -> None:
-        if self.ppl_cap is not None and self.ppl_cap_rel is not None:
-            object.__setattr__(self, "ppl_cap_rel", None)  # an absolute cap wins
-        for name in ("num_prompts", "output_len"):
-            if getattr(self, name) < 1:
-                raise UserInputError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.ppl_cap is not None and not self.ppl_cap > 0:
-            raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
-        if self.ppl_cap_rel is not None and not self.ppl_cap_rel >= 1.0:
-            raise UserInputError(f"--ppl-cap-rel must be at least 1.0, not {self.ppl_cap_rel}")
-
     def resolved_study_name(self, manifest: Manifest, space: SearchSpace) -> str:
         if self.study_name:
             return self.study_name
         if self.manifest is None and self.space in (None, DEMO_PRESET):
             return DEMO_STUDY
         return f"{manifest.name}-{space.name}"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive_int(option: str, value: object, *, zero: bool = False) -> None:
+    if value is None:
+        return
+    low = 0 if zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a non-negative integer" if zero else "a positive integer"
+        raise UserInputError(f"{option} must be {kind}, not {value!r}")
 
 
 def load_run_space(spec: str) -> SearchSpace:
@@ -110,24 +241,109 @@ def load_run_space(spec: str) -> SearchSpace:
     )
 
 
-def eval_settings(plan: RunPlan, run_dir: Path) -> EvalSettings:
-    demo = demo_paths()
-    from evaluators import WarmupSettings
+# -- data -------------------------------------------------------------------------------
 
-    warmup = None
-    if plan.warmup_prompts is not None:
-        warmup = WarmupSettings(num_prompts=plan.warmup_prompts)
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunData:
+    """The data sources of a run: tuning sets, and where the held-out sets come from."""
+
+    prompts: str
+    ppl_data: str
+    heldout_prompts: str | None  # None: split off ``prompts`` by ``split``
+    heldout_ppl_data: str | None
+    split: DataSplit | None  # the tuning part, where a held-out set is split off
+
+    @property
+    def prompts_split(self) -> DataSplit | None:
+        return self.split if self.heldout_prompts is None else None
+
+    @property
+    def ppl_split(self) -> DataSplit | None:
+        return self.split if self.heldout_ppl_data is None else None
+
+
+def run_data(plan: RunPlan, manifest_label: str) -> RunData:
+    """The plan's data, or one UserInputError naming every option still needed.
+
+    The demo tunes on its bundled tuning sets and verifies on its bundled
+    held-out sets; a held-out set that is neither given nor split off is
+    missing unless its tuning set is the demo's.
+    """
+    demo = demo_paths()
+    prompts = plan.prompts or (str(demo.prompts_tuning) if plan.demo else None)
+    ppl_data = plan.ppl_data or (str(demo.ppl_tuning) if plan.demo else None)
+    missing = [option for option, value in (("--prompts", prompts), ("--ppl-data", ppl_data)) if not value]
+    split = None
+    if plan.heldout_fraction is not None:
+        split = DataSplit(heldout_fraction=plan.heldout_fraction, seed=plan.split_seed, part="tuning")
+    heldout: dict[str, str | None] = {}
+    heldout_missing = []
+    for option, given, tuning, bundled, demo_tuning in (
+        ("--heldout-prompts", plan.heldout_prompts, prompts, demo.prompts_heldout, demo.prompts_tuning),
+        ("--heldout-ppl-data", plan.heldout_ppl_data, ppl_data, demo.ppl_heldout, demo.ppl_tuning),
+    ):
+        if given:
+            heldout[option] = given
+        elif split is not None:
+            heldout[option] = None
+        elif tuning and _same_file(tuning, demo_tuning):
+            heldout[option] = str(bundled)
+        else:
+            heldout[option] = None
+            heldout_missing.append(option)
+    if missing or heldout_missing:
+        needs = []
+        if missing:
+            needs.append(
+                f"its data: {' and '.join(missing)} (a file or hub dataset id each, as "
+                "'sweeper eval' takes them)"
+            )
+        if heldout_missing:
+            needs.append(
+                f"held-out data for verify: {' and '.join(heldout_missing)}, or --heldout-fraction F "
+                "[--split-seed S] to split it off the tuning data"
+            )
+        what = "the demo with your own data" if plan.demo else f"a run of {manifest_label}"
+        raise UserInputError(f"{what} needs {', and '.join(needs)}")
+    return RunData(
+        prompts=str(prompts),
+        ppl_data=str(ppl_data),
+        heldout_prompts=heldout["--heldout-prompts"],
+        heldout_ppl_data=heldout["--heldout-ppl-data"],
+        split=split,
+    )
+
+
+def _same_file(a: str, b: Path) -> bool:
+    path = Path(a).expanduser()
+    return path.exists() and path.resolve() == b.resolve()
+
+
+def eval_settings(
+    plan: RunPlan, run_dir: Path, data: RunData | None = None, manifest: Manifest | None = None
+) -> EvalSettings:
+    """The study's measuring settings: the plan's sizes on the tuning data."""
+    if data is None:
+        data = run_data(plan, plan.manifest or "the demo")
+    sizes = plan.sizes
+    warmup = warmup_settings_from(manifest) if manifest is not None else WarmupSettings()
+    if sizes.warmup_prompts is not None:
+        warmup = dataclasses.replace(warmup, num_prompts=sizes.warmup_prompts)
     return EvalSettings(
-        prompts=plan.prompts or str(demo.prompts_tuning),
-        ppl_data=plan.ppl_data or str(demo.ppl_tuning),
+        prompts=data.prompts,
+        ppl_data=data.ppl_data,
+        prompts_split=data.prompts_split,
+        ppl_split=data.ppl_split,
         tps=TpsSettings(
-            num_prompts=plan.num_prompts,
-            output_len=plan.output_len,
-            warmup_requests=plan.warmup_requests,
+            num_prompts=sizes.num_prompts,
+            output_len=sizes.output_len,
+            warmup_requests=sizes.warmup_requests,
         ),
-        ppl=PplSettings(max_records=plan.ppl_max_records),
+        ppl=PplSettings(max_records=sizes.ppl_records),
         warmup=warmup,
         ready_timeout_s=plan.ready_timeout_s,
+        keep_port=plan.keep_port,
         log_path=run_dir / "eval.log",
     )
 
@@ -140,12 +356,22 @@ class PreparedRun:
     study_name: str
     evaluator: ServerEvaluator
     recipe: StudyRecipe
+    trials_done: int = 0  # the study's trials that count toward its budget, before this run
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
-    """Check manifest, space and data, and build the evaluator; no server starts."""
+    """Check manifest, space and all data (tuning and held-out), build the evaluator.
+
+    No server starts and nothing is written to the study; a ``--server-venv``
+    is created (or reused) last, once everything else checked out.
+    """
     manifest_path = plan.manifest or str(demo_paths().manifest)
     manifest = Manifest.load(manifest_path)
+    if plan.server_python is not None:
+        try:
+            manifest = manifest.with_server_python(plan.server_python)
+        except ManifestError as exc:
+            raise UserInputError(f"--server-python {plan.server_python}: {exc.problem}") from None
     if plan.manifest is None:
         space = load_run_space(plan.space or DEMO_PRESET).bind(manifest.env)
     else:  # the manifest's own values of the searched knobs become the first trial
@@ -156,13 +382,43 @@ def prepare(plan: RunPlan) -> PreparedRun:
                 f"(a preset: {', '.join(preset_names())}, or a YAML/TOML file)"
             )
         space = plan_from_manifest(manifest, load_run_space(spec)).space
-    study_name = plan.resolved_study_name(manifest, space)
-    run_dir = Path(plan.run_dir) / study_name
-    settings = eval_settings(plan, run_dir)
     for index, config in enumerate(plan.enqueued_configs()):
         space.check_params(config, f"--enqueue #{index + 1}")
-    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir)
-    recipe = StudyRecipe.from_eval_settings(manifest_path, settings)
+    data = run_data(plan, manifest_path)
+    if plan.keep_port:
+        _check_port_free(manifest, manifest_path)
+    study_name = plan.resolved_study_name(manifest, space)
+    run_dir = Path(plan.run_dir) / study_name
+    settings = eval_settings(plan, run_dir, data, manifest)
+    tuning = load_eval_data(manifest, settings)  # DataError before any server time is spent
+    recipe = StudyRecipe.from_eval_settings(
+        manifest_path,
+        settings,
+        heldout_prompts=data.heldout_prompts,
+        heldout_ppl_data=data.heldout_ppl_data,
+        server_python=manifest.server_python,
+    )
+    heldout = _check_heldout(manifest, recipe)
+    counts = {
+        "prompts": len(tuning.prompts) if tuning.prompts is not None else 0,
+        "ppl_records": len(tuning.ppl_records) if tuning.ppl_records is not None else 0,
+        "heldout_prompts": len(heldout.prompts) if heldout.prompts is not None else 0,
+        "heldout_ppl_records": len(heldout.ppl_records) if heldout.ppl_records is not None else 0,
+    }
+    if counts["prompts"] < settings.tps.num_prompts:
+        logger.warning(
+            "the tuning prompt set has %d prompts, fewer than the %d asked for (--num-prompts): "
+            "each TPS measurement uses all %d",
+            counts["prompts"], settings.tps.num_prompts, counts["prompts"],
+        )  # fmt: skip
+    _check_resume(plan.storage, study_name, recipe)
+    if plan.server_venv:
+        from sweeper.serving import server_venv
+
+        venv = server_venv(manifest.dependencies, cwd=manifest.folder)
+        manifest = manifest.with_server_python(venv.python)
+    recipe = dataclasses.replace(recipe, data_counts=counts, server_python=manifest.server_python)
+    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir, data=tuning)
     return PreparedRun(
         plan=plan,
         manifest=manifest,
@@ -170,7 +426,58 @@ def prepare(plan: RunPlan) -> PreparedRun:
         study_name=study_name,
         evaluator=evaluator,
         recipe=recipe,
+        trials_done=_trials_done(plan.storage, study_name),
     )
+
+
+def _check_heldout(manifest: Manifest, recipe: StudyRecipe) -> EvalData:
+    """Load the held-out data as verify will (and fail now, not after the night)."""
+    from sweeper.answer import heldout_data, heldout_settings
+
+    return load_eval_data(manifest, heldout_settings(recipe, heldout_data(recipe)))
+
+
+def _check_resume(url: str, study_name: str, recipe: StudyRecipe) -> None:
+    """A study resumed with other sizes or data would mix numbers measured two ways: refuse."""
+    stored = stored_recipe(url, study_name)
+    if stored is None:
+        return
+    changes = recipe_changes(stored, recipe)
+    if changes:
+        listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+        raise UserInputError(
+            f"study {study_name!r} was measured with other settings than this run's ({listed}): "
+            "its trials would not be comparable; run it with the options it was started with, "
+            "or start another study with --study NAME"
+        )
+
+
+def _check_port_free(manifest: Manifest, label: str) -> None:
+    from sweeper.serving import DEFAULT_HOST, port_is_free
+
+    host = manifest.env.get("HOST") or DEFAULT_HOST
+    if not port_is_free(manifest.port, host):
+        raise UserInputError(
+            f"--keep-port: port {manifest.port} of {label} is already in use on {host}; stop "
+            "what listens there, or run without --keep-port so that each server gets a free port"
+        )
+
+
+def _trials_done(url: str, study_name: str) -> int:
+    """Trials of an existing study that count toward its budget; 0 for a new one (no file made)."""
+    from sqlalchemy.engine import make_url
+
+    from storage import TrialStore
+
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        return 0
+    store = TrialStore(url)
+    try:
+        return store.count(study_name, ("complete", "failed"))
+    finally:
+        store.close()
 
 
 def execute(
@@ -186,11 +493,14 @@ def execute(
         if progress is not None:
             progress(event)
 
+    sizes = plan.sizes
     logger.info(
-        "study %r: space %s, %s trials, storage %s",
+        "study %r: space %s, %s trials, %d prompts x %d tokens, storage %s",
         prepared.study_name,
         prepared.space.name,
-        plan.n_trials or "unlimited",
+        plan.trial_budget or "unlimited",
+        sizes.num_prompts,
+        sizes.output_len,
         plan.storage,
     )
     result = run_study(
@@ -198,7 +508,7 @@ def execute(
         prepared.evaluator,
         study_name=prepared.study_name,
         storage=plan.storage,
-        n_trials=plan.n_trials,
+        n_trials=plan.trial_budget,
         timeout=plan.timeout,
         trial_timeout=plan.trial_timeout,
         ppl_cap=plan.ppl_cap,

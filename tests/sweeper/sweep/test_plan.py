@@ -1,0 +1,441 @@
+"""``sweeper run`` before any server starts: the data a run needs, its sizes, its argument
+errors, the held-out split in the recipe, --keep-port and --server-python. No server here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluators import TpsSettings, WarmupSettings
+from sweeper.cli import main
+from sweeper.errors import UserInputError
+from sweeper.sweep import CHALLENGE_SIZES, DEMO_SIZES, RunPlan, RunSizes, prepare
+
+
+def sweeper(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["sweeper", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_args(tmp_path: Path, *args: str) -> list[str]:
+    return ["run", "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--run-dir", str(tmp_path / "runs"), *args]
+
+
+def nothing_written(tmp_path: Path) -> bool:
+    return not (tmp_path / "study.db").exists() and not (tmp_path / "runs").exists()
+
+
+# -- the data a non-demo run needs ------------------------------------------------------------
+
+
+def test_a_non_demo_manifest_without_data_is_one_line_naming_the_options(
+    monkeypatch, capsys, tmp_path, user_setup
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = sweeper(monkeypatch, capsys, *run_args(tmp_path, "--manifest", str(user_setup.manifest)))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: a run of {user_setup.manifest} needs its data: --prompts and --ppl-data (a file or "
+        "hub dataset id each, as 'sweeper eval' takes them), and held-out data for verify: "
+        "--heldout-prompts and --heldout-ppl-data, or --heldout-fraction F [--split-seed S] to "
+        "split it off the tuning data\n"
+    )
+    assert nothing_written(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+    # the tuning data alone is not enough: the night's answer has to be verifiable
+    code, out, err = sweeper(monkeypatch, capsys, *run_args(
+        tmp_path, "--manifest", str(user_setup.manifest), *user_setup.data_args(heldout=False)))  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: a run of {user_setup.manifest} needs held-out data for verify: "
+                          "--heldout-prompts and --heldout-ppl-data, or --heldout-fraction F")  # fmt: skip
+    assert err.count("\n") == 1 and nothing_written(tmp_path)
+
+    # one held-out set given: only the other one is asked for
+    code, out, err = sweeper(monkeypatch, capsys, *run_args(
+        tmp_path, "--manifest", str(user_setup.manifest), *user_setup.data_args(heldout=False),
+        "--heldout-prompts", str(user_setup.heldout_prompts)))  # fmt: skip
+    assert code == 2 and "for verify: --heldout-ppl-data, or --heldout-fraction" in err
+    assert nothing_written(tmp_path)
+
+
+def test_the_readme_night_without_data_is_refused_on_a_challenge_manifest(monkeypatch, capsys, tmp_path, challenge_data) -> None:
+    manifest = challenge_data / "vidraft-fw188-ctk49-manifest.json"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = sweeper(monkeypatch, capsys, *run_args(
+        tmp_path, "--manifest", str(manifest), "--ppl-cap", "2.42", "--timeout", "8h", "--verify-top", "3"))  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: a run of {manifest} needs its data: --prompts and --ppl-data")
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_the_challenge_prompts_split_into_disjoint_reproducible_parts(challenge_data) -> None:
+    from evaluators import load_ppl_records, load_prompts
+    from sweeper.measure import DataSplit
+
+    prompts = load_prompts(challenge_data / "eval_prompts_sharegpt.json")
+    records = load_ppl_records(challenge_data / "ppl_ground_truth_tokens.jsonl")
+    assert (len(prompts), len(records)) == (128, 128)
+    for data in (prompts, records):
+        ids = [item.id for item in data]
+        tuning = DataSplit(heldout_fraction=0.25, seed=0).of(data)
+        heldout = DataSplit(heldout_fraction=0.25, seed=0, part="heldout").of(data)
+        assert (len(tuning), len(heldout)) == (96, 32)
+        assert {i.id for i in heldout} == expected_heldout_ids(ids, 0.25, 0)
+        assert {i.id for i in tuning} | {i.id for i in heldout} == set(ids)
+        assert [i.id for i in DataSplit(heldout_fraction=0.25, seed=0).of(data)] == [i.id for i in tuning]
+
+
+def test_the_demo_keeps_its_bundled_sets(demo, tmp_path) -> None:
+    prepared = prepare(RunPlan(storage=f"sqlite:///{tmp_path / 'study.db'}", run_dir=str(tmp_path / "runs")))
+    recipe = prepared.recipe
+    assert (recipe.prompts, recipe.ppl_data) == (str(demo.prompts_tuning), str(demo.ppl_tuning))
+    assert (recipe.heldout_prompts, recipe.heldout_ppl_data) == (str(demo.prompts_heldout), str(demo.ppl_heldout))
+    assert recipe.heldout_fraction is None
+    tuning = json.loads(demo.prompts_tuning.read_text())
+    heldout = json.loads(demo.prompts_heldout.read_text())
+    assert recipe.data_counts == {
+        "prompts": len(tuning),
+        "ppl_records": len(demo.ppl_tuning.read_text().splitlines()),
+        "heldout_prompts": len(heldout),
+        "heldout_ppl_records": len(demo.ppl_heldout.read_text().splitlines()),
+    }
+    assert nothing_written(tmp_path)
+
+
+# -- sizes and the trial budget ------------------------------------------------------------------
+
+
+def test_sizes_are_the_demo_preset_on_the_demo_and_the_challenges_elsewhere(user_setup) -> None:
+    assert RunPlan().sizes == DEMO_SIZES == RunSizes(num_prompts=8, output_len=128, warmup_requests=1)
+    own = RunPlan(manifest=str(user_setup.manifest))
+    challenge = TpsSettings()  # the evaluators' defaults are the challenge harness's
+    assert own.sizes == CHALLENGE_SIZES
+    assert (own.sizes.num_prompts, own.sizes.output_len, own.sizes.warmup_requests) == (128, 512, 4)
+    assert (challenge.num_prompts, challenge.output_len, challenge.warmup_requests) == (128, 512, 4)
+    given = RunPlan(manifest=str(user_setup.manifest), num_prompts=16, warmup_requests=0)
+    assert given.sizes == RunSizes(num_prompts=16, output_len=512, warmup_requests=0)
+
+
+@pytest.mark.parametrize(
+    ("is_demo", "n_trials", "timeout", "budget"),
+    [
+        (True, None, None, 8),
+        (True, None, "8h", 8),  # the demo keeps its 8 trials
+        (False, None, None, 8),
+        (False, None, "8h", None),  # a night: until the timeout
+        (False, 40, "8h", 40),
+        (True, 3, None, 3),
+    ],
+)
+def test_the_trial_budget(user_setup, is_demo, n_trials, timeout, budget) -> None:
+    plan = RunPlan(manifest=None if is_demo else str(user_setup.manifest), n_trials=n_trials, timeout=timeout)
+    assert plan.trial_budget == budget
+
+
+def test_every_size_is_in_the_recipe_and_shown_by_status(monkeypatch, capsys, synthetic, user_setup, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, run_dir=str(tmp_path / "runs"),
+                   **_data(user_setup), heldout_fraction=0.25, split_seed=3, ppl_max_records=12,
+                   ready_timeout_s=300.0)  # fmt: skip
+    prepared = prepare(plan)
+    recipe = prepared.recipe
+    bridge = WarmupSettings()  # the manifest sets no WARMUP_*: the bridge's defaults
+    assert (recipe.num_prompts, recipe.output_len, recipe.warmup_requests) == (128, 512, 4)
+    assert (recipe.warmup_prompts, recipe.ppl_records, recipe.ready_timeout_s) == (bridge.num_prompts, 12, 300.0)
+    assert (recipe.heldout_fraction, recipe.split_seed) == (0.25, 3)
+    assert recipe.heldout_prompts is None and recipe.heldout_ppl_data is None
+    assert recipe.prompts == str(user_setup.prompts) and recipe.base_manifest == str(user_setup.manifest)
+    # stored in a real study and read back by `sweeper status`
+    _synthetic_study(synthetic, url, prepared.study_name, recipe)
+    code, out, err = sweeper(monkeypatch, capsys, "status", "--storage", url, "--study", prepared.study_name)
+    assert code == 0, err
+    n_prompts = len(json.loads(user_setup.prompts.read_text()))
+    n_records = len(user_setup.ppl_data.read_text().splitlines())
+    held_prompts, held_records = round(n_prompts * 0.25), round(n_records * 0.25)
+    assert ("sizes: 128 prompts x 512 tokens, 4 warm-up requests, warm-up bridge 64 prompts, "
+            "PPL records 12\n") in out  # fmt: skip
+    assert (f"tuning data: prompts {user_setup.prompts} ({n_prompts - held_prompts}), "
+            f"PPL {user_setup.ppl_data} ({n_records - held_records} records)\n") in out  # fmt: skip
+    assert (f"held-out data: prompts 0.25 split off the tuning set (seed 3) ({held_prompts}); "
+            f"PPL 0.25 split off the tuning set (seed 3) ({held_records} records)\n") in out  # fmt: skip
+    assert "servers: ready timeout 300 s" in out
+
+
+def test_a_study_resumed_with_other_sizes_or_data_is_refused(synthetic, user_setup, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.25)
+    prepared = prepare(plan)
+    _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
+    assert prepare(plan).recipe == prepared.recipe  # the same command resumes
+    with pytest.raises(UserInputError) as refused:
+        prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
+                        heldout_fraction=0.25, num_prompts=8, split_seed=2))  # fmt: skip
+    assert str(refused.value) == (
+        f"study {prepared.study_name!r} was measured with other settings than this run's "
+        "(split_seed 0 -> 2; num_prompts 128 -> 8): its trials would not be comparable; run it "
+        "with the options it was started with, or start another study with --study NAME"
+    )
+
+
+# -- the held-out split ---------------------------------------------------------------------------
+
+
+def expected_heldout_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
+    """The split's definition, computed here on its own: the lowest hashes of seed:id."""
+    ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
+    return set(ranked[: round(len(ids) * fraction)])
+
+
+def test_the_heldout_split_is_disjoint_recorded_and_reproduced_by_verify(synthetic, user_setup, tmp_path) -> None:
+    from sweeper.answer import heldout_evaluator
+    from sweeper.study import recipe_from_settings
+    from storage import study_status
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, run_dir=str(tmp_path / "runs"),
+                   **_data(user_setup), heldout_fraction=0.25, split_seed=7)  # fmt: skip
+    prepared = prepare(plan)
+    prompt_ids = [str(r["id"]) for r in json.loads(user_setup.prompts.read_text())]
+    record_ids = [json.loads(line)["id"] for line in user_setup.ppl_data.read_text().splitlines()]
+    held_prompts = expected_heldout_ids(prompt_ids, 0.25, 7)
+    held_records = expected_heldout_ids(record_ids, 0.25, 7)
+    tuning = prepared.evaluator.data
+    assert [p.id for p in tuning.prompts] == [i for i in prompt_ids if i not in held_prompts]  # file order kept
+    assert {r.id for r in tuning.ppl_records} == set(record_ids) - held_records
+
+    # what verify measures on, from the recipe as stored in the study
+    _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
+    stored = recipe_from_settings(study_status(url, prepared.study_name).settings)
+    assert stored == prepared.recipe
+    evaluator, info = heldout_evaluator(stored, run_dir=tmp_path / "verify")
+    heldout = evaluator.template.data
+    assert {p.id for p in heldout.prompts} == held_prompts
+    assert {r.id for r in heldout.ppl_records} == held_records
+    assert not {p.id for p in heldout.prompts} & {p.id for p in tuning.prompts}
+    assert info["prompts_split"] == {"heldout_fraction": 0.25, "seed": 7, "part": "heldout"}
+    assert (info["heldout_prompts"], info["heldout_ppl_records"]) == (len(held_prompts), len(held_records))
+
+    # the same seed gives the same split; another seed another one
+    again = prepare(plan).evaluator.data
+    assert [p.id for p in again.prompts] == [p.id for p in tuning.prompts]
+    other = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
+                            heldout_fraction=0.25, split_seed=8, study_name="other")).evaluator.data  # fmt: skip
+    assert {p.id for p in other.prompts} != {p.id for p in tuning.prompts}
+
+
+def test_a_fraction_that_leaves_no_heldout_record_is_refused_before_any_server(user_setup, tmp_path) -> None:
+    n_prompts = len(json.loads(user_setup.prompts.read_text()))
+    fraction = 0.4 / n_prompts  # rounds to no prompt at all
+    with pytest.raises(UserInputError, match=rf"my-prompts.json: a held-out fraction of {fraction:g} of its "
+                                             rf"{n_prompts} records leaves the heldout part empty"):  # fmt: skip
+        prepare(RunPlan(manifest=str(user_setup.manifest), storage=f"sqlite:///{tmp_path / 'study.db'}",
+                        **_data(user_setup), heldout_fraction=fraction))  # fmt: skip
+    assert not (tmp_path / "study.db").exists()
+
+
+def test_verify_top_on_user_data_verifies_on_the_split_off_part(synthetic, user_setup, tmp_path) -> None:
+    """The path `run --verify-top` takes after the sweep, with the synthetic evaluator in
+    place of servers: verify finds the held-out data in the recipe alone."""
+    from sweeper.answer import verify_study
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
+                               heldout_fraction=0.5))  # fmt: skip
+    study = _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
+    result = verify_study(storage=url, study_name=study.name, top=1, repeats=2,
+                          evaluate=synthetic.synthetic_evaluator(), base_manifest=prepared.manifest,
+                          recipe=prepared.recipe)  # fmt: skip
+    (verification,) = result.verifications
+    best_tps = synthetic.synthetic_tps(synthetic.CONFIGS["C"])
+    assert verification.status == "verified" and synthetic.isclose(verification.median_tps, best_tps)
+
+
+def test_given_heldout_sets_are_recorded_and_must_not_be_the_tuning_sets(user_setup, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url,
+                               **_data(user_setup, heldout=True)))  # fmt: skip
+    assert prepared.recipe.heldout_prompts == str(user_setup.heldout_prompts)
+    assert prepared.recipe.heldout_fraction is None
+    with pytest.raises(UserInputError, match="is the set the study tuned on"):
+        prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, prompts=str(user_setup.prompts),
+                        ppl_data=str(user_setup.ppl_data), heldout_prompts=str(user_setup.prompts),
+                        heldout_ppl_data=str(user_setup.heldout_ppl_data)))  # fmt: skip
+    assert not (tmp_path / "study.db").exists()
+
+
+# -- argument errors: one line, before any output, nothing written ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--n-trials", "-3"], "--n-trials must be a positive integer, not -3"),
+        (["--n-trials", "0"], "--n-trials must be a positive integer, not 0"),
+        (["--timeout", "soon"], "--timeout: cannot read 'soon' (examples: 8h, 90m, 1h30m)"),
+        (["--num-prompts", "0"], "--num-prompts must be a positive integer, not 0"),
+        (["--warmup-requests", "-1"], "--warmup-requests must be a non-negative integer, not -1"),
+        (["--verify-top", "-1"], "--verify-top must be a non-negative integer, not -1"),
+        (["--ready-timeout", "0"], "--ready-timeout must be a positive number of seconds, not 0.0"),
+        (["--heldout-fraction", "1.5"], "--heldout-fraction must be a fraction between 0 and 1 (0.25 = a quarter), not 1.5"),
+        (["--ppl-cap-rel", "0.9"], "--ppl-cap-rel must be at least 1.0, not 0.9"),
+        (["--server-python", "/no/such/python"], "--server-python /no/such/python: is not an executable Python interpreter"),
+        (["--server-python", sys.executable, "--server-venv"], "--server-python and --server-venv: give one of them, not both"),
+        (["--quiet", "--plain"], "--quiet and --plain: give one of them, not both"),
+        (["--enqueue", "sliding_window"], "--enqueue 'sliding_window': expected name=value[,name=value...]"),
+    ],
+)  # fmt: skip
+def test_run_argument_errors_come_before_any_output(monkeypatch, capsys, tmp_path, args, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = sweeper(monkeypatch, capsys, *run_args(tmp_path, *args))
+    assert (code, out, err) == (2, "", f"error: {message}\n")
+    assert nothing_written(tmp_path)
+
+
+# -- --keep-port and --server-python -------------------------------------------------------------
+
+
+def test_keep_port_refuses_a_busy_manifest_port_before_any_server(monkeypatch, capsys, tmp_path, make_user) -> None:
+    busy = _busy_port()
+    try:
+        port = busy.getsockname()[1]
+        user = make_user("busy", port=port)
+        monkeypatch.chdir(tmp_path)
+        code, out, err = sweeper(monkeypatch, capsys, *run_args(
+            tmp_path, "--manifest", str(user.manifest), *user.data_args(), "--keep-port"))  # fmt: skip
+        assert (code, out) == (2, "")
+        assert err == (f"error: --keep-port: port {port} of {user.manifest} is already in use on "
+                       "127.0.0.1; stop what listens there, or run without --keep-port so that each "
+                       "server gets a free port\n")  # fmt: skip
+        assert nothing_written(tmp_path)
+    finally:
+        busy.close()
+
+
+def test_keep_port_starts_a_serve_script_that_ignores_PORT_on_the_manifests_port(tmp_path) -> None:
+    """A user's serve.py that listens on its own fixed port: found only with keep_port."""
+    from sweeper.errors import ServerError
+    from sweeper.manifest import Manifest
+    from sweeper.measure import EvalData, EvalSettings, evaluate
+    from sweeper.serving import free_port
+
+    port = free_port()
+    (tmp_path / "serve.py").write_text(SERVE_PY.replace("PORT_NUMBER", str(port)))
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "name": "fixed-port", "served_model_name": "probe", "port": port,
+        "serve": ["python", "serve.py"], "env": {},
+    }))  # fmt: skip
+    manifest = Manifest.load(tmp_path / "manifest.json")
+    nothing = EvalData(prompts=None, ppl_records=None, reference=None)
+    settings = EvalSettings(tps=None, ppl=None, warmup=WarmupSettings(enabled=False), keep_port=True,
+                            ready_timeout_s=60, log_path=tmp_path / "server.log")  # fmt: skip
+    result = evaluate(manifest, settings, data=nothing)
+    assert result.model == "probe" and result.timings["ready"] > 0
+    assert f"listening on {port}" in (tmp_path / "server.log").read_text()
+
+    # busy: a clear error naming the port, no server started
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the stopped server's TIME_WAIT
+    busy.bind(("127.0.0.1", port))
+    busy.listen(1)
+    try:
+        with pytest.raises(ServerError, match=f"port {port} is already in use by another process"):
+            evaluate(manifest, settings, data=nothing)
+    finally:
+        busy.close()
+
+
+SERVE_PY = """
+import http.server, json
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "probe", "max_model_len": 64}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", PORT_NUMBER), Handler)  # ignores $PORT
+print("listening on PORT_NUMBER", flush=True)
+server.serve_forever()
+"""
+
+
+def test_server_python_runs_a_python_serve_command_with_that_interpreter(user_setup, tmp_path) -> None:
+    from sweeper.manifest import Manifest
+
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)  # a venv's python is a link too: it must not be resolved away
+    script = Manifest.from_dict({"name": "m", "serve": ["python", "serve.py"]}, source=tmp_path / "m.json")
+    assert script.resolve_serve_command() == [sys.executable, "serve.py"]
+    assert script.with_server_python(python).resolve_serve_command() == [str(python), "serve.py"]
+    assert script.with_server_python(python).to_dict() == script.to_dict()  # never saved with it
+    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=f"sqlite:///{tmp_path / 'db'}",
+                               **_data(user_setup, heldout=True), server_python=str(python)))  # fmt: skip
+    assert prepared.manifest.server_python == str(python)
+    assert prepared.recipe.server_python == str(python)
+
+
+def test_server_venv_is_made_from_the_manifests_dependencies_and_recorded(monkeypatch, tmp_path, make_user, build_wheel) -> None:
+    wheel = build_wheel(tmp_path / "mine" / "wheels")
+    user = make_user("mine")
+    data = json.loads(user.manifest.read_text())
+    data["dependencies"] = [f"./wheels/{wheel.name}"]
+    data["serve"] = ["python", "-m", "sweeper", "serve", "my-manifest.json"]  # a python serve command
+    user.manifest.write_text(json.dumps(data))
+    monkeypatch.setenv("SWEEPER_VENV_CACHE", str(tmp_path / "venvs"))
+    from sweeper.serving import dependencies_key
+
+    key = dependencies_key(data["dependencies"])
+    prepared = prepare(RunPlan(manifest=str(user.manifest), storage=f"sqlite:///{tmp_path / 'db'}",
+                               **_data(user, heldout=True), server_venv=True))  # fmt: skip
+    python = str(tmp_path / "venvs" / key / "bin" / "python")
+    assert prepared.manifest.server_python == prepared.recipe.server_python == python
+    assert prepared.evaluator.base_manifest.resolve_serve_command()[:2] == [python, "-m"]
+    assert sorted(p.name for p in (tmp_path / "venvs").iterdir()) == [key]
+
+
+def _data(user_setup, *, heldout: bool = False) -> dict[str, str]:
+    data = {"prompts": str(user_setup.prompts), "ppl_data": str(user_setup.ppl_data)}
+    if heldout:
+        data |= {"heldout_prompts": str(user_setup.heldout_prompts),
+                 "heldout_ppl_data": str(user_setup.heldout_ppl_data)}  # fmt: skip
+    return data
+
+
+def _synthetic_study(synthetic, url: str, name: str, recipe):
+    """A finished synthetic study (real Optuna, real SQLite) that holds ``recipe``."""
+    from search_spaces import load_preset
+    from sweeper.manifest import Manifest
+    from sweeper.study import run_study, save_recipe
+
+    space = load_preset("tiny-cpu").bind(Manifest.load(recipe.base_manifest).env)
+    run_study(space, synthetic.synthetic_evaluator(), study_name=name, storage=url,
+              n_trials=len(synthetic.CONFIGS) + 1, ppl_cap=synthetic.CAP, sampler="random", seed=0,
+              enqueue=list(synthetic.CONFIGS.values()), handle_signals=False)  # fmt: skip
+    save_recipe(url, name, recipe)
+    return synthetic.SyntheticStudy(url=url, name=name, db=Path(url.removeprefix("sqlite:///")))
+
+
+def _busy_port() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    return sock
