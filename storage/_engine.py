@@ -89,14 +89,22 @@ def _tune_sqlite(engine: Engine) -> None:
 def create_schema(url: str, create: Callable[[], T], what: str) -> T:
     """Run ``create`` (it creates tables if missing), retrying when a concurrent worker races it.
 
-    Two workers starting on an empty PostgreSQL database both try to create
-    the same tables and types; the loser gets a unique violation or a
-    "relation already exists" and finds the schema in place on a retry.
+    Two workers starting on an empty database both try to create the same
+    tables (and types); the loser gets a unique violation, a "relation
+    already exists" (PostgreSQL) or a "table ... already exists" (SQLite,
+    whose check and create are not one transaction) and finds the schema in
+    place on a retry.
     """
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             return create()
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+            sqlalchemy.exc.OperationalError,
+        ) as exc:
+            if isinstance(exc, sqlalchemy.exc.OperationalError) and not _schema_race(exc):
+                raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
             if attempt == SCHEMA_ATTEMPTS - 1:
                 raise StorageError(f"cannot create {what} in {redact(url)}: {exc}") from None
             logger.info("%s being created by another worker; retrying", what)
@@ -104,6 +112,12 @@ def create_schema(url: str, create: Callable[[], T], what: str) -> T:
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError, ValueError) as exc:
             raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
     raise AssertionError("unreachable")
+
+
+def _schema_race(exc: sqlalchemy.exc.OperationalError) -> bool:
+    """A SQLite error that another worker creating the same schema explains."""
+    text = str(exc.orig)
+    return "already exists" in text or "database is locked" in text
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

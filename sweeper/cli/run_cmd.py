@@ -14,6 +14,7 @@ from rich.table import Table
 
 from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent
 from sweeper.sweep import DEMO_PRESET, DEMO_STORAGE, RunPlan, execute, prepare
+from sweeper.sweep import run_on_gpus, several_workers
 
 
 class LiveView:
@@ -117,6 +118,8 @@ def _clock(seconds: float) -> str:
               help="After the sweep, verify the N best feasible trials on held-out data.")
 @click.option("--enqueue", multiple=True, metavar="NAME=V[,NAME=V]",
               help="A configuration to try first (repeatable), e.g. sliding_window=16,num_speculative_tokens=2.")
+@click.option("--gpus", metavar="IDS", help="GPUs of this host to use, e.g. 0,1,2,3: one worker per GPU "
+              "(per TENSOR_PARALLEL_SIZE GPUs), all on the same study.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.
@@ -135,8 +138,12 @@ def command(**options: Any) -> None:
         f"study [bold]{prepared.study_name}[/bold]: space {prepared.space.name} "
         f"({', '.join(prepared.space.names)}), storage {plan.storage}"
     )
-    with LiveView(console, plan.n_trials) as view:
-        result = execute(prepared, progress=view)
+    if several_workers(plan, prepared.manifest.env):  # --gpus: one process per worker
+        console.print(f"{plan.gpus}: one worker per GPU group; logs in {plan.run_dir}/{prepared.study_name}/")
+        result = run_on_gpus(prepared)
+    else:
+        with LiveView(console, plan.n_trials) as view:
+            result = execute(prepared, progress=view)
     if plan.verify_top:
         from storage import study_status
 

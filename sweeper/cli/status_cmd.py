@@ -61,6 +61,26 @@ def _trial_table(title: str, records: tuple[TrialRecord, ...]) -> Table:
     return table
 
 
+def running_devices(status: StudyStatus) -> list[str]:
+    """One line per running trial: where its server runs (host, GPUs, CPU cores).
+
+    The worker stores its devices with the running trial (``extras["device"]``,
+    see ``sweeper.devices.DeviceSlot.describe``); trials without them show the host only.
+    """
+    lines = []
+    for record in status.trials:
+        if record.state != "running":
+            continue
+        device = record.extras.get("device") or {}
+        where = f"GPU {device['gpus']}" if device.get("gpus") else "no GPU recorded"
+        if device.get("cpus"):
+            where += f", CPU cores {device['cpus']}"
+        lines.append(
+            f"  running: trial {record.number} on {record.host} (pid {record.pid}): {where}"
+        )
+    return lines
+
+
 def show_status(console: Console, status: StudyStatus) -> None:
     counts = status.counts
     console.print(f"study {status.study_name} in {status.url}")
@@ -70,6 +90,8 @@ def show_status(console: Console, status: StudyStatus) -> None:
         f"{counts['infeasible']} fail it), {counts['FAIL']} failed, {counts['RUNNING']} running, "
         f"{counts['WAITING']} queued"
     )
+    for line in running_devices(status):
+        console.print(line, markup=False)
     best = status.best
     if best is None:
         console.print("best: none yet (no trial has passed the gate)")

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from evaluators import PplSettings
+from sweeper.devices import DeviceSlot
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest
 from sweeper.measure._evaluate import EvalData, EvalResult, EvalSettings, ServerHooks, evaluate
 from sweeper.measure._evaluate import load_eval_data
+from sweeper.measure._on_device import DeviceHooks
 from sweeper.serving import ServerProcess
 from sweeper.study import EvaluationContext, Measurement
 from sweeper.versions import software_versions
@@ -44,8 +46,10 @@ class ServerEvaluator:
         *,
         run_dir: str | Path,
         data: EvalData | None = None,
+        device: DeviceSlot | None = None,
     ) -> None:
         self.base_manifest = base_manifest
+        self.device = device  # the worker's GPUs: memory wait, CUDA_VISIBLE_DEVICES, provenance
         self.settings = settings
         self.run_dir = Path(run_dir)
         # the data is loaded and checked once, before any server time is spent
@@ -63,15 +67,20 @@ class ServerEvaluator:
         settings = dataclasses.replace(
             self.settings,
             ppl=self._ppl_settings(context),
-            overrides={},  # already rendered into the manifest
+            # the manifest's overrides are already rendered; the worker's devices win over it
+            overrides=self.device.server_env() if self.device else {},
             log_path=self.run_dir / f"trial-{context.number:04d}" / "server.log",
         )
-        hooks = _ContextHooks(context)
+        hooks = context_hooks = _ContextHooks(context)
+        if self.device is not None:
+            context.set_device(self.device.describe())
+            hooks = DeviceHooks(self.device, context_hooks)
         result = evaluate(
             manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks
         )
-        assert hooks.server is not None  # evaluate creates the server before anything else
-        return self._measurement(result, context, manifest, hooks.server)
+        assert context_hooks.server is not None  # evaluate creates the server before anything else
+        measurement = self._measurement(result, context, manifest, context_hooks.server)
+        return hooks.provenance(measurement) if isinstance(hooks, DeviceHooks) else measurement
 
     # -- helpers ----------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from sweeper.manifest import Manifest
 from sweeper.study import TrialEvent
 from sweeper.measure import ServerEvaluator
 from sweeper.study import StudyResult, run_study
+from sweeper.sweep._workers import worker_slot
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class RunPlan:
     ready_timeout_s: float = 900.0
     verify_top: int = 0
     enqueue: tuple[str, ...] = ()  # "name=value,name=value" configs tried first
+    # --gpus "0,1,2,3": one worker per GPU (group of TENSOR_PARALLEL_SIZE) on this host (_workers)
+    gpus: str | None = None
 
     def enqueued_configs(self) -> list[dict[str, str]]:
         """``--enqueue`` texts as params (values are typed by the search space later)."""
@@ -159,7 +162,8 @@ def prepare(plan: RunPlan) -> PreparedRun:
     settings = eval_settings(plan, run_dir)
     for index, config in enumerate(plan.enqueued_configs()):
         space.check_params(config, f"--enqueue #{index + 1}")
-    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir)
+    device = worker_slot(plan.gpus, manifest.env)  # GPU memory wait, CUDA_VISIBLE_DEVICES
+    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir, device=device)
     recipe = StudyRecipe.from_eval_settings(manifest_path, settings)
     return PreparedRun(
         plan=plan,
