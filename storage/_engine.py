@@ -55,11 +55,20 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
+def _driver_hint(url: str, exc: ImportError) -> str:
+    """What to install when a database URL's driver is missing."""
+    if make_url(url).get_backend_name() == "postgresql":
+        return f"{exc}; pip install 'sweeper[postgres]' (psycopg 3, for a postgresql:// URL)"
+    return str(exc)
+
+
 def create_engine(url: str) -> Engine:
     """An engine for our own tables (SQLite in WAL mode so readers do not block a sweep)."""
     try:
         engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
-    except (sqlalchemy.exc.ArgumentError, ImportError) as exc:
+    except ImportError as exc:
+        raise StorageError(f"cannot use study database {redact(url)}: {_driver_hint(url, exc)}") from None
+    except sqlalchemy.exc.ArgumentError as exc:
         raise StorageError(f"cannot use study database {redact(url)}: {exc}") from None
     _tune_sqlite(engine)
     return engine
