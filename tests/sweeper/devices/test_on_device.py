@@ -53,7 +53,9 @@ def wait_for_samples(hooks: DeviceHooks, count: int) -> None:
 def h200_slot(**gpu) -> tuple[DeviceSlot, ScriptedGpu]:
     card = ScriptedGpu(name="Stand-in H200", idle_mib=500, **gpu)
     devices = ScriptedDevices({"3": card}, driver="580.65.06", cuda="13.0")
-    return DeviceSlot(devices, gpus=["3"], wait=FAST), card
+    # no sweeper server of this machine is in the slot's view: tests must not stop
+    # the real servers of other tests running at the same time
+    return DeviceSlot(devices, gpus=["3"], wait=FAST, token_processes=dict), card
 
 
 def test_device_hooks_wrap_the_inner_hooks_and_add_provenance() -> None:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from sweeper.devices import DeviceSlot, MemoryWait, NoDevices, ScriptedDevices, ScriptedGpu
+from sweeper.devices._slot import _token_processes
 from sweeper.errors import ServerError, UserInputError
 
 FAST = MemoryWait(tolerance_mib=256, timeout_s=0.6, after_stop_s=3.0, poll_s=0.05, sample_s=0.02)
@@ -22,7 +23,12 @@ FAST = MemoryWait(tolerance_mib=256, timeout_s=0.6, after_stop_s=3.0, poll_s=0.0
 
 @pytest.fixture
 def processes():
-    """Start ``sleep`` processes with given env entries; all are killed at the end."""
+    """Start ``sleep`` processes with given env entries; all are killed at the end.
+
+    ``processes.mine()`` is the slot's view of sweeper servers limited to these
+    processes: the real /proc scan, so that the test never stops a server of
+    another test running on this machine at the same time.
+    """
     started: list[subprocess.Popen] = []
 
     def start(**env: str) -> subprocess.Popen:
@@ -32,6 +38,11 @@ def processes():
         started.append(process)
         return process
 
+    def mine() -> dict:
+        pids = {process.pid for process in started}
+        return {pid: seen for pid, seen in _token_processes().items() if pid in pids}
+
+    start.mine = mine
     yield start
     for process in started:
         if process.poll() is None:
@@ -64,7 +75,7 @@ def test_memory_of_a_dead_sweeper_server_is_freed_by_stopping_it(processes) -> N
         "0": ScriptedGpu(idle_mib=100),
         "1": ScriptedGpu(idle_mib=100, holders={other.pid: 30_000}),
     }
-    slot = DeviceSlot(ScriptedDevices(gpus), gpus=["0"], wait=FAST)
+    slot = DeviceSlot(ScriptedDevices(gpus), gpus=["0"], wait=FAST, token_processes=processes.mine)
     gpus["0"].holders[ours.pid] = 20_000  # the server of a killed sweeper still holds GPU 0
     slot.wait_until_free()
     ours.wait(timeout=15)
@@ -77,7 +88,9 @@ def test_a_sweeper_server_is_found_by_its_cuda_visible_devices(processes) -> Non
     server = processes(SWEEPER_SERVER_TOKEN="t2", CUDA_VISIBLE_DEVICES="2,3")
     stranger = processes(SWEEPER_SERVER_TOKEN="t0", CUDA_VISIBLE_DEVICES="0")
     gpu = ScriptedGpu(idle_mib=0)
-    slot = DeviceSlot(ScriptedDevices({"2": gpu}), gpus=["2"], wait=FAST)
+    slot = DeviceSlot(
+        ScriptedDevices({"2": gpu}), gpus=["2"], wait=FAST, token_processes=processes.mine
+    )
     gpu.readings = [9000]  # held for good: stopping the server does not free it
     with pytest.raises(ServerError) as caught:
         slot.wait_until_free()
@@ -93,7 +106,9 @@ def test_a_sweeper_server_is_found_by_its_cuda_visible_devices(processes) -> Non
 def test_memory_held_by_another_program_fails_the_start_and_kills_nothing(processes) -> None:
     foreign = processes()  # no sweeper token: not ours to stop
     gpu = ScriptedGpu(idle_mib=1000)
-    slot = DeviceSlot(ScriptedDevices({"0": gpu}), gpus=["0"], wait=FAST)
+    slot = DeviceSlot(
+        ScriptedDevices({"0": gpu}), gpus=["0"], wait=FAST, token_processes=processes.mine
+    )
     gpu.holders[foreign.pid] = 5000
     began = time.monotonic()
     with pytest.raises(ServerError) as caught:
@@ -111,7 +126,7 @@ def test_memory_held_by_another_program_fails_the_start_and_kills_nothing(proces
 def test_a_lower_reading_lowers_the_idle_figure() -> None:
     # the worker started while something still held 4000 MiB; later reads show 300
     gpu = ScriptedGpu(idle_mib=300, readings=[4000, 0])
-    slot = DeviceSlot(ScriptedDevices({"0": gpu}), gpus=["0"], wait=FAST)
+    slot = DeviceSlot(ScriptedDevices({"0": gpu}), gpus=["0"], wait=FAST, token_processes=dict)
     assert slot.idle == {"0": 4300}
     slot.wait_until_free()
     assert slot.idle == {"0": 300}
