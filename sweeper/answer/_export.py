@@ -4,8 +4,8 @@ The exported manifest is the base manifest with the winning trial's env
 (exactly what its server ran with), a name derived from the searched
 values (``tiny-gemma4-demo-w32-ctk8-k3``) and a description that carries
 the measured TPS and PPL, the verification status and what the trial was
-measured on (GPU, driver, CUDA and vLLM versions, peak GPU memory). Every other field of
-the base manifest is kept. Secret-looking env values (tokens, keys,
+measured on (GPU, driver, CUDA and vLLM versions, peak GPU memory). Every
+other field of the base manifest is kept. Secret-looking env values (tokens, keys,
 passwords) are left out: the harness and ``sweeper serve`` take them from
 the environment.
 
