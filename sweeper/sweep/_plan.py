@@ -26,7 +26,7 @@ from sweeper.manifest import Manifest
 from sweeper.study import TrialEvent
 from sweeper.measure import ServerEvaluator
 from sweeper.study import StudyResult, run_study
-from sweeper.sweep._workers import worker_slot
+from sweeper.sweep._workers import parse_gpus, worker_slot
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,8 @@ class RunPlan:
             raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
         if self.ppl_cap_rel is not None and not self.ppl_cap_rel >= 1.0:
             raise UserInputError(f"--ppl-cap-rel must be at least 1.0, not {self.ppl_cap_rel}")
+        if self.gpus is not None:  # --gpus: ids only here; the groups need the manifest (prepare)
+            parse_gpus(self.gpus)
 
     def resolved_study_name(self, manifest: Manifest, space: SearchSpace) -> str:
         if self.study_name:

@@ -139,3 +139,34 @@ def test_status_shows_the_gpu_of_a_running_trial(tmp_path: Path) -> None:
 def test_worker_spec_validates_itself() -> None:
     with pytest.raises(ValueError, match="WorkerSpec.gpus"):
         WorkerSpec(index=0, gpus=())
+
+
+def _run(args: list[str], cwd: Path):
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper", "run", *args], cwd=cwd, env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_gpus_that_do_not_split_are_refused_before_anything_runs(demo, tmp_path: Path) -> None:
+    manifest = json.loads(demo.manifest.read_text())
+    manifest["env"]["TENSOR_PARALLEL_SIZE"] = "2"
+    for part in ("model", "drafter"):
+        (tmp_path / part).symlink_to(getattr(demo, part))
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    storage = tmp_path / "study.db"
+    result = _run(["--manifest", "manifest.json", "--space", "tiny-cpu", "--prompts",
+                   str(demo.prompts_tuning), "--ppl-data", str(demo.ppl_tuning),
+                   "--storage", str(storage), "--gpus", "0,1,2"], tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --gpus 0,1,2: 3 GPU(s) do not split into groups of TENSOR_PARALLEL_SIZE=2"
+    )
+    assert not storage.exists()
+    bad = _run(["--gpus", "0,0", "--storage", str(storage)], tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == "error: --gpus '0,0': GPU 0 listed twice"
