@@ -67,18 +67,14 @@ def running_devices(status: StudyStatus) -> list[str]:
     The worker stores its devices with the running trial (``extras["device"]``,
     see ``sweeper.devices.DeviceSlot.describe``); trials without them show the host only.
     """
-    lines = []
-    for record in status.trials:
-        if record.state != "running":
-            continue
-        device = record.extras.get("device") or {}
-        where = f"GPU {device['gpus']}" if device.get("gpus") else "no GPU recorded"
-        if device.get("cpus"):
-            where += f", CPU cores {device['cpus']}"
-        lines.append(
-            f"  running: trial {record.number} on {record.host} (pid {record.pid}): {where}"
-        )
-    return lines
+    from sweeper.devices import describe_device
+
+    return [
+        f"  running: trial {record.number} on {record.host} (pid {record.pid}): "
+        + describe_device(record.extras.get("device"))
+        for record in status.trials
+        if record.state == "running"
+    ]
 
 
 def show_status(console: Console, status: StudyStatus) -> None:

@@ -21,6 +21,7 @@ from sweeper.devices._slot import (
     DeviceSlot,
     MemorySampler,
     MemoryWait,
+    describe_device,
 )
 from sweeper.devices._standin import ScriptedDevices, ScriptedGpu
 
@@ -36,5 +37,6 @@ __all__ = [
     "NvmlUnavailable",
     "ScriptedDevices",
     "ScriptedGpu",
+    "describe_device",
     "open_devices",
 ]

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from sweeper.devices._backend import DeviceBackend, NoDevices
 from sweeper.errors import ServerError, UserInputError
@@ -73,6 +73,15 @@ def _token_processes() -> dict[int, tuple[str, str | None]]:
         environ = environ_of(pid) or {}
         found[pid] = (token, environ.get(CUDA_DEVICES_VARIABLE))
     return found
+
+
+def describe_device(device: Mapping[str, str] | None) -> str:
+    """A stored ``DeviceSlot.describe()`` as shown to people: ``"GPU 2,3, CPU cores 1"``."""
+    device = device or {}
+    text = f"GPU {device['gpus']}" if device.get("gpus") else "no GPU recorded"
+    if device.get("cpus"):
+        text += f", CPU cores {device['cpus']}"
+    return text
 
 
 class MemorySampler:

@@ -201,6 +201,7 @@ def _worker_main(
     spec: WorkerSpec,
     results: Any,
 ) -> None:
+    os.setpgid(0, 0)  # Ctrl-C reaches the parent only, which passes it on once
     _die_with_parent()
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     os.environ[WORKER_INDEX_VARIABLE] = str(spec.index)
@@ -229,13 +230,16 @@ def run_workers(
     specs: Sequence[WorkerSpec],
     *,
     target: Callable[[Any, WorkerSpec], tuple[str, int]] = run_worker,
+    while_running: Callable[[], None] | None = None,
+    poll_s: float = 60.0,
 ) -> list[WorkerOutcome]:
     """Start one process per spec running ``target(plan, spec)``, wait for all of them.
 
     ``target`` must be importable by name (a module-level function): the
-    workers are spawned, not forked. Ctrl-C reaches every worker (they share
-    the terminal's process group) and each stops after marking its trial;
-    SIGTERM to this process is passed on to them.
+    workers are spawned, not forked. Each worker has a process group of its
+    own; SIGINT (Ctrl-C) and SIGTERM to this process are passed on to every
+    worker, which stops after marking its running trial. ``while_running()``
+    is called every ``poll_s`` seconds until all have ended.
     """
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -255,14 +259,19 @@ def run_workers(
                 os.kill(process.pid, signum)
 
     previous = signal.signal(signal.SIGTERM, forward)
-    # Ctrl-C goes to the whole process group: the workers get it themselves
-    previous_int = signal.signal(signal.SIGINT, lambda *_: logger.warning("SIGINT: workers stopping"))
+    previous_int = signal.signal(signal.SIGINT, forward)
     try:
         for process, spec in zip(processes, specs):
             process.start()
             logger.info("%s: pid %d", spec.label, process.pid)
         for process in processes:
-            process.join()
+            while process.is_alive():
+                process.join(timeout=poll_s)
+                if process.is_alive() and while_running is not None:
+                    try:
+                        while_running()
+                    except Exception:  # noqa: BLE001 - a display problem must not end the run
+                        logger.exception("progress report failed")
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
@@ -304,7 +313,7 @@ def run_on_gpus(prepared: Any) -> Any:
     specs = worker_specs(groups, Path(plan.run_dir) / prepared.study_name)
     for spec in specs:
         logger.info("%s, CPU cores %s, log %s", spec.label, spec.cpus or "shared", spec.log_path)
-    outcomes = run_workers(plan, specs)
+    outcomes = run_workers(plan, specs, while_running=lambda: _report(plan.storage, prepared.study_name))
     failed = [o for o in outcomes if not o.ok]
     if failed:
         raise StudyError(
@@ -331,6 +340,29 @@ def run_on_gpus(prepared: Any) -> Any:
         trials_run=sum(o.trials_run for o in outcomes),
         status=study_status(plan.storage, prepared.study_name),
     )
+
+
+def _report(storage: str, study_name: str) -> None:
+    """One log line on the study while the workers run, and one per running trial."""
+    from storage import study_status
+    from sweeper.devices import describe_device
+
+    status = study_status(storage, study_name)
+    counts = status.counts
+    best = status.best
+    logger.info(
+        "study %s: %d complete (%d pass the gate), %d failed, %d running; best %s",
+        study_name,
+        counts["COMPLETE"],
+        counts["feasible"],
+        counts["FAIL"],
+        counts["RUNNING"],
+        f"trial {best.number} at {best.tps:.1f} tok/s" if best else "none yet",
+    )
+    for record in status.trials:
+        if record.state == "running":
+            where = describe_device(record.extras.get("device"))
+            logger.info("  trial %d running on %s: %s", record.number, record.host, where)
 
 
 def several_workers(plan: Any, env: Mapping[str, str]) -> bool:

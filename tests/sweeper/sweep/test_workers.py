@@ -170,3 +170,40 @@ def test_gpus_that_do_not_split_are_refused_before_anything_runs(demo, tmp_path:
     bad = _run(["--gpus", "0,0", "--storage", str(storage)], tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == "error: --gpus '0,0': GPU 0 listed twice"
+
+
+def test_ctrl_c_reaches_every_worker_once_and_each_marks_its_trial(tmp_path: Path, capfd) -> None:
+    import signal
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    log = tmp_path / "servers.jsonl"
+    config = {"storage": url, "study": "ctrl-c", "n_trials": 200, "log": str(log), "sleep": 0.3}
+    polls: list[int] = []
+    sent: list[bool] = []
+
+    def while_running() -> None:
+        polls.append(len(log.read_text().splitlines()) if log.exists() else 0)
+        if polls[-1] >= 6 and not sent:  # once, mid-run: Ctrl-C reaches this process only
+            sent.append(True)
+            threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    outcomes = run_workers(
+        config,
+        worker_specs([("0",), ("1",)]),
+        target=workers_standin.toy_worker,
+        while_running=while_running,
+        poll_s=0.3,
+    )
+    assert [o.stop_reason for o in outcomes] == ["interrupted", "interrupted"], outcomes
+    assert all(o.ok for o in outcomes)
+    study = optuna.load_study(study_name="ctrl-c", storage=url)
+    states = collections.Counter(t.state.name for t in study.trials)
+    assert states["RUNNING"] == 0  # each worker marked the trial it was running
+    records = TrialStore(url).records("ctrl-c")
+    interrupted = [r for r in records if r.state == "interrupted"]
+    assert 1 <= len(interrupted) <= 2 and len(records) < 50
+    assert sent
+    warnings = capfd.readouterr().err
+    assert warnings.count("SIGINT: stopping after marking the running trial") == 2
+    assert "SIGINT again" not in warnings
