@@ -147,14 +147,24 @@ class WorkerOutcome:
 
 
 def worker_specs(
-    groups: Sequence[Sequence[str]], log_folder: str | os.PathLike[str] | None = None
+    groups: Sequence[Sequence[str]],
+    log_folder: str | os.PathLike[str] | None = None,
+    *,
+    cores: Sequence[int] | None = None,
 ) -> list[WorkerSpec]:
-    shares = cpu_shares(len(groups))
+    """One spec per GPU group, each with its share of ``cores`` (default: this process's).
+
+    A group of several GPUs (tensor parallel) gets one core list per rank,
+    joined by ``|`` as ``VLLM_CPU_OMP_THREADS_BIND`` takes them.
+    """
+    ranks = max(len(group) for group in groups)
+    shares = cpu_shares(len(groups) * ranks, cores)
+    per_worker = [shares[i * ranks : (i + 1) * ranks] for i in range(len(groups))]
     return [
         WorkerSpec(
             index=i,
             gpus=tuple(group),
-            cpus=shares[i],
+            cpus=None if None in per_worker[i] else "|".join(per_worker[i]),
             log_path=str(Path(log_folder) / f"worker-{i}.log") if log_folder else None,
         )
         for i, group in enumerate(groups)

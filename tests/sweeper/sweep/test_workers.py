@@ -59,6 +59,10 @@ def test_cpu_cores_are_shared_out_evenly() -> None:
     specs = worker_specs([("0",), ("1",)], "/runs/study")
     assert [s.log_path for s in specs] == ["/runs/study/worker-0.log", "/runs/study/worker-1.log"]
     assert [s.cpus for s in specs] == cpu_shares(2)
+    # tensor parallel: one core list per rank, as VLLM_CPU_OMP_THREADS_BIND takes them
+    tp = worker_specs([("0", "1"), ("2", "3")], cores=range(8))
+    assert [s.cpus for s in tp] == ["0,1|2,3", "4,5|6,7"]
+    assert [s.cpus for s in worker_specs([("0", "1"), ("2", "3")], cores=[0, 1])] == [None, None]
 
 
 def test_worker_slot_sets_the_servers_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
