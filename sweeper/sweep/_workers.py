@@ -108,6 +108,8 @@ def worker_slot(gpus: str | None, env: Mapping[str, str]) -> DeviceSlot:
         return DeviceSlot(backend, gpus=listed, cpus=cpus)
     inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = parse_gpus(inherited) if inherited else backend.device_ids()
+    if not visible or not backend.device_ids():  # no GPU to watch (a CPU machine)
+        return DeviceSlot(backend, gpus=None, set_visible=False, cpus=cpus)
     return DeviceSlot(backend, gpus=visible[:tensor_parallel], set_visible=False, cpus=cpus)
 
 

@@ -70,6 +70,8 @@ def test_worker_slot_sets_the_servers_gpus(monkeypatch: pytest.MonkeyPatch) -> N
     slot = worker_slot("2,3", {"TENSOR_PARALLEL_SIZE": "2"})
     assert slot.server_env() == {"CUDA_VISIBLE_DEVICES": "2,3", "VLLM_CPU_OMP_THREADS_BIND": "1"}
     monkeypatch.delenv("SWEEPER_WORKER_CPUS")
+    plain = worker_slot(None, {})  # a plain run on a machine without GPUs: nothing to do
+    assert plain.server_env() == {} and plain.watched == () and plain.describe() == {"devices": "none"}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     inherited = worker_slot(None, {})  # watched, not set: the manifest keeps its say
     assert inherited.server_env() == {}
@@ -211,3 +213,13 @@ def test_ctrl_c_reaches_every_worker_once_and_each_marks_its_trial(tmp_path: Pat
     warnings = capfd.readouterr().err
     assert warnings.count("SIGINT: stopping after marking the running trial") == 2
     assert "SIGINT again" not in warnings
+
+
+def test_prepare_gives_the_evaluator_its_device_slot(tmp_path: Path) -> None:
+    from sweeper.sweep import RunPlan, prepare
+
+    plain = prepare(RunPlan(storage=str(tmp_path / "a.db"), run_dir=str(tmp_path)))
+    assert plain.evaluator.device.server_env() == {}  # no --gpus: the manifest decides
+    one = prepare(RunPlan(storage=str(tmp_path / "b.db"), run_dir=str(tmp_path), gpus="1"))
+    assert one.evaluator.device.server_env()["CUDA_VISIBLE_DEVICES"] == "1"
+    assert one.evaluator.device.describe()["gpus"] == "1"
