@@ -1,7 +1,8 @@
 """Study storage: Optuna's tables plus ours, on one SQLAlchemy URL.
 
-A local SQLite file is the default (nothing to start); PostgreSQL
-(``postgresql+psycopg2://...``) lets several workers share a study.
+A local SQLite file is the default (nothing to start; several workers of
+one host may share it); PostgreSQL (``postgresql://...``, psycopg 3 from the
+``postgres`` extra) lets workers on several hosts share a study.
 ``optuna-dashboard URL`` works on the same database.
 """
 

@@ -55,11 +55,20 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
+def _driver_hint(url: str, exc: ImportError) -> str:
+    """What to install when a database URL's driver is missing."""
+    if make_url(url).get_backend_name() == "postgresql":
+        return f"{exc}; pip install 'sweeper[postgres]' (psycopg 3, for a postgresql:// URL)"
+    return str(exc)
+
+
 def create_engine(url: str) -> Engine:
     """An engine for our own tables (SQLite in WAL mode so readers do not block a sweep)."""
     try:
         engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
-    except (sqlalchemy.exc.ArgumentError, ImportError) as exc:
+    except ImportError as exc:
+        raise StorageError(f"cannot use study database {redact(url)}: {_driver_hint(url, exc)}") from None
+    except sqlalchemy.exc.ArgumentError as exc:
         raise StorageError(f"cannot use study database {redact(url)}: {exc}") from None
     _tune_sqlite(engine)
     return engine
@@ -89,14 +98,22 @@ def _tune_sqlite(engine: Engine) -> None:
 def create_schema(url: str, create: Callable[[], T], what: str) -> T:
     """Run ``create`` (it creates tables if missing), retrying when a concurrent worker races it.
 
-    Two workers starting on an empty PostgreSQL database both try to create
-    the same tables and types; the loser gets a unique violation or a
-    "relation already exists" and finds the schema in place on a retry.
+    Two workers starting on an empty database both try to create the same
+    tables (and types); the loser gets a unique violation, a "relation
+    already exists" (PostgreSQL) or a "table ... already exists" (SQLite,
+    whose check and create are not one transaction) and finds the schema in
+    place on a retry.
     """
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             return create()
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+            sqlalchemy.exc.OperationalError,
+        ) as exc:
+            if isinstance(exc, sqlalchemy.exc.OperationalError) and not _schema_race(exc):
+                raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
             if attempt == SCHEMA_ATTEMPTS - 1:
                 raise StorageError(f"cannot create {what} in {redact(url)}: {exc}") from None
             logger.info("%s being created by another worker; retrying", what)
@@ -104,6 +121,12 @@ def create_schema(url: str, create: Callable[[], T], what: str) -> T:
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError, ValueError) as exc:
             raise StorageError(f"cannot open study database {redact(url)}: {exc}") from None
     raise AssertionError("unreachable")
+
+
+def _schema_race(exc: sqlalchemy.exc.OperationalError) -> bool:
+    """A SQLite error that another worker creating the same schema explains."""
+    text = str(exc.orig)
+    return "already exists" in text or "database is locked" in text
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

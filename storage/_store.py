@@ -140,12 +140,16 @@ class TrialStore(TableStore):
         return row_id
 
     def update_running(self, study_name: str, number: int, **fields: Any) -> None:
-        """Set ``server_token`` / ``manifest`` / ``log_tail`` while the trial runs."""
-        allowed = {"server_token", "manifest", "log_tail"}
+        """Set ``server_token`` / ``manifest`` / ``log_tail`` / ``extras`` while the trial runs.
+
+        The trial's extras are replaced by the measurement's when it finishes.
+        """
+        allowed = {"server_token", "manifest", "log_tail", "extras"}
         if set(fields) - allowed:
             raise ValueError(f"cannot update {sorted(set(fields) - allowed)} of a running trial")
-        if "manifest" in fields:
-            fields["manifest"] = json_safe(fields["manifest"])
+        for name in ("manifest", "extras"):
+            if name in fields:
+                fields[name] = json_safe(fields[name])
         if "log_tail" in fields and fields["log_tail"] is not None:
             fields["log_tail"] = fields["log_tail"][-LOG_TAIL_MAX_CHARS:]
         with self._session() as session:

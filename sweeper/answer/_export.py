@@ -3,8 +3,9 @@
 The exported manifest is the base manifest with the winning trial's env
 (exactly what its server ran with), a name derived from the searched
 values (``tiny-gemma4-demo-w32-ctk8-k3``) and a description that carries
-the measured TPS and PPL and the verification status. Every other field of
-the base manifest is kept. Secret-looking env values (tokens, keys,
+the measured TPS and PPL, the verification status and what the trial was
+measured on (GPU, driver, CUDA and vLLM versions, peak GPU memory). Every
+other field of the base manifest is kept. Secret-looking env values (tokens, keys,
 passwords) are left out: the harness and ``sweeper serve`` take them from
 the environment.
 
@@ -111,9 +112,41 @@ def describe(answer: Answer, study_name: str, base: Manifest) -> str:
         text += f"FAILED verification: {verification.reason}."
     else:
         text += "UNVERIFIED: not re-measured on held-out data."
+    provenance = measured_on(record)
+    if provenance:
+        text += f" Measured on {provenance}."
     if base.description:
         text += f" Base manifest '{base.name}': {base.description}"
     return text
+
+
+# the trial's versions and extras that say what it was measured on, in the order shown
+_PROVENANCE = (
+    ("gpu", "versions", "{}"),
+    ("gpu_count", "versions", "x{}"),
+    ("nvidia_driver", "versions", "driver {}"),
+    ("cuda_driver", "versions", "CUDA {}"),
+    ("vllm", "versions", "vLLM {}"),
+    ("gpu_peak_memory_mib", "extras", "peak GPU memory {:.0f} MiB"),
+)
+
+
+def measured_on(record: TrialRecord) -> str:
+    """``NVIDIA H200 x1, driver 580.65.06, CUDA 13.0, vLLM 0.26.0, peak GPU memory 43500 MiB``."""
+    parts = []
+    for key, column, template in _PROVENANCE:
+        value = getattr(record, column).get(key)
+        if value is None or value == "":
+            continue
+        try:
+            text = template.format(value)
+        except (ValueError, TypeError):
+            text = f"{key} {value}"
+        if key == "gpu_count" and parts:
+            parts[-1] += f" {text}"
+        else:
+            parts.append(text)
+    return ", ".join(parts)
 
 
 def export_answer(

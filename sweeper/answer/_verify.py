@@ -163,6 +163,9 @@ class VerificationContext:
     def set_log_tail(self, text: str) -> None:
         self.log_tail = text
 
+    def set_device(self, device: Mapping[str, str]) -> None:
+        self.device = dict(device)
+
 
 def verify_study(
     *,

@@ -26,6 +26,8 @@ from sweeper.sweep import (
     RunPlan,
     execute,
     prepare,
+    run_on_gpus,
+    several_workers,
 )
 
 
@@ -264,6 +266,8 @@ def _clock(seconds: float) -> str:
                    "timeout and its server is stopped (default: derived from the sizes).")
 @click.option("--quiet", is_flag=True, help="No live view and no log lines: only warnings and the final result.")
 @click.option("--plain", is_flag=True, help="One plain line per event instead of the live view (the default when stderr is not a terminal).")
+@click.option("--gpus", metavar="IDS", help="GPUs of this host to use, e.g. 0,1,2,3: one worker per GPU "
+              "(per TENSOR_PARALLEL_SIZE GPUs), all on the same study.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.
@@ -309,8 +313,16 @@ def command(**options: Any) -> None:
                 f"{sizes.output_len} tokens, storage {plan.storage}",
                 err=True,
             )
-        with view:
-            result = execute(prepared, progress=view)
+        if several_workers(plan, prepared.manifest.env):  # --gpus: one process per worker
+            click.echo(
+                f"{plan.gpus}: one worker per GPU group; their logs in "
+                f"{plan.run_dir}/{prepared.study_name}/",
+                err=True,
+            )
+            result = run_on_gpus(prepared)
+        else:
+            with view:
+                result = execute(prepared, progress=view)
     if plan.verify_top:
         from storage import study_status
 

@@ -112,6 +112,22 @@ def _trial_table(title: str, records: tuple[TrialRecord, ...]) -> Table:
     return table
 
 
+def running_devices(status: StudyStatus) -> list[str]:
+    """One line per running trial: where its server runs (host, GPUs, CPU cores).
+
+    The worker stores its devices with the running trial (``extras["device"]``,
+    see ``sweeper.devices.DeviceSlot.describe``); trials without them show the host only.
+    """
+    from sweeper.devices import describe_device
+
+    return [
+        f"  running: trial {record.number} on {record.host} (pid {record.pid}): "
+        + describe_device(record.extras.get("device"))
+        for record in status.trials
+        if record.state == "running"
+    ]
+
+
 def show_status(console: Console, status: StudyStatus) -> None:
     counts = status.counts
     console.print(f"study {status.study_name} in {status.url}")
@@ -123,6 +139,8 @@ def show_status(console: Console, status: StudyStatus) -> None:
         f"{counts['infeasible']} fail it), {counts['FAIL']} failed, {counts['RUNNING']} running, "
         f"{counts['WAITING']} queued"
     )
+    for line in running_devices(status):
+        console.print(line, markup=False)
     best = status.best
     if best is None:
         console.print("best: none yet (no trial has passed the gate)")

@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from evaluators import PplSettings, WarmupSettings
+from sweeper.devices import DeviceSlot
 from sweeper.errors import MeasurementError, ServerError
 from sweeper.manifest import Manifest
 from sweeper.measure._evaluate import EvalData, EvalResult, EvalSettings, ServerHooks, evaluate
 from sweeper.measure._evaluate import load_eval_data, warmup_settings_from
+from sweeper.measure._on_device import DeviceHooks
 from sweeper.serving import FailureKind, ServerProcess, classify, with_kind
 from sweeper.study import EvaluationContext, Measurement
 from sweeper.versions import software_versions
@@ -97,8 +99,10 @@ class ServerEvaluator:
         run_dir: str | Path,
         data: EvalData | None = None,
         before_retry: Callable[[], None] | None = None,
+        device: DeviceSlot | None = None,
     ) -> None:
         self.base_manifest = base_manifest
+        self.device = device  # the worker's GPUs: memory wait, CUDA_VISIBLE_DEVICES, provenance
         self.settings = settings
         self.run_dir = Path(run_dir)
         # the data is loaded and checked once, before any server time is spent
@@ -123,18 +127,26 @@ class ServerEvaluator:
             settings = dataclasses.replace(
                 self.settings,
                 ppl=self._ppl_settings(context),
-                overrides={},  # already rendered into the manifest
+                # the manifest's overrides are already rendered; the worker's devices win over it
+                overrides=self.device.server_env() if self.device else {},
                 log_path=folder / ("server.log" if attempt == 1 else f"server-{attempt}.log"),
             )
-            hooks = _ContextHooks(context)
+            context_hooks = _ContextHooks(context)
+            hooks: ServerHooks = context_hooks
+            if self.device is not None:
+                # waits for the GPUs' memory before each start (a retried one too), samples the peak
+                context.set_device(self.device.describe())
+                hooks = DeviceHooks(self.device, context_hooks)
             try:
                 result = evaluate(
                     manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks
                 )
-                assert hooks.server is not None  # evaluate creates the server first
-                measurement = self._measurement(result, context, manifest, hooks.server)
+                assert context_hooks.server is not None  # evaluate creates the server first
+                measurement = self._measurement(result, context, manifest, context_hooks.server)
+                if isinstance(hooks, DeviceHooks):
+                    measurement = hooks.provenance(measurement)
             except (ServerError, MeasurementError) as exc:
-                failure, kind, at_start = self._classified(exc, hooks)
+                failure, kind, at_start = self._classified(exc, context_hooks)
                 if not (at_start and kind.retry_at_start and attempt < START_ATTEMPTS):
                     raise failure from (exc if failure is not exc else exc.__cause__)
                 first_failure = failure

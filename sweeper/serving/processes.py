@@ -180,6 +180,26 @@ def pids_with_env(variable: str, value: str) -> list[int]:
     return found
 
 
+def environ_of(pid: int) -> dict[str, str] | None:
+    """The environment of process ``pid``; None when it is gone or not readable."""
+    try:
+        raw = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.decode("utf-8", "replace").partition("=") for item in raw.split(b"\0") if item)
+    return {name: value for name, _, value in pairs}
+
+
+def pids_with_variable(variable: str) -> dict[int, str]:
+    """Every readable process whose environment sets ``variable``, with its value."""
+    found = {}
+    for pid in _live_pids():
+        environ = environ_of(pid)
+        if environ is not None and variable in environ:
+            found[pid] = environ[variable]
+    return found
+
+
 def kill_by_env(
     variable: str, value: str, *, grace_s: float = 10.0, kill_wait_s: float = 10.0
 ) -> list[int]:

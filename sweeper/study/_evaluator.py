@@ -128,6 +128,8 @@ class EvaluationContext(Protocol):
 
     def set_log_tail(self, text: str) -> None: ...
 
+    def set_device(self, device: Mapping[str, str]) -> None: ...
+
 
 class TrialContext:
     """Handed to ``evaluator(params, context)``; one per trial.
@@ -140,7 +142,8 @@ class TrialContext:
     ``stop_requested`` (Ctrl-C/SIGTERM arrived: finish or give up quickly).
 
     Write (stored at once, so they survive a crash): ``phase(name)`` or
-    ``record_phase``, ``set_server_token``, ``set_manifest``, ``set_log_tail``.
+    ``record_phase``, ``set_server_token``, ``set_manifest``, ``set_log_tail``,
+    ``set_device`` (the GPUs the server runs on, in the trial's extras).
     Display only: ``notify_phase(name, done, total)``, ``notify_progress``.
     """
 
@@ -218,6 +221,10 @@ class TrialContext:
     def set_log_tail(self, text: str) -> None:
         self.log_tail = text
         self._store.update_running(self.study_name, self.number, log_tail=text)
+
+    def set_device(self, device: Mapping[str, str]) -> None:
+        """The GPUs (and cores) this trial's server runs on, shown by ``sweeper status``."""
+        self._store.update_running(self.study_name, self.number, extras={"device": dict(device)})
 
 
 @runtime_checkable

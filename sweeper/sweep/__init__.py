@@ -2,7 +2,8 @@
 
 ``RunPlan`` holds every choice of one run (the defaults run the CPU demo);
 ``prepare`` checks manifest, space and data and builds the evaluator;
-``execute`` runs the study and, when asked, verifies its answer.
+``execute`` runs the study and, when asked, verifies its answer;
+``run_on_gpus`` runs one worker process per GPU group of ``--gpus``.
 """
 
 from sweeper.sweep._plan import (
@@ -19,6 +20,15 @@ from sweeper.sweep._plan import (
     execute,
     prepare,
 )
+from sweeper.sweep._workers import (
+    WorkerOutcome,
+    WorkerSpec,
+    gpu_groups,
+    run_on_gpus,
+    run_workers,
+    several_workers,
+    worker_slot,
+)
 
 __all__ = [
     "CHALLENGE_SIZES",
@@ -27,10 +37,17 @@ __all__ = [
     "DEMO_STORAGE",
     "DEMO_STUDY",
     "DEMO_TRIALS",
+    "execute",
+    "gpu_groups",
+    "prepare",
     "PreparedRun",
+    "run_on_gpus",
+    "run_workers",
     "RunData",
     "RunPlan",
     "RunSizes",
-    "execute",
-    "prepare",
+    "several_workers",
+    "worker_slot",
+    "WorkerOutcome",
+    "WorkerSpec",
 ]

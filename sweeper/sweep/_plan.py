@@ -46,6 +46,7 @@ from sweeper.study import (
     save_recipe,
     stored_recipe,
 )
+from sweeper.sweep._workers import parse_gpus, worker_slot
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,8 @@ class RunPlan:
     enqueue: tuple[str, ...] = ()  # "name=value,name=value" configs tried first
     # one trial's wall-clock limit (e.g. "45m"); None: derived from the sizes by the evaluator
     trial_timeout: str | float | None = None
+    # --gpus "0,1,2,3": one worker per GPU (group of TENSOR_PARALLEL_SIZE) on this host (_workers)
+    gpus: str | None = None
 
     def __post_init__(self) -> None:
         if self.ppl_cap is not None and self.ppl_cap_rel is not None:
@@ -163,6 +166,8 @@ class RunPlan:
                 )
         if self.server_python is not None and self.server_venv:
             raise UserInputError("--server-python and --server-venv: give one of them, not both")
+        if self.gpus is not None:  # --gpus: ids only here; the groups need the manifest (prepare)
+            parse_gpus(self.gpus)
         normalize_url(self.storage)  # StorageError for a URL that is not one
         self.enqueued_configs()
 
@@ -418,7 +423,8 @@ def prepare(plan: RunPlan) -> PreparedRun:
         venv = server_venv(manifest.dependencies, cwd=manifest.folder)
         manifest = manifest.with_server_python(venv.python)
     recipe = dataclasses.replace(recipe, data_counts=counts, server_python=manifest.server_python)
-    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir, data=tuning)
+    device = worker_slot(plan.gpus, manifest.env)  # GPU memory wait, CUDA_VISIBLE_DEVICES
+    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir, data=tuning, device=device)
     return PreparedRun(
         plan=plan,
         manifest=manifest,
@@ -523,15 +529,22 @@ def execute(
     )
     if not saved:
         save_recipe(plan.storage, prepared.study_name, prepared.recipe)
-    if plan.verify_top:
-        from sweeper.answer import verify_study
-
-        verify_study(
-            storage=plan.storage,
-            study_name=prepared.study_name,
-            top=plan.verify_top,
-            base_manifest=prepared.manifest,
-            recipe=prepared.recipe,
-            run_dir=Path(plan.run_dir) / prepared.study_name / "verify",
-        )
+    verify_answer(prepared)
     return result
+
+
+def verify_answer(prepared: PreparedRun) -> None:
+    """``--verify-top N``: verify the N best feasible trials on held-out data (nothing for 0)."""
+    plan = prepared.plan
+    if not plan.verify_top:
+        return
+    from sweeper.answer import verify_study
+
+    verify_study(
+        storage=plan.storage,
+        study_name=prepared.study_name,
+        top=plan.verify_top,
+        base_manifest=prepared.manifest,
+        recipe=prepared.recipe,
+        run_dir=Path(plan.run_dir) / prepared.study_name / "verify",
+    )

@@ -93,19 +93,17 @@ class PostgresCluster:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{self.port}/{database}"
+        # a plain URL, as users write it: SQLAlchemy 2 takes psycopg (3) for it
+        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/{database}"
 
     def create_database(self) -> str:
-        import psycopg2
+        import psycopg
 
         name = f"test_{uuid.uuid4().hex[:12]}"
-        connection = psycopg2.connect(
-            host="127.0.0.1", port=self.port, user=PG_USER, dbname="postgres"
-        )
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE "{name}"')
-        connection.close()
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user=PG_USER, dbname="postgres", autocommit=True
+        ) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
 
@@ -115,7 +113,7 @@ def postgres() -> Iterator[PostgresCluster]:
         pytest.skip(
             "PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/install_postgres.sh"
         )
-    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[test]')")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[test]')")
     cluster = PostgresCluster()
     cluster.start()
     try:
