@@ -11,8 +11,9 @@ machine lost halfway costs the part in progress and nothing before it;
 - ``serve``: one server of the GPU demo manifest: time to ready, PPL on the
   demo's tuning records, TPS and acceptance length at demo sizes, memory held.
 - ``noise``: the same configuration in ``--servers`` fresh servers, each timed
-  at demo sizes (8 x 128) and at the challenge's (128 x 512): the spread
-  between servers that a sweep's comparisons must beat.
+  at demo sizes (8 x 128) and at the challenge's (128 x 512; the demo has
+  48 prompts, so 48 x 512) in the same server, in alternating order: the
+  spread between servers that a sweep's comparisons must beat.
 - ``ctk``: mean acceptance length by CENTROID_TOP_K (``--top-k 1,8,32``),
   ``--repeats`` servers each, interleaved.
 - ``eager``: eager against compiled (start time and TPS), interleaved.
@@ -40,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evaluators import PplSettings, TpsSettings, WarmupSettings  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
-from sweeper.measure import EvalSettings, evaluate  # noqa: E402
+from sweeper.measure import EvalSettings, evaluate, load_eval_data, measure_server  # noqa: E402
+from sweeper.serving import ServerProcess  # noqa: E402
 from sweeper.versions import software_versions  # noqa: E402
 
 PARTS = ("info", "serve", "noise", "ctk", "eager")
@@ -249,10 +251,30 @@ def part_serve(manifest: Manifest, out: Path, recorder: Recorder, args: argparse
     recorder.write("serve", **measure(manifest, DEMO_SIZES, out, "serve", ppl=True))
 
 
+def measure_sizes(manifest: Manifest, sizes_list: Sequence[tuple[int, int]], out_dir: Path,
+                  label: str, on_figure: Callable[[dict[str, Any]], None]) -> None:
+    """One fresh server timed at each of several sizes in turn (the warm-up bridge once);
+    ``on_figure`` gets each size's figures as soon as they are measured."""
+    log = out_dir / "logs" / f"{label}.log"
+    with PeakMemory() as memory, ServerProcess(manifest, log_path=log, ready_timeout_s=900.0) as server:
+        for index, sizes in enumerate(sizes_list):
+            settings = settings_for(sizes, ppl=False, log_path=log, overrides={})
+            if index:
+                settings = dataclasses.replace(settings, warmup=WarmupSettings(enabled=False))
+            result = measure_server(server.base_url, server.served_model_name,
+                                    load_eval_data(manifest, settings), settings, warmup=settings.warmup)
+            data = result.to_dict(details=False)
+            on_figure({"sizes": list(sizes), "tps": data["tps"], "requests": data["completed"],
+                       "output_tokens": data["output_tokens"], "duration_s": data["duration_s"],
+                       "acceptance_length": data["mean_acceptance_length"],
+                       "ready_s": server.ready_seconds, "gpu_memory_mib": memory.peak_mib})  # fmt: skip
+
+
 def part_noise(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.Namespace) -> None:
     for server in range(args.servers):
-        for sizes in (DEMO_SIZES, CHALLENGE_SIZES) if server % 2 == 0 else (CHALLENGE_SIZES, DEMO_SIZES):
-            recorder.write("noise", server=server, **measure(manifest, sizes, out, f"noise-{server}-{sizes[0]}"))
+        order = (DEMO_SIZES, CHALLENGE_SIZES) if server % 2 == 0 else (CHALLENGE_SIZES, DEMO_SIZES)
+        measure_sizes(manifest, order, out, f"noise-{server}",
+                      lambda figures, server=server: recorder.write("noise", server=server, **figures))
 
 
 def part_ctk(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.Namespace) -> None:
