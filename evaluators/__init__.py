@@ -35,7 +35,14 @@ from evaluators.fidelity import (
     generate_reference,
     measure_fidelity,
 )
-from evaluators.intervals import Interval, repeat_interval, request_interval
+from evaluators.intervals import (
+    Interval,
+    Spread,
+    pooled_spread,
+    repeat_interval,
+    request_interval,
+    speedup_interval,
+)
 from evaluators.ppl import (
     EarlyStopRule,
     PplResult,
@@ -61,6 +68,9 @@ from evaluators.warmup import WarmupResult, WarmupSettings, run_warmup, syntheti
 
 __all__ = [
     "Interval",
+    "Spread",
+    "pooled_spread",
+    "speedup_interval",
     "repeat_interval",
     "request_interval",
     "EarlyStopRule",

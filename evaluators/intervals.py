@@ -13,6 +13,13 @@ Two sources of spread, kept apart because they answer different questions:
   differently again (CPU placement, compile results, GPU clocks): 10-20 %
   on 2 shared CPU cores. Only repeats in fresh servers show it;
   ``repeat_interval`` gives a t-interval for their mean.
+
+Comparing two configurations (a contender against the incumbent, the answer
+against the base manifest) is a question about the between-server spread:
+``pooled_spread`` estimates it on the log scale from every configuration
+measured more than once (a prior figure, with its own weight, stands in
+until there are repeats), and ``speedup_interval`` gives the ratio of two
+configurations' geometric-mean TPS with a t-interval on that spread.
 """
 
 from __future__ import annotations
@@ -112,6 +119,99 @@ def repeat_interval(values: Sequence[float], *, confidence: float = 0.95) -> Int
         method=f"t-interval over {len(values)} repeats",
         samples=len(values),
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Spread:
+    """Between-server spread of one TPS measurement: the SD of log TPS, on ``df`` degrees of freedom.
+
+    0.10 means a fresh server reads about 10 % away from the configuration's
+    typical figure (one standard deviation). ``measured_df`` counts the
+    degrees of freedom that came from repeats, the rest is the prior's weight.
+    """
+
+    relative: float
+    df: float
+    measured_df: int
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def pooled_spread(
+    groups: Sequence[Sequence[float]], *, prior: float, prior_df: float = 2.0
+) -> Spread:
+    """Pool the spread of log TPS over ``groups`` (each: one configuration's TPS figures).
+
+    Each group of n figures adds n - 1 degrees of freedom; ``prior`` (the
+    SD of log TPS expected on this kind of machine) counts as ``prior_df``
+    more. With no repeats at all, the prior is the answer.
+    """
+    if prior <= 0 or prior_df < 0:
+        raise MeasurementError(f"pooled_spread: prior must be > 0 and prior_df >= 0, not {prior}, {prior_df}")
+    squares = prior * prior * prior_df
+    measured = 0
+    for group in groups:
+        logs = [_log_tps(value) for value in group]
+        if len(logs) < 2:
+            continue
+        mean = statistics.fmean(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        measured += len(logs) - 1
+    df = prior_df + measured
+    if df <= 0:
+        raise MeasurementError("pooled_spread: no repeats and no prior weight")
+    relative = math.sqrt(squares / df)
+    return Spread(
+        relative=relative,
+        df=df,
+        measured_df=measured,
+        method=(
+            f"SD of log TPS pooled over {measured} repeat degrees of freedom"
+            f" and a prior of {prior:.3f} weighted as {prior_df:g}"
+        ),
+    )
+
+
+def speedup_interval(
+    candidate: Sequence[float],
+    base: Sequence[float],
+    *,
+    spread: Spread,
+    confidence: float = 0.95,
+) -> Interval:
+    """Interval of ``candidate``'s TPS over ``base``'s (1.10: 10 % faster).
+
+    The value is the ratio of the geometric means; the interval is a
+    t-interval on the difference of mean log TPS with the pooled ``spread``
+    (so one figure a side still gets an honest, wide interval).
+    """
+    _check_confidence(confidence)
+    if not candidate or not base:
+        raise MeasurementError("speedup_interval: each side needs at least one TPS figure")
+    difference = statistics.fmean(map(_log_tps, candidate)) - statistics.fmean(map(_log_tps, base))
+    from scipy.stats import t as student_t
+
+    quantile = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, spread.df))
+    half = quantile * spread.relative * math.sqrt(1.0 / len(candidate) + 1.0 / len(base))
+    return Interval(
+        value=math.exp(difference),
+        low=math.exp(difference - half),
+        high=math.exp(difference + half),
+        confidence=confidence,
+        method=(
+            f"ratio of geometric means, {len(candidate)} against {len(base)} fresh servers, "
+            f"t-interval with between-server spread {spread.relative:.1%} on {spread.df:g} df"
+        ),
+        samples=len(candidate) + len(base),
+    )
+
+
+def _log_tps(value: float) -> float:
+    if not value > 0 or not math.isfinite(value):
+        raise MeasurementError(f"a TPS figure must be positive and finite, not {value}")
+    return math.log(value)
 
 
 def _quantile(ordered: Sequence[float], probability: float) -> float:

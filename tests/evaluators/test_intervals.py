@@ -8,7 +8,9 @@ import statistics
 
 import pytest
 
-from evaluators.intervals import repeat_interval, request_interval
+import numpy as np
+
+from evaluators.intervals import pooled_spread, repeat_interval, request_interval, speedup_interval
 from sweeper.errors import MeasurementError
 
 
@@ -85,3 +87,58 @@ def test_bad_input_is_a_clear_error() -> None:
         repeat_interval([1.0])
     with pytest.raises(MeasurementError, match="confidence"):
         repeat_interval([1.0, 2.0], confidence=1.5)
+
+
+# -- between servers: the pooled spread and the speedup over a base ------------------------
+
+
+def test_pooled_spread_equals_the_one_way_anova_residual_spread_with_the_prior_as_extra_df() -> None:
+    import numpy as np
+
+    groups = [[100.0, 110.0, 95.0], [200.0, 180.0], [150.0]]
+    spread = pooled_spread(groups, prior=0.1, prior_df=2.0)
+    # written out independently: residual sum of squares of log TPS around each group's mean
+    logs = [np.log(np.array(g)) for g in groups]
+    rss = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
+    assert spread.measured_df == 3
+    assert spread.df == 5.0
+    assert spread.relative == pytest.approx(math.sqrt((rss + 0.01 * 2.0) / 5.0))
+    assert pooled_spread([[120.0]], prior=0.07).relative == pytest.approx(0.07)
+
+
+def test_pooled_spread_refuses_nonsense() -> None:
+    with pytest.raises(MeasurementError, match="prior"):
+        pooled_spread([[1.0, 2.0]], prior=0.0)
+    with pytest.raises(MeasurementError, match="positive"):
+        pooled_spread([[1.0, -2.0]], prior=0.1)
+    with pytest.raises(MeasurementError, match="no repeats"):
+        pooled_spread([[1.0]], prior=0.1, prior_df=0.0)
+
+
+def test_speedup_interval_matches_a_two_sample_t_interval_on_logs() -> None:
+    from scipy import stats
+
+    candidate, base = [230.0, 215.0, 241.0], [200.0, 190.0, 212.0]
+    spread = pooled_spread([candidate, base], prior=0.1, prior_df=0.0)
+    interval = speedup_interval(candidate, base, spread=spread)
+    # scipy's pooled-variance two-sample t test gives the same t statistic on the logs
+    result = stats.ttest_ind(np.log(candidate), np.log(base), equal_var=True)
+    difference = float(np.mean(np.log(candidate)) - np.mean(np.log(base)))
+    half = stats.t.ppf(0.975, 4) * difference / float(result.statistic)
+    assert interval.value == pytest.approx(math.exp(difference))
+    assert interval.low == pytest.approx(math.exp(difference - half))
+    assert interval.high == pytest.approx(math.exp(difference + half))
+
+
+def test_speedup_interval_covers_the_true_ratio_about_95_times_in_100() -> None:
+    rng = random.Random(5)
+    covered = 0
+    runs = 400
+    for _ in range(runs):
+        # 12 % between-server spread, the candidate truly 5 % faster, 3 repeats a side
+        candidate = [210.0 * math.exp(rng.gauss(0.0, 0.12)) for _ in range(3)]
+        base = [200.0 * math.exp(rng.gauss(0.0, 0.12)) for _ in range(3)]
+        spread = pooled_spread([candidate, base], prior=0.12, prior_df=2.0)
+        interval = speedup_interval(candidate, base, spread=spread)
+        covered += interval.low <= 1.05 <= interval.high
+    assert 0.91 * runs <= covered <= 0.99 * runs
