@@ -7,6 +7,17 @@ study from an existing manifest. It knows nothing of HTTP: what measures a
 configuration comes in through the ``Evaluator`` seam.
 """
 
+from sweeper.study._confirm import (
+    CONFIRM_ROLE,
+    ConfirmSettings,
+    Configuration,
+    Decision,
+    Race,
+    Standing,
+    distance_to_base,
+    is_confirmation,
+    standing,
+)
 from sweeper.study._evaluator import (
     EvaluationContext,
     Evaluator,
@@ -37,6 +48,15 @@ from sweeper.study._run import StudyResult, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
 
 __all__ = [
+    "CONFIRM_ROLE",
+    "ConfirmSettings",
+    "Configuration",
+    "Decision",
+    "Race",
+    "Standing",
+    "distance_to_base",
+    "is_confirmation",
+    "standing",
     "CONSTRAINT",
     "DEFAULT_SAMPLER",
     "MEASURING_FIELDS",

@@ -89,8 +89,9 @@ class TrialEvent:
     ppl: float | None = None
     feasible: bool | None = None
     error: str | None = None
-    best_number: int | None = None
+    best_number: int | None = None  # the incumbent (the confirmed best) and its estimate
     best_tps: float | None = None
+    claim: str | None = None  # finished only: the study's claim, as Standing.describe says it
     elapsed_s: float = 0.0
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sweeper.errors import UserInputError
+from sweeper.study._confirm import ConfirmSettings
 from sweeper.study._gate import PplGate
 from sweeper.study._evaluator import TrialEvent
 from sweeper.study._sampling import MODES, SAMPLERS
@@ -52,6 +53,9 @@ class StudyOptions:
     trial's evaluation (None: the evaluator's own ``trial_timeout_s``, which
     ``ServerEvaluator`` derives from the sizes, else no limit); a trial over
     it is failed with kind ``timeout`` and its server stopped.
+    ``confirm``: how the study confirms its best (races; ``sweeper.study._confirm``).
+    ``enqueue_base``: measure the base manifest's own configuration first
+    (the control every claimed speedup is stated against).
     """
 
     study_name: str
@@ -67,6 +71,8 @@ class StudyOptions:
     enqueue_space_configs: bool = True
     max_consecutive_failures: int = 3
     reuse_quality: bool = False
+    confirm: ConfirmSettings = ConfirmSettings()
+    enqueue_base: bool = False
     progress: Callable[[TrialEvent], None] | None = None
     stale_after_s: float = 120.0
     handle_signals: bool = True
@@ -107,6 +113,8 @@ class StudyOptions:
                 "max_consecutive_failures must be a positive integer, "
                 f"not {self.max_consecutive_failures!r}"
             )
+        if not isinstance(self.confirm, ConfirmSettings):
+            raise StudyOptionsError(f"confirm must be ConfirmSettings, not {type(self.confirm).__name__}")
         if not self.stale_after_s > 0:
             raise StudyOptionsError(f"stale_after_s must be positive, not {self.stale_after_s!r}")
         for index, config in enumerate(self.enqueue):

@@ -6,6 +6,13 @@ detail, and Optuna is told the objective(s) with the PPL gate as a
 constraint. The loop survives failed trials, stops cleanly on Ctrl-C or
 SIGTERM, and a second run of the same command resumes the same study.
 
+Claims are confirmed (``sweeper.study._confirm``): after each trial the
+study's standing is replayed from the stored trials, and a contender that
+measured faster than the incumbent, but not clearly so, gets a round of
+confirmation trials (contender, incumbent, base; role ``confirm``) queued
+ahead of the sampler. Those do not count against ``n_trials``, and a race
+still open when ``n_trials`` is reached is run to its end.
+
 What ends a run early: ``max_consecutive_failures`` failed trials in a row
 (a refused configuration neither counts nor breaks the run of failures: it
 is an answer about that configuration, not about the night), and, under a
@@ -42,6 +49,13 @@ from storage import (
 )
 from sweeper.serving import stop_servers_with_token
 from sweeper.errors import ServerStopError, StudyError
+from sweeper.study._confirm import (
+    CONFIRM_ROLE,
+    ROUND_ATTR_PREFIX,
+    ConfirmSettings,
+    is_confirmation,
+    standing,
+)
 from sweeper.study._gate import PplGate, reference_ppl
 from sweeper.study._evaluator import TrialEvent
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
@@ -93,6 +107,8 @@ def run_study(
     enqueue_space_configs: bool = True,
     max_consecutive_failures: int = 3,
     reuse_quality: bool = False,
+    confirm: ConfirmSettings | None = None,
+    enqueue_base: bool = False,
     progress: Callable[[TrialEvent], None] | None = None,
     stale_after_s: float = 120.0,
     handle_signals: bool = True,
@@ -108,7 +124,11 @@ def run_study(
     ``enqueue``: configs tried first, after the space's own (the baseline
     first when the cap is relative). ``reuse_quality``: a configuration
     whose quality parameters were measured before gets that PPL as
-    ``context.known_ppl`` and may return ``ppl=None``. ``stop_event``: set it
+    ``context.known_ppl`` and may return ``ppl=None``. ``confirm``: the
+    races that confirm the best (default: none, the best as measured wins;
+    ``sweeper run`` races with ``ConfirmSettings(rounds=2)``). ``enqueue_base``:
+    the base manifest's configuration is the first trial (the control every
+    stated speedup is measured against; always so under a relative cap). ``stop_event``: set it
     (from a progress callback or another thread) to end after the running trial.
     ``trial_timeout`` (seconds or text like ``45m``): one trial's wall-clock
     limit (default: ``evaluate.trial_timeout_s`` if it has one).
@@ -132,6 +152,8 @@ def run_study(
         enqueue_space_configs=enqueue_space_configs,
         max_consecutive_failures=max_consecutive_failures,
         reuse_quality=reuse_quality,
+        confirm=confirm if confirm is not None else ConfirmSettings(),
+        enqueue_base=enqueue_base,
         progress=progress,
         stale_after_s=stale_after_s,
         handle_signals=handle_signals,
@@ -178,6 +200,7 @@ class Sweep:
         return {
             "mode": self.options.mode,
             **(gate.to_settings() if gate else {}),
+            **self.options.confirm.to_settings(),
             "space": self.space.name,
             "quality_params": list(self.space.quality_names),
             "sweeper_version": sweeper.__version__,
@@ -281,7 +304,7 @@ class Sweep:
             (f"enqueued-{i}", self.space.check_params(c, f"enqueue[{i}]"))
             for i, c in enumerate(self.options.enqueue)
         ]
-        if gate.relative:
+        if gate.relative or self.options.enqueue_base:
             baseline = self.space.base_values()
             configs = [(BASELINE, baseline)] + [(n, p) for n, p in configs if n != BASELINE]
         seen: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -300,10 +323,41 @@ class Sweep:
         """Trials that use the budget: measured, failed and running ones.
 
         Interrupted trials and those of dead workers are queued again, so
-        they do not count.
+        they do not count; nor do confirmation trials (races have their own
+        budget: ``confirm.rounds``).
         """
-        return self.store.count(
-            self.options.study_name, ("complete", "failed", "running", REFUSED)
+        return sum(
+            1
+            for record in self.store.records(self.options.study_name)
+            if record.state in ("complete", "failed", "running", REFUSED)
+            and not is_confirmation(record.role)
+        )
+
+    def _queue_race(self) -> bool:
+        """Queue the next round of an open race; True while confirmation trials wait to run."""
+        records = self.store.records(self.options.study_name)
+        race = standing(records, self.options.confirm).race
+        if race is not None:
+            marker = f"{ROUND_ATTR_PREFIX}{race.contender.first}:{race.round}"
+            if not self.study._storage.get_study_user_attrs(self.study._study_id).get(marker):
+                self.study.set_user_attr(marker, True)
+                lineup = race.lineup()
+                for config in lineup:
+                    self.study.enqueue_trial(dict(config.params), user_attrs={ROLE_ATTR: CONFIRM_ROLE})
+                logger.info(
+                    "confirmation race, round %d: trial %d (%.2f tok/s as measured) against "
+                    "the incumbent, trial %d (%.2f): re-measuring %s",
+                    race.round,
+                    race.contender.first,
+                    race.contender.estimate,
+                    race.incumbent.first,
+                    race.incumbent.estimate,
+                    ", ".join(f"trial {c.first}" for c in lineup),
+                )
+        return any(
+            t.state == optuna.trial.TrialState.WAITING
+            and t.user_attrs.get(ROLE_ATTR) == CONFIRM_ROLE
+            for t in self.study.get_trials(deepcopy=False)
         )
 
     def _budget_left(self, started: float) -> bool:
@@ -311,10 +365,17 @@ class Sweep:
         if self.stop_event.is_set():
             self.stop_reason = self.stop_reason or "stopped"
             return False
+        races_waiting = self._queue_race()
         if opts.n_trials is not None and self._counted_trials() >= opts.n_trials:
+            if races_waiting:  # the budget is spent, but the claim is not settled yet
+                return self._time_left(started)
             self.stop_reason = "n_trials"
             return False
-        if opts.timeout_s is not None and time.monotonic() - started >= opts.timeout_s:
+        return self._time_left(started)
+
+    def _time_left(self, started: float) -> bool:
+        timeout_s = self.options.timeout_s
+        if timeout_s is not None and time.monotonic() - started >= timeout_s:
             self.stop_reason = "timeout"
             logger.info("timeout reached: no new trial is started")
             return False

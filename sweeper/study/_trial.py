@@ -26,10 +26,11 @@ from typing import Any
 import optuna
 
 from search_spaces import BASELINE, SearchSpace
-from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore, best_feasible
+from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
 from sweeper.errors import MeasurementError, ServerError, StudyError, SweeperError
 from sweeper.serving import FailureKind, classify
 from sweeper.versions import software_versions
+from sweeper.study._confirm import is_confirmation, standing
 from sweeper.study._gate import CONSTRAINT, PplGate, reference_ppl, set_reference, wait_for_reference
 from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
@@ -117,8 +118,9 @@ class TrialRunner:
         except Exception:  # noqa: BLE001 - a display problem must not cost a trial
             logger.exception("progress callback failed")
 
-    def _known_ppl(self, params: Mapping[str, Any]) -> tuple[float | None, int | None]:
-        if not self.options.reuse_quality:
+    def _known_ppl(self, params: Mapping[str, Any], role: str) -> tuple[float | None, int | None]:
+        """A PPL measured before with the same quality parameters (always reused by a re-measurement)."""
+        if not self.options.reuse_quality and not is_confirmation(role):
             return None, None
         key = self.space.quality_key(params)
         for record in self.store.records(self.study.study_name, states=["complete"]):
@@ -208,7 +210,8 @@ class TrialRunner:
             raise error
         record = self.store.record(context.study_name, trial.number, details=False)
         if self.options.progress is not None:
-            best = best_feasible(self.store.records(context.study_name, states=["complete"]))
+            now = standing(self.store.records(context.study_name), self.options.confirm)
+            best = now.incumbent
             self._emit(
                 self._event(
                     context,
@@ -218,8 +221,9 @@ class TrialRunner:
                     ppl=record.ppl,
                     feasible=record.feasible,
                     error=record.error_message,
-                    best_number=best.number if best else None,
-                    best_tps=best.tps if best else None,
+                    best_number=best.first if best else None,
+                    best_tps=best.estimate if best else None,
+                    claim=now.describe(),
                     elapsed_s=time.monotonic() - start,
                 )
             )
@@ -257,7 +261,7 @@ class TrialRunner:
             pid=os.getpid(),
             ppl_cap=cap,
         )
-        known_ppl, known_trial = self._known_ppl(params)
+        known_ppl, known_trial = self._known_ppl(params, role)
         event = functools.partial(
             TrialEvent, study_name=study_name, number=trial.number, params=params, role=role
         )

@@ -1,0 +1,186 @@
+"""Confirmation races: the standing replayed from trials, the tie rule, and races in a noisy study."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+import sweeper
+from search_spaces import space_from_dict
+from storage import TrialRecord
+from sweeper.study import (
+    CONFIRM_ROLE,
+    ConfirmSettings,
+    Measurement,
+    distance_to_base,
+    standing,
+)
+from sweeper.study._confirm import ConfirmSettingsError
+
+NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
+
+
+def record(number: int, params: dict, tps: float, *, role: str = "sampled", ppl: float = 1.1) -> TrialRecord:
+    return TrialRecord(
+        study_name="s", number=number, optuna_trial_id=number + 1, state="complete", role=role,
+        params=params, overrides={}, manifest=None, tps=tps, ppl=ppl, ppl_cap=1.2,
+        feasible=ppl <= 1.2, ppl_reused_from=None, early_stopped=False, tps_imputed=False,
+        extras={}, versions={}, error_kind=None, error_message=None, log_tail=None,
+        server_token=None, host="h", pid=1, started_at=NOW, heartbeat_at=NOW, finished_at=NOW,
+    )  # fmt: skip
+
+
+BASE = {"c": 0}
+RACING = ConfirmSettings(rounds=2, prior_spread=0.10, prior_df=2.0)
+# a prior measured on many servers: one figure a side can then tell 1.3 from 1
+FIRM = ConfirmSettings(rounds=2, prior_spread=0.10, prior_df=50.0)
+
+
+def test_a_contender_measured_faster_within_the_noise_is_raced_against_incumbent_and_base() -> None:
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 108.0)]
+    now = standing(records, RACING)
+    assert now.incumbent.first == 0  # not yet confirmed: the base stays the answer
+    assert now.race is not None and now.race.round == 1
+    assert [c.first for c in now.race.lineup()] == [1, 0]  # the incumbent is the base: measured once
+    assert now.decisions[-1].outcome == "racing"
+    assert now.claim == "base" and not now.confirmed
+
+
+def test_a_contender_far_below_is_screened_and_one_far_above_is_confirmed_once_before_it_wins() -> None:
+    records = [
+        record(0, BASE, 100.0, role="baseline"),
+        record(1, {"c": 1}, 80.0),  # more than one standard error (14 %) below: not raced
+        record(2, {"c": 2}, 250.0),  # one figure a side on a 2-df prior: needs a ratio over 1.84
+    ]
+    first = standing(records, RACING)
+    assert [d.outcome for d in first.decisions] == ["screened", "racing"]
+    assert first.incumbent.first == 0  # a single figure, however fast, is not yet a claim
+    records += [record(3, {"c": 2}, 250.0, role=CONFIRM_ROLE), record(4, BASE, 100.0, role=CONFIRM_ROLE)]
+    now = standing(records, RACING)
+    assert [d.outcome for d in now.decisions] == ["screened", "faster"]
+    assert now.incumbent.first == 2 and now.race is None
+    # the stated speedup, written out: ratio 2.5, the spread pooled from the prior alone
+    # (the repeats agree exactly), t on 2 + 2 df, two figures a side
+    from scipy.stats import t
+
+    spread = math.sqrt(0.10**2 * 2.0 / 4.0)
+    half = t.ppf(0.975, 4) * spread * math.sqrt(1 / 2 + 1 / 2)
+    assert now.speedup.value == pytest.approx(2.5)
+    assert now.speedup.low == pytest.approx(2.5 * math.exp(-half))
+    assert now.speedup.high == pytest.approx(2.5 * math.exp(half))
+    assert now.claim == "faster"
+    assert "+150.0 % faster than the base manifest (95 % interval" in now.describe()
+
+
+def test_rounds_add_figures_and_the_race_ends_when_the_order_is_clear() -> None:
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 108.0)]
+    # rounds re-measure contender and base; the contender keeps reading 8-17 % faster
+    records += [record(2, {"c": 1}, 117.0, role=CONFIRM_ROLE), record(3, BASE, 99.0, role=CONFIRM_ROLE)]
+    after_one = standing(records, RACING)
+    assert after_one.race is not None and after_one.race.round == 2  # not clear after one round
+    records += [record(4, {"c": 1}, 116.0, role=CONFIRM_ROLE), record(5, BASE, 100.5, role=CONFIRM_ROLE)]
+    now = standing(records, RACING)
+    contender = now.configuration_of(4)
+    assert contender.tps == (108.0, 117.0, 116.0)
+    assert contender.estimate == pytest.approx(statistics.geometric_mean([108.0, 117.0, 116.0]))
+    # the spread is pooled from the repeats: it shrank from the 10 % prior
+    assert now.spread.measured_df == 4 and now.spread.relative < 0.075
+    assert now.decisions[-1].outcome == "faster" and now.incumbent.first == 1
+    assert now.race is None and now.claim == "faster"
+
+
+def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer_to_the_base() -> None:
+    near, far = {"c": 1, "d": 0}, {"c": 3, "d": 2}
+    base = {"c": 0, "d": 0}
+    assert distance_to_base(near, base) < distance_to_base(far, base)
+    records = [
+        record(0, base, 100.0, role="baseline"),
+        record(1, far, 140.0),  # clearly faster than the base ...
+        record(2, far, 138.0, role=CONFIRM_ROLE),  # ... and confirmed: the incumbent
+        record(3, base, 99.0, role=CONFIRM_ROLE),
+        record(4, near, 141.0),  # then a contender that reads as fast
+    ]
+    settled = standing(records[:4], FIRM)
+    assert settled.incumbent.first == 1 and settled.decisions[-1].outcome == "faster"
+    now = standing(records, FIRM)
+    assert now.incumbent.first == 1 and now.race.contender.first == 4
+    assert [c.first for c in now.race.lineup()] == [4, 1, 0]  # contender, incumbent, base
+    # two rounds that do not separate them
+    for round_start, (a, b) in zip((5, 8), ((137.0, 141.0), (139.0, 138.0))):
+        records += [
+            record(round_start, near, a, role=CONFIRM_ROLE),
+            record(round_start + 1, far, b, role=CONFIRM_ROLE),
+            record(round_start + 2, base, 101.0, role=CONFIRM_ROLE),
+        ]
+    now = standing(records, FIRM)
+    assert now.decisions[-1].outcome == "tie-won" and now.decisions[-1].rounds == 2
+    assert now.incumbent.first == 4 and now.race is None
+    # the other way round: the incumbent is the nearer one and keeps its place
+    swapped = [record(r.number, near if r.params == far else far if r.params == near else r.params, r.tps, role=r.role) for r in records]
+    assert standing(swapped, FIRM).decisions[-1].outcome == "tie-kept"
+
+
+def test_a_best_that_the_base_matches_is_stated_as_not_distinguishable() -> None:
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 112.0)]
+    plain = standing(records, ConfirmSettings(rounds=0))
+    assert plain.incumbent.first == 1 and plain.decisions[-1].outcome == "unconfirmed"
+    assert plain.claim == "indistinct"
+    assert plain.describe().startswith("not distinguishable from the base manifest: +12.0 %")
+
+
+def test_confirm_settings_refuse_nonsense_with_the_field_named() -> None:
+    with pytest.raises(ConfirmSettingsError, match="rounds"):
+        ConfirmSettings(rounds=-1)
+    with pytest.raises(ConfirmSettingsError, match="noise"):
+        ConfirmSettings(prior_spread=0.0)
+    assert ConfirmSettings.from_settings(ConfirmSettings(rounds=3).to_settings()) == ConfirmSettings(rounds=3)
+
+
+# -- a noisy study: races against picking the single best figure ----------------------
+
+# eleven configurations: the base at 100, a crowd at 112-115, one clearly best at 135
+TRUE_TPS = {0: 100.0, 1: 112.0, 2: 113.0, 3: 114.0, 4: 115.0, 5: 112.0, 6: 114.0, 7: 113.0, 8: 135.0, 9: 115.0, 10: 114.0}
+NOISE = 0.10  # between-server spread of one figure, as on 2 shared CPU cores
+NOISY_SPACE = space_from_dict(
+    {"name": "noisy", "parameters": [{"name": "c", "type": "int", "low": 0, "high": 10, "affects": "speed", "default": 0, "env": "C"}]},
+    source="noisy.yaml",
+).bind({})  # fmt: skip
+
+
+def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
+    """The true TPS of the study's answer, and how many trials it took."""
+    rng = random.Random(seed)
+
+    def evaluate(params, context) -> Measurement:
+        return Measurement(tps=TRUE_TPS[params["c"]] * math.exp(rng.gauss(0.0, NOISE)), ppl=1.1)
+
+    order = list(range(1, 11))
+    random.Random(seed + 1000).shuffle(order)
+    result = sweeper.run_study(
+        NOISY_SPACE, evaluate, study_name="noisy", storage=str(tmp_path / f"noisy-{seed}-{rounds}.db"),
+        n_trials=11, ppl_cap=1.2, enqueue=[{"c": c} for c in order], enqueue_base=True,
+        confirm=ConfirmSettings(rounds=rounds, prior_spread=NOISE), handle_signals=False,
+    )  # fmt: skip
+    now = standing(result.status.trials, ConfirmSettings(rounds=rounds, prior_spread=NOISE))
+    assert now.confirmed  # every race was run to its end, past n_trials
+    return TRUE_TPS[now.incumbent.params["c"]], len(result.status.trials)
+
+
+def test_races_find_the_truly_best_where_the_single_best_figure_is_often_a_lucky_one(tmp_path: Path) -> None:
+    seeds = range(12)
+    raced = [noisy_study(tmp_path, seed, rounds=2) for seed in seeds]
+    plain = [noisy_study(tmp_path, seed, rounds=0) for seed in seeds]
+    best = max(TRUE_TPS.values())
+    raced_hits = sum(tps >= 0.99 * best for tps, _ in raced)
+    plain_hits = sum(tps >= 0.99 * best for tps, _ in plain)
+    assert all(trials == 11 for _, trials in plain)  # no race: the budget only
+    assert all(trials > 11 for _, trials in raced)  # the races' trials come on top
+    # measured: 11 of 12 seeds with races, 8 of 12 from the single best figure
+    assert raced_hits >= 10, raced
+    assert plain_hits <= 9, plain
+    assert raced_hits > plain_hits
