@@ -3,20 +3,22 @@
 ``judge`` decides whether a candidate's held-out repeats verify it: its
 held-out PPL is at most the cap in every repeat, and the median held-out
 TPS is within the tolerance of the tuned TPS, either way. ``study_answer``
-picks the answer of a study: the fastest verified trial; while none is
-verified, the fastest feasible one, flagged as unverified. Pure functions
-of stored records: no server, no database.
+picks the answer of a study: its confirmed best (the standing's incumbent,
+``sweeper.study.standing``) once verified or while unverified; the next
+best when it failed verification. Pure functions of stored records: no
+server, no database.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from storage import FAILED, VERIFIED, TrialRecord, VerificationRecord, VerificationRun, is_answer
+from storage import FAILED, VERIFIED, TrialRecord, VerificationRecord, VerificationRun
+from sweeper.study import ConfirmSettings, Configuration, Standing, standing
 
 UNVERIFIED = "unverified"
 
@@ -86,73 +88,130 @@ def _ppl_text(ppl: float) -> str:
 # -- which trials, and the answer -------------------------------------------------------
 
 
-def _params_key(record: TrialRecord) -> str:
-    return json.dumps(dict(record.params), sort_keys=True, default=str)
+def _confirm_settings(settings: Mapping[str, Any] | ConfirmSettings | None) -> ConfirmSettings:
+    if isinstance(settings, ConfirmSettings):
+        return settings
+    return ConfirmSettings.from_settings(settings or {})
 
 
-def ranked_answers(records: Iterable[TrialRecord]) -> list[TrialRecord]:
-    """Feasible measured trials, fastest first, one per distinct configuration."""
-    seen: set[str] = set()
-    ranked = []
-    for record in sorted((r for r in records if is_answer(r)), key=lambda r: (-r.tps, r.ppl, r.number)):
-        key = _params_key(record)
-        if key not in seen:
-            seen.add(key)
-            ranked.append(record)
-    return ranked
+def ranked_answers(
+    records: Iterable[TrialRecord], settings: Mapping[str, Any] | ConfirmSettings | None = None
+) -> list[TrialRecord]:
+    """Feasible configurations, one trial each (the one that found it): the study's
+    confirmed best first, then the others by their geometric-mean TPS.
+
+    ``settings``: the study's stored settings (its confirmation rounds and
+    noise prior); None ranks as a study without races.
+    """
+    records = list(records)
+    now = standing(records, _confirm_settings(settings))
+    by_number = {record.number: record for record in records}
+    return [by_number[config.first] for config in now.ranked()]
 
 
-def candidates(records: Iterable[TrialRecord], top: int) -> list[TrialRecord]:
-    """The ``top`` best feasible configurations (the Pareto-best first: fastest, then lowest PPL)."""
-    return ranked_answers(records)[:top]
+def candidates(
+    records: Iterable[TrialRecord], top: int, settings: Mapping[str, Any] | ConfirmSettings | None = None
+) -> list[TrialRecord]:
+    """The ``top`` best feasible configurations, the study's answer first."""
+    return ranked_answers(records, settings)[:top]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Answer:
     """The study's answer: its trial (None: no feasible trial) and verification status.
 
-    ``status``: verified (the fastest verified trial), unverified (no trial
-    verified yet: the fastest feasible one not failed), failed (every
-    feasible trial that was verified failed, and none is left untried).
+    ``status``: verified (the best verified trial), unverified (no trial
+    verified yet: the best not failed), failed (every feasible trial that was
+    verified failed, and none is left untried). ``standing``: the study's
+    claim against the base manifest (the speedup and its interval).
     """
 
     record: TrialRecord | None
     status: str
     verification: VerificationRecord | None = None
+    standing: Standing | None = None
 
     @property
     def verified(self) -> bool:
         return self.status == VERIFIED
 
+    @property
+    def configuration(self) -> Configuration | None:
+        """The answer's configuration with all its TPS figures (None: no answer)."""
+        if self.record is None or self.standing is None:
+            return None
+        return self.standing.configuration_of(self.record.number)
+
+    @property
+    def is_the_claim(self) -> bool:
+        """Is the answer the configuration the study's standing claims (its incumbent)?"""
+        incumbent = self.standing.incumbent if self.standing is not None else None
+        return self.record is not None and incumbent is not None and incumbent.first == self.record.number
+
+    def claim(self) -> str | None:
+        """The speedup over the base, with its interval and the PPL (None: no standing)."""
+        if self.standing is None or self.record is None:
+            return None
+        if self.is_the_claim:
+            return self.standing.describe()
+        incumbent = self.standing.incumbent
+        return (
+            f"not the study's confirmed best (trial {incumbent.first}, which "
+            f"{'failed verification' if self.status != FAILED else 'is not verified'}): "
+            f"no speedup over the base manifest is claimed for it"
+            if incumbent is not None
+            else None
+        )
+
     def describe(self) -> str:
         if self.record is None:
             return "no feasible trial"
         r = self.record
-        text = f"trial #{r.number}: TPS {r.tps:.2f}, PPL {r.ppl:.4f}"
+        config = self.configuration
+        if config is not None and len(config.tps) > 1:
+            text = (
+                f"trial #{r.number}: TPS {config.estimate:.2f} (geometric mean of {len(config.tps)} "
+                f"servers), PPL {r.ppl:.4f}"
+            )
+        else:
+            text = f"trial #{r.number}: TPS {r.tps:.2f}, PPL {r.ppl:.4f}"
         if self.verified and self.verification is not None:
             v = self.verification
-            return f"{text}, VERIFIED (held-out median TPS {v.median_tps:.2f}, max PPL {v.max_ppl:.4f})"
-        if self.status == FAILED and self.verification is not None:
-            return f"{text}, FAILED verification ({self.verification.reason})"
-        return f"{text}, UNVERIFIED"
+            text = f"{text}, VERIFIED (held-out median TPS {v.median_tps:.2f}, max PPL {v.max_ppl:.4f})"
+        elif self.status == FAILED and self.verification is not None:
+            text = f"{text}, FAILED verification ({self.verification.reason})"
+        else:
+            text = f"{text}, UNVERIFIED"
+        claim = self.claim()
+        return f"{text}; {claim}" if claim else text
 
 
 def study_answer(
-    records: Iterable[TrialRecord], latest: Mapping[int, VerificationRecord]
+    records: Iterable[TrialRecord],
+    latest: Mapping[int, VerificationRecord],
+    settings: Mapping[str, Any] | ConfirmSettings | None = None,
 ) -> Answer:
-    """The fastest verified trial; else the fastest feasible one not failed; else the fastest."""
-    ranked = ranked_answers(records)
+    """The best verified configuration; else the best not failed; else the best.
+
+    "Best" is the study's standing (``sweeper.study.standing``): its
+    confirmed incumbent first, then by geometric-mean TPS.
+    """
+    records = list(records)
+    now = standing(records, _confirm_settings(settings))
+    ranked = ranked_answers(records, now.settings)
     if not ranked:
-        return Answer(record=None, status=UNVERIFIED)
+        return Answer(record=None, status=UNVERIFIED, standing=now)
     for record in ranked:
         found = latest.get(record.number)
         if found is not None and found.verified:
-            return Answer(record=record, status=VERIFIED, verification=found)
+            return Answer(record=record, status=VERIFIED, verification=found, standing=now)
     for record in ranked:
         found = latest.get(record.number)
         if found is None or found.status != FAILED:
-            return Answer(record=record, status=UNVERIFIED, verification=found)
-    return Answer(record=ranked[0], status=FAILED, verification=latest.get(ranked[0].number))
+            return Answer(record=record, status=UNVERIFIED, verification=found, standing=now)
+    return Answer(
+        record=ranked[0], status=FAILED, verification=latest.get(ranked[0].number), standing=now
+    )
 
 
 def verify_command(study_name: str, storage_url: str | None = None) -> str:

@@ -95,12 +95,21 @@ def describe(answer: Answer, study_name: str, base: Manifest) -> str:
     record = answer.record
     assert record is not None
     params = ", ".join(f"{k}={v}" for k, v in record.params.items())
+    config = answer.configuration
+    tuned = (
+        f"TPS {config.estimate:.2f} (geometric mean of {len(config.tps)} fresh servers)"
+        if config is not None and len(config.tps) > 1
+        else f"TPS {record.tps:.2f}"
+    )
     text = (
         f"Exported by sweeper from study '{study_name}', trial #{record.number} ({params}). "
-        f"Tuned: TPS {record.tps:.2f}, PPL {record.ppl:.4f}"
+        f"Tuned: {tuned}, PPL {record.ppl:.4f}"
         + (f" (cap {record.ppl_cap:.4f})" if record.ppl_cap is not None else "")
         + ". "
     )
+    claim = answer.claim()
+    if claim:
+        text += f"Claim: {claim[0].upper()}{claim[1:]}. "
     verification = answer.verification
     if answer.verified and verification is not None:
         text += (
@@ -168,7 +177,7 @@ def export_answer(
         raise NothingToExportError(
             f"study {study_name!r} has no trials yet: nothing to export (run 'sweeper run' first)"
         )
-    answer = study_answer(status.trials, status.verifications)
+    answer = study_answer(status.trials, status.verifications, status.settings)
     record = answer.record
     if record is None:
         measured = sum(1 for r in status.trials if r.state == "complete")

@@ -19,6 +19,7 @@ from sweeper.errors import UserInputError
 from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent
 from sweeper.sweep import (
     CHALLENGE_SIZES,
+    DEFAULT_NOISE,
     DEMO_PRESET,
     DEMO_SIZES,
     DEMO_STORAGE,
@@ -235,6 +236,13 @@ def _clock(seconds: float) -> str:
 )
 @click.option("--reuse-quality/--no-reuse-quality", default=True, show_default=True,
               help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.")
+@click.option("--confirm-rounds", type=int, default=2, show_default=True,
+              help="Rounds a confirmation race may take: a trial measured faster than the best, but "
+                   "within the noise, is re-measured with the best and the base manifest, in fresh "
+                   "servers, before it is claimed (0: no races, the fastest figure wins).")
+@click.option("--noise", type=float, default=DEFAULT_NOISE, show_default=True,
+              help="Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
+                   "the study's repeats measure it; benchmarks/gpu_check.py --only noise measures it on a GPU.")
 @click.option("--prompts", metavar="P", help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).")
 @click.option("--ppl-data", metavar="D", help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).")
 @click.option("--heldout-prompts", metavar="P", help="Held-out prompts for verify (or split them off with --heldout-fraction).")

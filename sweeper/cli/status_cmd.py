@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from storage import DEFAULT_URL, StudyStatus, TrialRecord, TrialStore, normalize_url, study_status
+from sweeper.study import Standing
 
 LOG_TAIL_LINES = 20
 
@@ -145,20 +146,46 @@ def show_status(console: Console, status: StudyStatus) -> None:
     if best is None:
         console.print("best: none yet (no trial has passed the gate)")
         return
-    console.print(
-        f"best: trial {best.number}: TPS {_number(best.tps, 2)}, PPL {_number(best.ppl, 4)} "
-        f"(cap {_number(best.ppl_cap, 4)}), {_params(best.params)}"
-    )
+    from sweeper.answer import study_answer
+
+    answer = study_answer(status.trials, status.verifications, status.settings)
+    for line in standing_lines(answer.standing):
+        console.print(line, markup=False, highlight=False)
     console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing trials)", status.pareto))
     if status.verifications:  # sweeper verify: re-measured on held-out data
-        from sweeper.answer import study_answer
         from sweeper.cli.verify_cmd import failure_lines, verification_table
 
         verifications = list(status.verifications.values())
         console.print(verification_table(verifications, title="verification on held-out data"))
         for line in failure_lines(verifications):
             console.print(line, markup=False)
-        console.print(f"answer: {study_answer(status.trials, status.verifications).describe()}")
+        console.print(f"answer: {answer.describe()}")
+
+
+def standing_lines(now: Standing | None) -> list[str]:
+    """The study's claim: its confirmed best, the speedup over the base, the noise behind it."""
+    if now is None or now.incumbent is None:
+        return []
+    inc = now.incumbent
+    figures = ", ".join(f"{value:.1f}" for value in inc.tps)
+    servers = (
+        f"geometric mean of {len(inc.tps)} servers: {figures}" if len(inc.tps) > 1 else "one server"
+    )
+    lines = [
+        f"best: trial {inc.first}: TPS {inc.estimate:.2f} ({servers}), PPL {inc.ppl:.4f} "
+        f"(cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
+        f"claim: {now.describe()}",
+        f"noise: between-server spread {now.spread.relative:.1%} (SD of log TPS; "
+        f"{now.spread.measured_df} df from repeats, prior {now.settings.prior_spread:.0%} "
+        f"as {now.settings.prior_df:g} df)",
+    ]
+    if now.base is not None:
+        base_figures = ", ".join(f"{value:.1f}" for value in now.base.tps)
+        lines.append(f"base manifest: trial {now.base.first}: TPS {now.base.estimate:.2f} ({base_figures})")
+    for decision in now.decisions:
+        if decision.outcome != "screened":
+            lines.append(f"race: {decision.describe()}")
+    return lines
 
 
 def show_trial(console: Console, record: TrialRecord) -> None:
@@ -178,6 +205,13 @@ def show_trial(console: Console, record: TrialRecord) -> None:
             f"(cap {_number(record.ppl_cap, 4)}): {verdict}"
             + (f"; {'; '.join(extra)}" if extra else "")
         )
+        low, high = record.extras.get("tps_low"), record.extras.get("tps_high")
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            console.print(
+                f"TPS 95 % interval within this server: {low:.2f}-{high:.2f} "
+                f"({record.extras.get('tps_interval', 'bootstrap over requests')}); a fresh "
+                f"server moves it by the between-server spread (see the study's 'noise' line)"
+            )
     if record.error_kind:
         console.print(f"error: {record.error_kind}: {record.error_message}")
     if record.phases:
@@ -234,6 +268,11 @@ def command(study_name: str | None, storage: str, trial_number: int | None, as_j
             show_trial(console, record)
         return
     if as_json:
-        click.echo(json.dumps(status.to_dict(), default=str))
+        from sweeper.answer import study_answer
+
+        data = status.to_dict()
+        now = study_answer(status.trials, status.verifications, status.settings).standing
+        data["standing"] = now.to_dict() if now is not None else None
+        click.echo(json.dumps(data, default=str))
         return
     show_status(console, status)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evaluators import PplSettings, WarmupSettings
+from evaluators import PplSettings, TpsResult, WarmupSettings, request_interval
 from sweeper.devices import DeviceSlot
 from sweeper.errors import MeasurementError, ServerError
 from sweeper.manifest import Manifest
@@ -216,6 +216,8 @@ class ServerEvaluator:
             )
             if summary.get(key) is not None
         }
+        if tps is not None and tps.tps is not None:
+            extras.update(_tps_interval(tps))
         if ppl is not None:
             extras["ppl_low"], extras["ppl_high"] = ppl.ppl_low, ppl.ppl_high
         if ppl is not None and not ppl.finite:
@@ -277,3 +279,13 @@ class _PhaseForwarder:
         else:
             self.context.notify_progress(phase, done, total)
 
+
+def _tps_interval(tps: TpsResult) -> dict[str, Any]:
+    """The run's 95 % interval from its requests (a bootstrap; see evaluators.intervals)."""
+    done = [r for r in tps.requests if r.ok and r.latency_s > 0]
+    if len(done) < 2:
+        return {}
+    interval = request_interval(
+        [r.output_tokens for r in done], [r.latency_s for r in done], tps=tps.tps
+    )
+    return {"tps_low": interval.low, "tps_high": interval.high, "tps_interval": interval.method}

@@ -121,6 +121,18 @@ class ReportData:
     base_name: str | None
     base_known: bool  # False: the base manifest could not be read (base values unknown)
 
+    def noise_line(self) -> str | None:
+        """The between-server spread the claim rests on (None: no standing)."""
+        now = self.answer.standing
+        if now is None or now.incumbent is None:
+            return None
+        return (
+            f"between-server spread {now.spread.relative:.1%} (SD of log TPS; "
+            f"{now.spread.measured_df} df from repeats in fresh servers, prior "
+            f"{now.settings.prior_spread:.0%} as {now.settings.prior_df:g} df); "
+            f"{sum(1 for d in now.decisions if d.outcome != 'screened')} race(s)"
+        )
+
     @property
     def unset_label(self) -> str:
         """How a base value absent from the base env reads (unknown when the base was not read)."""
@@ -311,7 +323,7 @@ def assemble_report_data(
     finally:
         store.close()
     latest = status.verifications
-    answer = study_answer(records, latest)
+    answer = study_answer(records, latest, status.settings)
     points = tuple(_point(r, latest.get(r.number)) for r in records)
     names: list[str] = []
     for record in records:

@@ -94,6 +94,9 @@ def summary_markdown(data: ReportData) -> str:
             "",
             f"- TPS {record.tps:.2f}, PPL {record.ppl:.4f} (cap {cap})",
         ]
+        claim, noise = data.answer.claim(), data.noise_line()
+        lines += [f"- claim: {claim}"] if claim else []
+        lines += [f"- noise: {noise}"] if noise else []
         lines += [f"- `{name}` = `{value}`" for name, value in record.params.items()]
         lines += ["", "### How its manifest differs from the base", ""]
         if data.env_changes:

@@ -89,6 +89,12 @@ def _cards(data: ReportData) -> str:
             ("winner PPL", _num(record.ppl, ".4f")),
             ("verification", f'<span class="{_e(status)}">{_e(status.upper())}</span>'),
         ]
+        speedup = data.answer.standing.speedup if data.answer.is_the_claim else None
+        if speedup is not None:
+            cards.append((
+                f"over the base ({speedup.confidence:.0%} interval)",
+                f"{(speedup.value - 1) * 100:+.1f} % ({(speedup.low - 1) * 100:+.1f} to {(speedup.high - 1) * 100:+.1f})",
+            ))  # fmt: skip
     else:
         cards.append(("winner", '<span class="failed">none</span>'))
     return '<div class="cards">' + "".join(
@@ -113,7 +119,9 @@ def _winner_section(data: ReportData) -> str:
     return (
         f"<section><h2>Winner: trial #{record.number} "
         f'<span class="{_e(data.answer.status)}">{_e(data.answer.status.upper())}</span></h2>'
-        f"<p>{_e(data.answer.describe())}</p><ul>{params}</ul>"
+        f"<p>{_e(data.answer.describe())}</p>"
+        + (f"<p>Noise: {_e(data.noise_line())}</p>" if data.noise_line() else "")
+        + f"<ul>{params}</ul>"
         f"<h3>How its manifest differs from the base</h3>{changes}</section>"
     )
 

@@ -10,6 +10,7 @@ from sweeper.sweep._plan import (
     CHALLENGE_SIZES,
     DEMO_PRESET,
     DEMO_STORAGE,
+    DEFAULT_NOISE,
     DEMO_SIZES,
     DEMO_STUDY,
     DEMO_TRIALS,
@@ -33,6 +34,7 @@ from sweeper.sweep._workers import (
 __all__ = [
     "CHALLENGE_SIZES",
     "DEMO_PRESET",
+    "DEFAULT_NOISE",
     "DEMO_SIZES",
     "DEMO_STORAGE",
     "DEMO_STUDY",

@@ -35,6 +35,7 @@ from sweeper.measure import warmup_settings_from
 from sweeper.study import (
     MODES,
     SAMPLERS,
+    ConfirmSettings,
     StudyRecipe,
     StudyResult,
     TrialEvent,
@@ -54,6 +55,9 @@ DEMO_PRESET = "tiny-cpu"
 DEMO_STUDY = "tiny-cpu-demo"
 DEMO_STORAGE = "sqlite:///sweeper-study.db"
 DEMO_TRIALS = 8  # the demo's budget, and a run's when neither --n-trials nor --timeout is given
+# the between-server spread (SD of log TPS) assumed until a study's repeats measure it: the
+# same configuration moved 10-20 % between fresh servers on 2 shared CPU cores (docs/measurement.md)
+DEFAULT_NOISE = 0.10
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,6 +102,10 @@ class RunPlan:
     ppl_cap_rel: float | None = 1.05
     reuse_quality: bool = True
     max_consecutive_failures: int = 3
+    # confirmation races (sweeper.study._confirm): rounds per race, and the between-server
+    # spread (SD of log TPS) assumed until repeats measure it
+    confirm_rounds: int = 2
+    noise: float = DEFAULT_NOISE
     # data: None is the demo's bundled sets on the demo, and missing on any other manifest
     prompts: str | None = None
     ppl_data: str | None = None
@@ -170,6 +178,14 @@ class RunPlan:
             parse_gpus(self.gpus)
         normalize_url(self.storage)  # StorageError for a URL that is not one
         self.enqueued_configs()
+        self.confirm_settings()
+
+    def confirm_settings(self) -> ConfirmSettings:
+        try:
+            return ConfirmSettings(rounds=self.confirm_rounds, prior_spread=self.noise)
+        except UserInputError as exc:
+            option = "--confirm-rounds" if "rounds" in str(exc) else "--noise"
+            raise UserInputError(f"{option}: {exc}") from None
 
     # -- what the plan resolves to ----------------------------------------------------
 
@@ -523,6 +539,8 @@ def execute(
         seed=plan.seed,
         mode=plan.mode,
         reuse_quality=plan.reuse_quality,
+        confirm=plan.confirm_settings(),
+        enqueue_base=True,
         max_consecutive_failures=plan.max_consecutive_failures,
         progress=progress_and_recipe,
         enqueue=plan.enqueued_configs(),

@@ -189,6 +189,8 @@ def test_status_shows_the_verifications_and_the_answer(monkeypatch, capsys, synt
             "(tolerance 5%)") in lines  # fmt: skip
     # both candidates failed; the next feasible trial, never verified, is the answer for now
     third = study.number(synthetic.CONFIGS["A"])
-    assert lines[-1] == f"answer: trial #{third}: TPS 147.00, PPL 2.1600, UNVERIFIED"
+    assert lines[-1] == (f"answer: trial #{third}: TPS 147.00, PPL 2.1600, UNVERIFIED; not the study's "
+                         f"confirmed best (trial {best}, which failed verification): no speedup over "
+                         "the base manifest is claimed for it")  # fmt: skip
     code, stdout, _ = sweeper(monkeypatch, capsys, "status", "--storage", study.url, "--json")
     assert json.loads(stdout)["verifications"][str(best)]["status"] == "failed"

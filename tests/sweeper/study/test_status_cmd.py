@@ -56,11 +56,14 @@ def test_status_summary(study_db: str) -> None:
     result = CliRunner().invoke(app, ["status", "--storage", study_db])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[:4] == [
+    assert lines[:6] == [
         f"study toy in sqlite:///{study_db}",
         "mode tps, gate PPL <= 1.2, space toy",
         "trials: 4 complete (3 pass the gate, 1 fail it), 1 failed, 0 running, 0 queued",
-        "best: trial 1: TPS 230.00, PPL 1.2000 (cap 1.2000), w=5, k=4",
+        "best: trial 1: TPS 230.00 (one server), PPL 1.2000 (cap 1.2000), w=5, k=4",
+        "claim: trial 1: 230.00 tok/s, PPL 1.2000 under the cap 1.2000; the base manifest was "
+        "not measured, so no speedup can be stated",
+        "noise: between-server spread 10.0% (SD of log TPS; 0 df from repeats, prior 10% as 2 df)",
     ]
     rows = [line for line in lines if line.startswith("│")]
     assert [row.split("│")[1].strip() for row in rows] == ["1", "2", "4"]  # the Pareto set
