@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from sweeper.errors import UserInputError
-from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent
+from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confirmation
 from sweeper.sweep import (
     CHALLENGE_SIZES,
     DEFAULT_NOISE,
@@ -51,6 +51,19 @@ class TrialCount:
         self.done_before = done_before
         self.done = 0  # finished in this run
         self.running = False
+        self.confirming = False  # the running trial re-measures a configuration (a race)
+        self.confirmations = 0  # confirmation trials finished in this run (outside the budget)
+
+    def start(self, role: str) -> None:
+        self.running = True
+        self.confirming = is_confirmation(role)
+
+    def finish(self) -> None:
+        self.running = False
+        if self.confirming:
+            self.confirmations += 1
+        else:
+            self.done += 1
 
     @property
     def finished(self) -> int:
@@ -59,6 +72,11 @@ class TrialCount:
     def line(self) -> str:
         """``trial 3 of 8, 5 to go after it`` while one runs, ``8 of 8 done, 0 to go`` when none does."""
         total = "∞" if self.n_trials is None else str(self.n_trials)
+        if self.running and self.confirming:
+            return (
+                f"confirmation {self.confirmations + 1} (a re-measurement outside the budget), "
+                f"{self.finished} of {total} trials done"
+            )
         if self.running:
             current = self.finished + 1
             togo = "" if self.n_trials is None else f", {max(0, self.n_trials - current)} to go after it"
@@ -74,8 +92,9 @@ def describe_finished(event: TrialEvent) -> str:
         verdict = "feasible" if event.feasible else "rejected by the gate"
     tps = f"{event.tps:.1f} tok/s" if event.tps is not None else "-"
     ppl = f"PPL {event.ppl:.3f}" if event.ppl is not None else "PPL -"
+    kind = " (confirmation)" if is_confirmation(event.role) else ""
     return (
-        f"trial {event.number} {dict(event.params)}: {tps}, {ppl}: {verdict}"
+        f"trial {event.number}{kind} {dict(event.params)}: {tps}, {ppl}: {verdict}"
         + (f" ({event.error})" if event.error else "")
     )
 
@@ -100,6 +119,7 @@ class LiveView:
         self.current: TrialEvent | None = None
         self.phase = "-"
         self.best: str = "none yet"
+        self.claim: str = "-"
         self.live = Live(self.render(), console=console, refresh_per_second=2, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -113,19 +133,19 @@ class LiveView:
     def __call__(self, event: TrialEvent) -> None:
         if event.kind == "started":
             self.current = event
-            self.count.running = True
+            self.count.start(event.role)
             self.trial_started = time.monotonic()
             self.phase = "starting"
         elif event.kind in ("phase", "progress"):
             self.phase = describe_phase(event.phase, event.done, event.total)
         elif event.kind == "finished":
-            self.count.running = False
-            self.count.done += 1
+            self.count.finish()
             self.durations.append(time.monotonic() - self.trial_started)
             self.phase = "-"
             self.console.print(describe_finished(event), markup=False, highlight=False)
             if event.best_number is not None and event.best_tps is not None:
                 self.best = f"trial {event.best_number}: {event.best_tps:.1f} tok/s"
+            self.claim = event.claim or self.claim
         self.live.update(self.render(), refresh=event.kind != "progress")
 
     def render(self) -> Table:
@@ -143,6 +163,7 @@ class LiveView:
             left = max(0, n_trials - self.count.finished)
             table.add_row("ETA", _clock(left * mean))
         table.add_row("best feasible", self.best)
+        table.add_row("claim", self.claim)
         return table
 
 
@@ -163,15 +184,14 @@ class PlainView:
 
     def __call__(self, event: TrialEvent) -> None:
         if event.kind == "started":
-            self.count.running = True
+            self.count.start(event.role)
             self.write(f"{self.count.line()}: #{event.number} {dict(event.params)} ({event.role})")
         elif event.kind == "phase":
             self.write(f"trial {event.number}: {describe_phase(event.phase, event.done, event.total)}")
         elif event.kind == "progress" and event.total and event.done == event.total:
             self.write(f"trial {event.number}: {describe_phase(event.phase, event.done, event.total)}")
         elif event.kind == "finished":
-            self.count.running = False
-            self.count.done += 1
+            self.count.finish()
             line = describe_finished(event)
             if event.best_number is not None and event.best_tps is not None:
                 line += f"; best feasible: trial {event.best_number} ({event.best_tps:.1f} tok/s)"
@@ -335,17 +355,23 @@ def command(**options: Any) -> None:
         from storage import study_status
 
         result = dataclasses.replace(result, status=study_status(plan.storage, prepared.study_name))
-    best = result.best
+    from sweeper.answer import study_answer
+
+    now = study_answer(result.status.trials, result.status.verifications, result.status.settings).standing
     if as_json:
-        click.echo(json.dumps({"stop_reason": result.stop_reason, **result.status.to_dict()}))
+        standing_data = now.to_dict() if now is not None else None
+        click.echo(json.dumps({"stop_reason": result.stop_reason, **result.status.to_dict(),
+                               "standing": standing_data}, default=str))  # fmt: skip
         return
     click.echo(f"stopped: {result.stop_reason}; {result.trials_run} trial(s) run this time")
-    if best is None:
+    if now is None or now.incumbent is None:
         click.echo("no feasible configuration yet (see `sweeper status`)")
         raise SystemExit(1)
+    best = now.incumbent
     click.echo(
-        f"Pareto-best feasible: trial {best.number} {dict(best.params)}: "
-        f"{best.tps:.1f} tok/s at PPL {best.ppl:.3f} (cap {best.ppl_cap:.3f})"
+        f"best: trial {best.first} {dict(best.params)}: {best.estimate:.1f} tok/s "
+        f"over {len(best.tps)} server(s) at PPL {best.ppl:.3f} (cap {best.ppl_cap:.3f})"
     )
+    click.echo(f"claim: {now.describe()}")
     for record in result.pareto:
         click.echo(f"  pareto: trial {record.number} {dict(record.params)} tps={record.tps:.1f} ppl={record.ppl:.3f}")
