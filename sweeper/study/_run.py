@@ -337,7 +337,7 @@ class Sweep:
         """Queue the next round of an open race; True while confirmation trials wait to run."""
         records = self.store.records(self.options.study_name)
         race = standing(records, self.options.confirm).race
-        if race is not None:
+        if race is not None and not self._confirmations_pending():  # a round at a time
             marker = f"{ROUND_ATTR_PREFIX}{race.contender.first}:{race.round}"
             if not self.study._storage.get_study_user_attrs(self.study._study_id).get(marker):
                 self.study.set_user_attr(marker, True)
@@ -354,9 +354,15 @@ class Sweep:
                     race.incumbent.estimate,
                     ", ".join(f"trial {c.first}" for c in lineup),
                 )
+        return self._confirmations_pending(waiting_only=True)
+
+    def _confirmations_pending(self, *, waiting_only: bool = False) -> bool:
+        """Are confirmation trials queued (or, unless ``waiting_only``, running)?"""
+        states = (optuna.trial.TrialState.WAITING,) + (
+            () if waiting_only else (optuna.trial.TrialState.RUNNING,)
+        )
         return any(
-            t.state == optuna.trial.TrialState.WAITING
-            and t.user_attrs.get(ROLE_ATTR) == CONFIRM_ROLE
+            t.state in states and t.user_attrs.get(ROLE_ATTR) == CONFIRM_ROLE
             for t in self.study.get_trials(deepcopy=False)
         )
 

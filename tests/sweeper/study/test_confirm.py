@@ -184,3 +184,27 @@ def test_races_find_the_truly_best_where_the_single_best_figure_is_often_a_lucky
     assert raced_hits >= 10, raced
     assert plain_hits <= 9, plain
     assert raced_hits > plain_hits
+
+
+def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tmp_path: Path) -> None:
+    figures = {0: [100.0, 104.0, 97.0], 1: [109.0, 103.0, 106.0]}  # each config's figures in turn
+
+    def evaluate(params, context) -> Measurement:  # measures PPL only when none is known
+        return Measurement(tps=figures[params["c"]].pop(0), ppl=None if context.known_ppl else 1.1)
+
+    result = sweeper.run_study(
+        NOISY_SPACE, evaluate, study_name="rounds", storage=str(tmp_path / "rounds.db"), n_trials=2,
+        ppl_cap=1.2, enqueue=[{"c": 1}], enqueue_base=True, confirm=RACING, handle_signals=False,
+    )  # fmt: skip
+    trials = result.status.trials
+    assert [(t.role, t.params["c"]) for t in trials] == [
+        ("baseline", 0), ("enqueued-0", 1),
+        (CONFIRM_ROLE, 1), (CONFIRM_ROLE, 0),  # round 1: contender, then the base (the incumbent)
+        (CONFIRM_ROLE, 1), (CONFIRM_ROLE, 0),  # round 2, queued only once round 1 had run
+    ]  # fmt: skip
+    # re-measurements are handed the PPL measured before for the same quality parameters
+    # (none in this space: the base's), though reuse_quality is off here
+    assert [t.ppl_reused_from for t in trials] == [None, None, 0, 0, 0, 0]
+    assert result.stop_reason == "n_trials" and result.trials_run == 6
+    now = standing(trials, RACING)
+    assert now.decisions[-1].outcome in ("tie-kept", "faster") and now.confirmed

@@ -1,0 +1,110 @@
+"""The study's stated speedup over the base reproduces, with real vLLM on the tiny model.
+
+A user's base manifest that serves with 1 speculative token, and one enqueued
+configuration with 3 (about 1.27 times as fast on this model, docs/tiny-model.md):
+`sweeper run` races the faster-looking one against the base in fresh servers and
+states the speedup with a 95 % interval. Then the test re-measures the exported
+answer and the base manifest itself, interleaved (answer, base, answer, base), each
+with `sweeper eval` in a fresh server, and checks the study's word against them:
+
+* the re-measured ratio lies inside the interval the study reported;
+* a claimed speedup ("faster") is one the re-measurement shows (ratio above 1);
+* a study that claims nothing faster says so, and its answer is the base itself.
+
+Servers: the base and the contender, one or two race rounds of two, four evals (8 to 10
+servers at 8 prompts x 128 tokens, about 8 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from storage import study_status
+from evaluators import speedup_interval
+from sweeper.answer import study_answer
+
+pytestmark = pytest.mark.server
+
+SIZES = ["--num-prompts", "8", "--output-len", "128", "--warmup-requests", "1", "--warmup-prompts", "8"]
+
+
+def _spec(tokens: int) -> str:
+    return json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": tokens})
+
+
+def _eval_tps(manifest, user, log) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "eval", str(manifest), "--tps", "--json",
+         "--prompts", str(user.prompts), *SIZES, "--log", str(log)],
+        capture_output=True, text=True, timeout=900, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return float(json.loads(done.stdout)["tps"])
+
+
+def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, user_setup) -> None:
+    data = json.loads(user_setup.manifest.read_text())
+    data["env"]["SPECULATIVE_CONFIG"] = _spec(1)  # the user's base: 1 speculative token
+    user_setup.manifest.write_text(json.dumps(data, indent=2))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    run = subprocess.run(
+        [sys.executable, "-m", "sweeper", "run", "--manifest", str(user_setup.manifest),
+         "--space", "tiny-cpu", *user_setup.data_args(), "--study", "claim", "--storage", url,
+         "--run-dir", str(tmp_path / "runs"), "--n-trials", "2", *SIZES, "--ppl-records", "8",
+         "--enqueue", "num_speculative_tokens=3", "--confirm-rounds", "2", "--plain"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=2400,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    status = study_status(url, "claim")
+    now = study_answer(status.trials, status.verifications, status.settings).standing
+    assert now is not None and now.base is not None and now.confirmed
+    contender = next(c for c in now.configurations if c.params["num_speculative_tokens"] == 3)
+    # every figure the claim rests on is a stored trial; the race's trials are confirmations
+    assert sum(len(c.tps) for c in now.configurations) == len(
+        [t for t in status.trials if t.state == "complete"]
+    )
+    assert len(contender.tps) >= 2 and len(now.base.tps) >= 2, [(t.number, t.role) for t in status.trials]
+    assert f"claim: {now.describe()}" in run.stdout
+
+    # the interval the study reported for the contender over the base
+    interval = now.speedup if now.claim == "faster" else speedup_interval(
+        contender.tps, now.base.tps, spread=now.spread, confidence=now.settings.confidence
+    )
+    if now.claim == "faster":
+        assert now.incumbent.key == contender.key
+        exported = tmp_path / "answer" / "answer.json"
+        export = subprocess.run(
+            [sys.executable, "-m", "sweeper", "export", "--storage", url, "--study", "claim",
+             "--allow-unverified", "-o", str(exported)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert export.returncode == 0, export.stderr[-3000:]
+        description = json.loads(exported.read_text())["description"]
+        assert "faster than the base manifest (95 % interval" in description
+        answer_manifest = exported
+    else:  # nothing claimed: the answer is the base, and the contender is re-measured as such
+        assert now.incumbent.key == now.base.key and now.claim == "base"
+        assert "no configuration was confirmed faster" in now.describe()
+        data["env"]["SPECULATIVE_CONFIG"] = _spec(3)
+        answer_manifest = user_setup.folder / "contender.json"
+        answer_manifest.write_text(json.dumps(data, indent=2))
+
+    # a fresh, interleaved re-measurement: answer, base, answer, base
+    answer_tps, base_tps = [], []
+    for round_ in range(2):
+        answer_tps.append(_eval_tps(answer_manifest, user_setup, tmp_path / f"answer-{round_}.log"))
+        base_tps.append(_eval_tps(user_setup.manifest, user_setup, tmp_path / f"base-{round_}.log"))
+    ratio = math.exp(
+        sum(map(math.log, answer_tps)) / len(answer_tps) - sum(map(math.log, base_tps)) / len(base_tps)
+    )
+    where = f"re-measured {answer_tps} against {base_tps}: {ratio:.3f}; study: {interval}"
+    assert interval.low <= ratio <= interval.high, where
+    if now.claim == "faster":  # a claimed speedup is one the re-measurement shows
+        assert ratio > 1.0, where
