@@ -256,10 +256,14 @@ def _clock(seconds: float) -> str:
 )
 @click.option("--reuse-quality/--no-reuse-quality", default=True, show_default=True,
               help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.")
-@click.option("--confirm-rounds", type=int, default=2, show_default=True,
-              help="Rounds a confirmation race may take: a trial measured faster than the best, but "
-                   "within the noise, is re-measured with the best and the base manifest, in fresh "
-                   "servers, before it is claimed (0: no races, the fastest figure wins).")
+@click.option("--confirm-rounds", type=int,
+              help="Rounds a confirmation race may take (default: 2; the demo 1): a trial measured "
+                   "faster than the best, but within the noise, is re-measured with the best and the "
+                   "base manifest, in fresh servers, before it is claimed; still unclear, it is a tie, "
+                   "and a tie goes to the configuration closer to the base (0: no races).")
+@click.option("--screen", metavar="PxT",
+              help="Multi-fidelity: a short TPS screen (e.g. 16x128) before each new configuration's full "
+                   "measurement, which is skipped when the screen reads clearly below the best's screen.")
 @click.option("--noise", type=float, default=DEFAULT_NOISE, show_default=True,
               help="Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
                    "the study's repeats measure it; benchmarks/gpu_check.py --only noise measures it on a GPU.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -151,7 +152,8 @@ def show_status(console: Console, status: StudyStatus) -> None:
     answer = study_answer(status.trials, status.verifications, status.settings)
     for line in standing_lines(answer.standing):
         console.print(line, markup=False, highlight=False)
-    console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing trials)", status.pareto))
+    pareto = _configuration_pareto(status, answer.standing)
+    console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing configurations)", pareto))
     if status.verifications:  # sweeper verify: re-measured on held-out data
         from sweeper.cli.verify_cmd import failure_lines, verification_table
 
@@ -160,6 +162,27 @@ def show_status(console: Console, status: StudyStatus) -> None:
         for line in failure_lines(verifications):
             console.print(line, markup=False)
         console.print(f"answer: {answer.describe()}")
+
+
+def _configuration_pareto(status: StudyStatus, now: Standing | None) -> tuple[TrialRecord, ...]:
+    """The Pareto set of configurations (TPS: each one's geometric mean), one trial each.
+
+    Re-measurements make several trials of one configuration; the table
+    shows each configuration once, by the trial that found it, with its
+    estimate, so a lucky re-measurement is not listed as a configuration
+    of its own.
+    """
+    if now is None:
+        return status.pareto
+    by_number = {r.number: r for r in status.trials}
+    configs = list(now.configurations)
+    front = [
+        c for c in configs
+        if not any(o.estimate >= c.estimate and o.ppl <= c.ppl and (o.estimate > c.estimate or o.ppl < c.ppl)
+                   for o in configs)
+    ]  # fmt: skip
+    front.sort(key=lambda c: (-c.estimate, c.ppl, c.first))
+    return tuple(dataclasses.replace(by_number[c.first], tps=c.estimate) for c in front)
 
 
 def standing_lines(now: Standing | None) -> list[str]:

@@ -58,7 +58,7 @@ from sweeper.serving import ServerProcess, model_limits
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("ready", "warmup", "ppl", "tps", "fidelity", "teardown")
+PHASES = ("ready", "warmup", "ppl", "screen", "tps", "fidelity", "teardown")
 
 SPLIT_PARTS = ("tuning", "heldout")
 
@@ -114,6 +114,9 @@ class EvalSettings:
     ``prompts_split``/``ppl_split``: use only that part of the loaded set.
     ``keep_port``: start the server on the manifest's own ``port`` (for a
     serve command that does not read ``$PORT``) instead of a free one.
+    ``screen``: a short TPS run after the warm-up (multi-fidelity screening);
+    with ``screen_floor`` set, a screen that reads below it skips the full
+    TPS run (the configuration cannot beat the study's best).
     """
 
     prompts: str | os.PathLike[str] | None = None
@@ -131,6 +134,8 @@ class EvalSettings:
     prompts_split: DataSplit | None = None
     ppl_split: DataSplit | None = None
     keep_port: bool = False
+    screen: TpsSettings | None = None
+    screen_floor: float | None = None
 
     def __post_init__(self) -> None:
         if self.reference_prompts < 1:
@@ -161,6 +166,7 @@ class EvalResult:
     tps: TpsResult | None
     fidelity: FidelityResult | None
     timings: Mapping[str, float]
+    screen: TpsResult | None = None
     skipped: tuple[str, ...] = ()
     reference_saved: str | None = None
     log_path: str | None = None
@@ -181,6 +187,7 @@ class EvalResult:
             "model": self.model,
             "ok": self.ok,
             "tps": tps.tps if tps else None,
+            "screen_tps": self.screen.tps if self.screen else None,
             "completed": tps.completed if tps else None,
             "total": tps.total if tps else None,
             "output_tokens": tps.output_tokens if tps else None,
@@ -402,11 +409,25 @@ def measure_server(
             hooks,
         )
 
-    tps = None
+    tps = screen = None
+    if settings.screen is not None and settings.tps is not None and data.prompts is not None and not gate_failed:
+        screen = _timed(
+            timings,
+            "screen",
+            lambda: measure_tps(base_url, model, data.prompts, settings.screen, progress=progress),
+            hooks,
+        )
+    floor = settings.screen_floor
+    screened_out = screen is not None and floor is not None and screen.tps is not None and screen.tps < floor
     if settings.tps is not None and data.prompts is not None:
         if gate_failed:
             skipped.append(
                 f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}"
+            )
+        elif screened_out:
+            skipped.append(
+                f"tps: the screen read {screen.tps:.2f} tok/s, below the floor {floor:.2f} "
+                f"(it cannot beat the study's best)"
             )
         else:
             tps = _timed(
@@ -448,6 +469,7 @@ def measure_server(
         warmup=warm,
         ppl=ppl,
         tps=tps,
+        screen=screen,
         fidelity=fidelity,
         timings=dict(timings),
         skipped=tuple(skipped),

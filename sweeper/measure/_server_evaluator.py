@@ -123,10 +123,14 @@ class ServerEvaluator:
         context.set_manifest(manifest.redacted().to_dict())
         folder = self.run_dir / f"trial-{context.number:04d}"
         first_failure: ServerError | MeasurementError | None = None
+        floor = getattr(context, "screen_floor", None) if self.settings.screen else None
         for attempt in range(1, START_ATTEMPTS + 1):
             settings = dataclasses.replace(
                 self.settings,
                 ppl=self._ppl_settings(context),
+                # a screen only where the study asks for one (not for a re-measurement)
+                screen=self.settings.screen if floor is not None else None,
+                screen_floor=floor,
                 # the manifest's overrides are already rendered; the worker's devices win over it
                 overrides=self.device.server_env() if self.device else {},
                 log_path=folder / ("server.log" if attempt == 1 else f"server-{attempt}.log"),
@@ -218,6 +222,12 @@ class ServerEvaluator:
         }
         if tps is not None and tps.tps is not None:
             extras.update(_tps_interval(tps))
+        screened = result.screen is not None and tps is None and not early
+        if result.screen is not None and result.screen.tps is not None:
+            extras["tps_screen"] = result.screen.tps
+            extras["screen_size"] = f"{result.screen.settings.num_prompts}x{result.screen.settings.output_len}"
+        elif screened:  # a screen that failed its requests is a failed measurement
+            raise MeasurementError(f"TPS screen failed: {result.screen.completed}/{result.screen.total} requests completed")
         if ppl is not None:
             extras["ppl_low"], extras["ppl_high"] = ppl.ppl_low, ppl.ppl_high
         if ppl is not None and not ppl.finite:
@@ -233,6 +243,7 @@ class ServerEvaluator:
             tps=tps.tps if tps is not None else None,
             ppl=ppl_value,
             early_stopped=early and tps is None,
+            screened=screened,
             extras=extras,
             phases={},  # already stored through the context as each phase ended
             requests=requests,

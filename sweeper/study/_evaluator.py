@@ -36,13 +36,16 @@ class Measurement:
     ``ppl=None`` means "not measured": allowed when the context offered a
     ``known_ppl`` (reuse where only speed knobs changed). ``tps=None`` is
     allowed only with ``early_stopped=True`` (stopped because the PPL was
-    already over the cap). ``phases`` maps phase name to seconds, in order;
+    already over the cap) or ``screened=True`` (a short TPS screen, in
+    ``extras["tps_screen"]``, read below the context's ``screen_floor``, so
+    the full measurement was skipped). ``phases`` maps phase name to seconds, in order;
     ``requests`` holds one mapping per request (a ``kind`` key groups them).
     """
 
     tps: float | None
     ppl: float | None
     early_stopped: bool = False
+    screened: bool = False
     extras: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
     requests: Sequence[Mapping[str, Any]] = ()
@@ -66,10 +69,12 @@ class Measurement:
                 raise MeasurementError(
                     f"measurement field {name!r} is not a valid value: {value!r}"
                 )
-        if self.tps is None and not self.early_stopped:
+        if self.tps is None and not (self.early_stopped or self.screened):
             raise MeasurementError(
-                "measurement has no 'tps' (only an early-stopped trial may omit it)"
+                "measurement has no 'tps' (only an early-stopped or screened-out trial may omit it)"
             )
+        if self.screened and not isinstance(self.extras.get("tps_screen"), (int, float)):
+            raise MeasurementError("a screened-out measurement needs its figure in extras['tps_screen']")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,7 +145,9 @@ class TrialContext:
     config's name, "sampled" or "retry of #N"), ``ppl_cap`` (None while a
     relative cap waits for the baseline), ``known_ppl`` / ``known_ppl_trial``
     (set when PPL reuse is allowed and these outputs were measured before),
-    ``stop_requested`` (Ctrl-C/SIGTERM arrived: finish or give up quickly).
+    ``stop_requested`` (Ctrl-C/SIGTERM arrived: finish or give up quickly),
+    ``screen_floor`` (None: no screen; else an evaluator with a short TPS
+    screen runs it and skips the full run when it reads below the floor).
 
     Write (stored at once, so they survive a crash): ``phase(name)`` or
     ``record_phase``, ``set_server_token``, ``set_manifest``, ``set_log_tail``,
@@ -163,8 +170,10 @@ class TrialContext:
         stop_event: threading.Event,
         on_phase: Callable[[str, int | None, int | None], None] | None = None,
         on_progress: Callable[[str, int, int], None] | None = None,
+        screen_floor: float | None = None,
     ) -> None:
         self.study_name = study_name
+        self.screen_floor = screen_floor
         self.number = number
         self.params = dict(params)
         self.overrides = dict(overrides)

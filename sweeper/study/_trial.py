@@ -133,6 +133,53 @@ class TrialRunner:
                 return record.ppl, record.number
         return None, None
 
+    def _from_screen(self, screen_tps: float) -> float:
+        """A screened-out trial's full TPS as the incumbent's full/screen ratio predicts it.
+
+        Stored as imputed (never an answer) but told to the samplers as a speed
+        figure: it is measured, at a lower fidelity, and the search needs it.
+        """
+        records = self.store.records(self.study.study_name)
+        now = standing(records, self.options.confirm)
+        if now.incumbent is None:
+            return screen_tps
+        by_number = {r.number: r for r in records}
+        pairs = [
+            (by_number[n].tps, by_number[n].extras.get("tps_screen"))
+            for n in now.incumbent.numbers
+            if n in by_number
+        ]
+        ratios = [full / screen for full, screen in pairs if full and isinstance(screen, (int, float)) and screen > 0]
+        return screen_tps * (math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0)
+
+    def _screen_floor(self, role: str) -> float | None:
+        """The screen TPS below which a new configuration cannot beat the study's best.
+
+        The incumbent's screen figures (geometric mean), less two standard
+        errors of a difference of single figures at the study's spread: a
+        contender that reads below that in the screen is very unlikely to
+        read above the incumbent in full. 0.0 (screen, but measure in full):
+        the baseline, and while the incumbent has no screen figure; None (no
+        screen at all): re-measurements, whose full figure is what they are for.
+        """
+        if is_confirmation(role):
+            return None
+        if is_baseline(role):
+            return 0.0
+        records = self.store.records(self.study.study_name)
+        now = standing(records, self.options.confirm)
+        if now.incumbent is None:
+            return 0.0
+        by_number = {r.number: r for r in records}
+        figures = [
+            by_number[n].extras.get("tps_screen") for n in now.incumbent.numbers if n in by_number
+        ]
+        figures = [f for f in figures if isinstance(f, (int, float)) and f > 0]
+        if not figures:
+            return 0.0
+        mean_log = sum(math.log(f) for f in figures) / len(figures)
+        return math.exp(mean_log - 2.0 * now.spread.relative * math.sqrt(2.0))
+
     def _cap(self, role: str, ppl: float | None, number: int) -> float | None:
         """The cap in force; with a relative gate the baseline sets it, others may wait for it."""
         if not self.gate.relative:
@@ -262,6 +309,7 @@ class TrialRunner:
             ppl_cap=cap,
         )
         known_ppl, known_trial = self._known_ppl(params, role)
+        floor = self._screen_floor(role)
         event = functools.partial(
             TrialEvent, study_name=study_name, number=trial.number, params=params, role=role
         )
@@ -274,6 +322,7 @@ class TrialRunner:
             ppl_cap=cap,
             known_ppl=known_ppl,
             known_ppl_trial=known_trial,
+            screen_floor=floor,
             store=self.store,
             stop_event=self.stop_event,
             on_phase=lambda name, done, total: self._emit(
@@ -368,7 +417,9 @@ class TrialRunner:
             ppl, reused_from = context.known_ppl, context.known_ppl_trial
         cap = self._cap(role, ppl, trial.number)
         tps, imputed = measurement.tps, False
-        if tps is None:  # stopped early over the cap: the slowest TPS seen stands in
+        if tps is None and measurement.screened:  # the screen's figure, scaled, stands in
+            tps, imputed = self._from_screen(float(measurement.extras["tps_screen"])), True
+        elif tps is None:  # stopped early over the cap: the slowest TPS seen stands in
             tps, imputed = self._slowest_tps(), True
         return TrialOutcome(
             state="complete",
@@ -379,7 +430,7 @@ class TrialRunner:
             ppl_reused_from=reused_from,
             early_stopped=measurement.early_stopped,
             tps_imputed=imputed,
-            extras=measurement.extras,
+            extras={**measurement.extras, **({"screened": True} if measurement.screened else {})},
             versions={**software_versions(), **measurement.versions},
             # phases already stored through the context are not stored twice
             phases=[
@@ -446,8 +497,8 @@ class TrialRunner:
         trial.set_user_attr("feasible", outcome.feasible)
         if outcome.ppl_reused_from is not None:
             trial.set_user_attr("ppl_reused_from", outcome.ppl_reused_from)
-        if outcome.tps_imputed:
-            trial.set_user_attr(TPS_IMPUTED_ATTR, True)
+        if outcome.tps_imputed and not outcome.extras.get("screened"):
+            trial.set_user_attr(TPS_IMPUTED_ATTR, True)  # a screened trial's figure is a measurement
         # Optuna's models see an infinite PPL as twice the cap (our table keeps the real value)
         ppl = PplGate.model_ppl(outcome.ppl, outcome.ppl_cap)
         trial.set_constraint(CONSTRAINT, PplGate.constraint(outcome.ppl, outcome.ppl_cap))

@@ -58,6 +58,9 @@ DEMO_TRIALS = 8  # the demo's budget, and a run's when neither --n-trials nor --
 # the between-server spread (SD of log TPS) assumed until a study's repeats measure it: the
 # same configuration moved 10-20 % between fresh servers on 2 shared CPU cores (docs/measurement.md)
 DEFAULT_NOISE = 0.10
+# rounds a confirmation race may take; the demo takes one, to stay near its 15 minutes on 2 cores
+CONFIRM_ROUNDS = 2
+DEMO_CONFIRM_ROUNDS = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -104,8 +107,10 @@ class RunPlan:
     max_consecutive_failures: int = 3
     # confirmation races (sweeper.study._confirm): rounds per race, and the between-server
     # spread (SD of log TPS) assumed until repeats measure it
-    confirm_rounds: int = 2
+    confirm_rounds: int | None = None  # None: DEMO_CONFIRM_ROUNDS on the demo, else CONFIRM_ROUNDS
     noise: float = DEFAULT_NOISE
+    # multi-fidelity: "16x128" runs a short TPS screen first; the full run only when it could win
+    screen: str | None = None
     # data: None is the demo's bundled sets on the demo, and missing on any other manifest
     prompts: str | None = None
     ppl_data: str | None = None
@@ -179,10 +184,23 @@ class RunPlan:
         normalize_url(self.storage)  # StorageError for a URL that is not one
         self.enqueued_configs()
         self.confirm_settings()
+        self.screen_sizes()
+
+    def screen_sizes(self) -> tuple[int, int] | None:
+        """``--screen PROMPTSxTOKENS`` as numbers (None: no screen)."""
+        if self.screen is None:
+            return None
+        parts = str(self.screen).lower().split("x")
+        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+            raise UserInputError(f"--screen: expected PROMPTSxTOKENS such as 16x128, not {self.screen!r}")
+        return int(parts[0]), int(parts[1])
 
     def confirm_settings(self) -> ConfirmSettings:
         try:
-            return ConfirmSettings(rounds=self.confirm_rounds, prior_spread=self.noise)
+            rounds = self.confirm_rounds
+            if rounds is None:
+                rounds = DEMO_CONFIRM_ROUNDS if self.demo else CONFIRM_ROUNDS
+            return ConfirmSettings(rounds=rounds, prior_spread=self.noise)
         except UserInputError as exc:
             option = "--confirm-rounds" if "rounds" in str(exc) else "--noise"
             raise UserInputError(f"{option}: {exc}") from None
@@ -362,6 +380,13 @@ def eval_settings(
             warmup_requests=sizes.warmup_requests,
         ),
         ppl=PplSettings(max_records=sizes.ppl_records),
+        screen=None
+        if plan.screen_sizes() is None
+        else TpsSettings(
+            num_prompts=plan.screen_sizes()[0],
+            output_len=plan.screen_sizes()[1],
+            warmup_requests=sizes.warmup_requests,
+        ),
         warmup=warmup,
         ready_timeout_s=plan.ready_timeout_s,
         keep_port=plan.keep_port,
