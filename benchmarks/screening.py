@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 for seed in range(seeds)
             ]
             rows.append((screening, outcomes))
-    print(f"| screen | seeds | reached | median GPU s to the confirmed answer | median trials | screened out (mean) |")
+    print("| screen | seeds | reached | median GPU s to the confirmed answer | median trials | screened out (mean) |")
     print("|---|---|---|---|---|---|")
     for screening, outcomes in rows:
         reached = sum(o.gpu_s is not None for o in outcomes)

@@ -21,6 +21,11 @@ from storage._queries import (
 )
 from storage._store import TrialOutcome, TrialRecord, TrialStore
 from storage._verification import (
+    BASE,
+    CANDIDATE,
+    CONTROL_IS_BASE,
+    CONTROL_MEASURED,
+    CONTROL_OFF,
     FAILED,
     INTERRUPTED,
     RUNNING,
@@ -33,6 +38,11 @@ from storage._verification import (
 )
 
 __all__ = [
+    "BASE",
+    "CANDIDATE",
+    "CONTROL_IS_BASE",
+    "CONTROL_MEASURED",
+    "CONTROL_OFF",
     "DEFAULT_URL",
     "FAILED",
     "INTERRUPTED",

@@ -1,11 +1,17 @@
 """Verification records: re-measurements of a study's best trials on held-out data.
 
 ``sweeper_verifications`` has one row per verification of one trial (the
-criteria it was judged by, the held-out data, the verdict) and
-``sweeper_verification_runs`` one row per repeat (a fresh server each).
-A verification is written when it starts (status ``running``) and each
-repeat as soon as it ends, so an interrupted verification leaves what it
-measured; the verdict is written last.
+criteria it was judged by, the held-out data, the control, the verdict) and
+``sweeper_verification_runs`` one row per repeat (a fresh server each): the
+candidate's repeats and, with a control, the base configuration's repeats
+(``subject`` tells them apart). A verification is written when it starts
+(status ``running``) and each repeat as soon as it ends, so an interrupted
+verification keeps what it measured and a later verify goes on from there;
+the verdict is written last.
+
+Files written before the control existed lack its columns: opening the
+store adds them (``ALTER TABLE ... ADD COLUMN``, nullable or with a default
+that describes the old rows), so an old study file opens as it was.
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, select
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
-from storage._engine import create_engine, normalize_url, redact
+from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._tables import Base, TableStore
 from storage._values import as_utc, json_safe, utc_now
 from sweeper.errors import StorageError
@@ -34,6 +40,19 @@ FAILED = "failed"
 RUNNING = "running"
 INTERRUPTED = "interrupted"
 STATUSES = (VERIFIED, FAILED, RUNNING, INTERRUPTED)
+
+# whose repeat a run is: the candidate's, or the base configuration's (the control)
+CANDIDATE = "candidate"
+BASE = "base"
+SUBJECTS = (CANDIDATE, BASE)
+
+# how a verification treated the base: its repeats ran beside the candidate's ("measured"),
+# the candidate is the base itself ("is-base"), the user switched the control off ("off");
+# None: stored before there was a control
+CONTROL_MEASURED = "measured"
+CONTROL_IS_BASE = "is-base"
+CONTROL_OFF = "off"
+CONTROLS = (CONTROL_MEASURED, CONTROL_IS_BASE, CONTROL_OFF)
 
 
 def _finite(value: float | None) -> float | None:
@@ -63,10 +82,21 @@ class VerificationRow(Base):
     finished_at: Mapped[datetime.datetime | None] = mapped_column(
         DateTime(timezone=True), nullable=True
     )
+    # the control (added later: nullable, so rows of older files read as "no control")
+    control: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    claimed_speedup: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    base_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    base_trial: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    spread_prior: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spread: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    speedup_confidence: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     runs: Mapped[list[VerificationRunRow]] = relationship(
         back_populates="verification",
-        order_by="VerificationRunRow.repeat",
+        order_by="(VerificationRunRow.repeat, VerificationRunRow.id)",
         cascade="all, delete-orphan",
     )
 
@@ -79,6 +109,8 @@ class VerificationRunRow(Base):
         ForeignKey("sweeper_verifications.id", ondelete="CASCADE"), index=True
     )
     repeat: Mapped[int] = mapped_column(Integer)
+    # candidate | base; older files get the column with "candidate", what their rows were
+    subject: Mapped[str] = mapped_column(String(16), default=CANDIDATE, server_default=CANDIDATE)
     state: Mapped[str] = mapped_column(String(16))  # complete | failed
     tps: Mapped[float | None] = mapped_column(Float, nullable=True)
     ppl: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -96,10 +128,12 @@ class VerificationRunRow(Base):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VerificationRun:
-    """One repeat: a fresh server measuring the candidate on the held-out data."""
+    """One repeat: a fresh server measuring the candidate (or, ``subject`` "base", the
+    base configuration beside it) on the held-out data."""
 
     repeat: int
     state: str  # complete | failed
+    subject: str = CANDIDATE
     tps: float | None = None
     ppl: float | None = None  # math.inf: a non-finite logprob
     early_stopped: bool = False
@@ -138,7 +172,21 @@ class VerificationRecord:
     data: Mapping[str, Any]
     started_at: datetime.datetime
     finished_at: datetime.datetime | None
-    runs: tuple[VerificationRun, ...] = ()
+    runs: tuple[VerificationRun, ...] = ()  # the candidate's repeats
+    # the control: the base configuration measured beside the candidate (None: stored before
+    # there was one); ``speedup*`` is the held-out speedup interval over the base (1.10: 10 %
+    # faster) and ``spread`` the pooled between-server spread it was made with
+    control: str | None = None
+    claimed_speedup: bool | None = None
+    base_params: Mapping[str, Any] | None = None
+    base_trial: int | None = None
+    spread_prior: float | None = None
+    spread: float | None = None
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_confidence: float | None = None
+    base_runs: tuple[VerificationRun, ...] = ()
 
     @property
     def verified(self) -> bool:
@@ -158,6 +206,7 @@ class VerificationRecord:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["runs"] = [run.to_dict() for run in self.runs]
+        data["base_runs"] = [run.to_dict() for run in self.base_runs]
         data["tps_deviation"] = self.tps_deviation
         for key in ("started_at", "finished_at"):
             data[key] = data[key].isoformat() if data[key] else None
@@ -168,6 +217,10 @@ class VerificationStore(TableStore):
     """The verification tables on one database URL (created on first use)."""
 
     what = "verification tables"
+
+    def __init__(self, url: str | None = None) -> None:
+        super().__init__(url)
+        create_schema(self.url, lambda: add_missing_columns(self.engine, self.tables()), self.what)
 
     def tables(self) -> list[sqlalchemy.Table]:
         return [VerificationRow.__table__, VerificationRunRow.__table__]
@@ -186,8 +239,14 @@ class VerificationStore(TableStore):
         tolerance: float,
         repeats: int,
         data: Mapping[str, Any],
+        control: str | None = None,
+        claimed_speedup: bool | None = None,
+        base_params: Mapping[str, Any] | None = None,
+        base_trial: int | None = None,
+        spread_prior: float | None = None,
     ) -> int:
         """Record a verification that starts now; returns its id."""
+        _check_control(control)
         with self._session() as session:
             row = VerificationRow(
                 study_name=study_name,
@@ -201,17 +260,51 @@ class VerificationStore(TableStore):
                 tolerance=tolerance,
                 repeats=repeats,
                 data=dict(data),
+                control=control,
+                claimed_speedup=claimed_speedup,
+                base_params=None if base_params is None else json_safe(dict(base_params)),
+                base_trial=base_trial,
+                spread_prior=spread_prior,
             )
             session.add(row)
             session.flush()
             return row.id
 
+    def resume(
+        self,
+        verification_id: int,
+        *,
+        tuned_tps: float,
+        tolerance: float,
+        repeats: int,
+        control: str | None,
+        claimed_speedup: bool | None,
+        spread_prior: float | None,
+    ) -> None:
+        """Take up an unfinished verification again: its stored repeats stay, the criteria
+        are the new call's, the verdict is cleared until the new one is written."""
+        _check_control(control)
+        with self._session() as session:
+            row = self._row(session, verification_id)
+            row.status = RUNNING
+            row.reason = ""
+            row.tuned_tps = tuned_tps
+            row.tolerance = tolerance
+            row.repeats = repeats
+            row.control = control
+            row.claimed_speedup = claimed_speedup
+            row.spread_prior = spread_prior
+            row.finished_at = None
+
     def add_run(self, verification_id: int, run: VerificationRun) -> None:
         with self._session() as session:
             row = self._row(session, verification_id)
+            if run.subject not in SUBJECTS:
+                raise ValueError(f"unknown verification run subject {run.subject!r}")
             row.runs.append(
                 VerificationRunRow(
                     repeat=run.repeat,
+                    subject=run.subject,
                     state=run.state,
                     tps=run.tps,
                     ppl=_finite(run.ppl),
@@ -234,7 +327,11 @@ class VerificationStore(TableStore):
         reason: str,
         median_tps: float | None,
         max_ppl: float | None,
+        spread: float | None = None,
+        speedup: tuple[float, float, float] | None = None,
+        speedup_confidence: float | None = None,
     ) -> None:
+        """Write the verdict; ``speedup``: (value, low, high) over the base at ``speedup_confidence``."""
         if status not in STATUSES:
             raise ValueError(f"unknown verification status {status!r}")
         with self._session() as session:
@@ -243,6 +340,9 @@ class VerificationStore(TableStore):
             row.reason = reason
             row.median_tps = median_tps
             row.max_ppl = _finite(max_ppl)
+            row.spread = spread
+            row.speedup, row.speedup_low, row.speedup_high = speedup or (None, None, None)
+            row.speedup_confidence = speedup_confidence if speedup else None
             row.finished_at = utc_now()
 
     # -- reading ----------------------------------------------------------------
@@ -268,6 +368,43 @@ class VerificationStore(TableStore):
         if row is None:
             raise StorageError(f"no verification with id {verification_id}")
         return row
+
+
+def _check_control(control: str | None) -> None:
+    if control is not None and control not in CONTROLS:
+        raise ValueError(f"unknown verification control {control!r}")
+
+
+def add_missing_columns(engine: sqlalchemy.Engine, tables: Sequence[sqlalchemy.Table]) -> list[str]:
+    """Add the columns of ``tables`` that an older file lacks; returns them as ``table.column``.
+
+    Only nullable columns or ones with a server default can be added this way,
+    which is how every column added after a table's first release is declared.
+    A worker that adds the same column first is no error: the column is there.
+    """
+    added = []
+    inspector = sqlalchemy.inspect(engine)
+    for table in tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
+            if column.server_default is not None:
+                ddl += f" DEFAULT '{column.server_default.arg}' NOT NULL"
+            try:
+                with engine.begin() as connection:
+                    connection.execute(sqlalchemy.text(ddl))
+            except sqlalchemy.exc.OperationalError as exc:
+                if "duplicate column" not in str(exc.orig):  # SQLite: another worker added it
+                    raise
+                continue
+            added.append(f"{table.name}.{column.name}")
+            logger.info("added column %s.%s to an older study file", table.name, column.name)
+    return added
 
 
 def latest_by_trial(records: Sequence[VerificationRecord]) -> dict[int, VerificationRecord]:
@@ -316,20 +453,33 @@ def _record(row: VerificationRow) -> VerificationRecord:
         data=dict(row.data or {}),
         started_at=as_utc(row.started_at),
         finished_at=as_utc(row.finished_at),
-        runs=tuple(
-            VerificationRun(
-                repeat=run.repeat,
-                state=run.state,
-                tps=run.tps,
-                ppl=math.inf if run.ppl_infinite else run.ppl,
-                early_stopped=bool(run.early_stopped),
-                error_kind=run.error_kind,
-                error_message=run.error_message,
-                phases=dict(run.phases or {}),
-                extras=dict(run.extras or {}),
-                log_tail=run.log_tail,
-                seconds=run.seconds or 0.0,
-            )
-            for run in row.runs
-        ),
+        runs=tuple(_run(run) for run in row.runs if run.subject != BASE),
+        control=row.control,
+        claimed_speedup=row.claimed_speedup,
+        base_params=None if row.base_params is None else dict(row.base_params),
+        base_trial=row.base_trial,
+        spread_prior=row.spread_prior,
+        spread=row.spread,
+        speedup=row.speedup,
+        speedup_low=row.speedup_low,
+        speedup_high=row.speedup_high,
+        speedup_confidence=row.speedup_confidence,
+        base_runs=tuple(_run(run) for run in row.runs if run.subject == BASE),
+    )
+
+
+def _run(run: VerificationRunRow) -> VerificationRun:
+    return VerificationRun(
+        repeat=run.repeat,
+        subject=run.subject or CANDIDATE,
+        state=run.state,
+        tps=run.tps,
+        ppl=math.inf if run.ppl_infinite else run.ppl,
+        early_stopped=bool(run.early_stopped),
+        error_kind=run.error_kind,
+        error_message=run.error_message,
+        phases=dict(run.phases or {}),
+        extras=dict(run.extras or {}),
+        log_tail=run.log_tail,
+        seconds=run.seconds or 0.0,
     )

@@ -6,11 +6,14 @@ the candidates on held-out data in fresh servers and ``judge`` decides;
 """
 
 from sweeper.answer._candidates import (
+    DEFAULT_SPREAD_PRIOR,
     Answer,
     Verdict,
     candidates,
+    heldout_speedup,
     judge,
     ranked_answers,
+    speedup_text,
     study_answer,
     verify_command,
 )
@@ -30,15 +33,19 @@ from sweeper.answer._heldout import (
     heldout_sources,
 )
 from sweeper.answer._verify import (
+    BaseConfiguration,
     VerifyEvent,
     VerifyResult,
     VerifySettings,
     VerifySettingsError,
+    base_configuration,
     verify_study,
 )
 
 __all__ = [
+    "DEFAULT_SPREAD_PRIOR",
     "Answer",
+    "BaseConfiguration",
     "ExportResult",
     "HeldOutData",
     "HeldOutDataError",
@@ -49,6 +56,7 @@ __all__ = [
     "VerifyResult",
     "VerifySettings",
     "VerifySettingsError",
+    "base_configuration",
     "candidates",
     "derived_name",
     "export_answer",
@@ -56,8 +64,10 @@ __all__ = [
     "heldout_evaluator",
     "heldout_settings",
     "heldout_sources",
+    "heldout_speedup",
     "judge",
     "ranked_answers",
+    "speedup_text",
     "study_answer",
     "verify_command",
     "verify_study",

@@ -1,9 +1,12 @@
 """The study's answer, and the verdict of a verification.
 
 ``judge`` decides whether a candidate's held-out repeats verify it: its
-held-out PPL is at most the cap in every repeat, and the median held-out
-TPS is within the tolerance of the tuned TPS, either way. ``study_answer``
-picks the answer of a study: its confirmed best (the standing's incumbent,
+held-out PPL is at most the cap in every repeat, the median held-out TPS is
+within the tolerance of the tuned TPS, either way, and, when the study
+claims the candidate is faster than its base configuration, the held-out
+speedup over the base (measured beside it, the control) is confirmed: the
+low end of its interval is above 1. ``study_answer`` picks the answer of a
+study: its confirmed best (the standing's incumbent,
 ``sweeper.study.standing``) once verified or while unverified; the next
 best when it failed verification. Pure functions of stored records: no
 server, no database.
@@ -17,10 +20,26 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from storage import FAILED, VERIFIED, TrialRecord, VerificationRecord, VerificationRun
+from evaluators.intervals import Interval, Spread, pooled_spread, speedup_interval
+from storage import (
+    CONTROL_IS_BASE,
+    CONTROL_MEASURED,
+    CONTROL_OFF,
+    FAILED,
+    VERIFIED,
+    TrialRecord,
+    VerificationRecord,
+    VerificationRun,
+)
 from sweeper.study import ConfirmSettings, Configuration, Standing, standing
 
 UNVERIFIED = "unverified"
+
+# the between-server spread (SD of log TPS) assumed before the repeats show their own, and
+# the weight it has in the pool (degrees of freedom); the confidence of the speedup interval
+DEFAULT_SPREAD_PRIOR = 0.10
+SPREAD_PRIOR_DF = 2.0
+SPEEDUP_CONFIDENCE = 0.95
 
 
 # -- the verdict ----------------------------------------------------------------------
@@ -28,57 +47,163 @@ UNVERIFIED = "unverified"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Verdict:
+    """``control``: measured (base repeats ran beside the candidate's), is-base (the
+    candidate is the base configuration) or off; ``speedup``: the held-out speedup
+    interval over the base (None without base figures), made with ``spread``."""
+
     status: str  # verified | failed
     reason: str
     median_tps: float | None
     max_ppl: float | None
+    control: str = CONTROL_OFF
+    claimed_speedup: bool = False
+    speedup: Interval | None = None
+    spread: Spread | None = None
 
 
 def judge(
-    *, tuned_tps: float, ppl_cap: float, runs: Sequence[VerificationRun], tolerance: float, repeats: int
+    *,
+    tuned_tps: float,
+    ppl_cap: float,
+    runs: Sequence[VerificationRun],
+    tolerance: float,
+    repeats: int,
+    base_runs: Sequence[VerificationRun] | None = None,
+    is_base: bool = False,
+    claimed_speedup: bool | None = None,
+    spread_prior: float = DEFAULT_SPREAD_PRIOR,
+    spread_prior_df: float = SPREAD_PRIOR_DF,
+    confidence: float = SPEEDUP_CONFIDENCE,
 ) -> Verdict:
-    """The verdict on a candidate's repeats (pure: no server, no database)."""
+    """The verdict on a candidate's repeats (pure: no server, no database).
+
+    ``tuned_tps``: the figure the held-out median must match (one trial's TPS,
+    or a better estimate the caller has). ``base_runs``: the control's
+    repeats, None when none ran (``is_base``: the candidate is the base
+    configuration itself; else the control was switched off).
+    ``claimed_speedup``: whether the study claims the candidate is faster
+    than the base (None: it does unless the candidate is the base); without
+    a claim the speedup is shown but not required. The speedup interval pools
+    the between-server spread of both sides' TPS with ``spread_prior``
+    (weighted as ``spread_prior_df`` degrees of freedom).
+    """
     ppls = [run.ppl for run in runs if run.ppl is not None]
     tpss = [run.tps for run in runs if run.state == "complete" and run.tps is not None]
     max_ppl = max(ppls) if ppls else None
     median_tps = statistics.median(tpss) if tpss else None
+    control = CONTROL_IS_BASE if is_base else CONTROL_OFF if base_runs is None else CONTROL_MEASURED
+    claimed = False if is_base else (True if claimed_speedup is None else bool(claimed_speedup))
+    candidate_tpss, base_tpss = _tps_figures(runs), _tps_figures(base_runs or ())
+    spread = speedup = None
+    if control == CONTROL_MEASURED and candidate_tpss and base_tpss:
+        groups = [candidate_tpss, base_tpss]
+        spread = pooled_spread(groups, prior=spread_prior, prior_df=spread_prior_df)
+        speedup = speedup_interval(candidate_tpss, base_tpss, spread=spread, confidence=confidence)
 
-    def failed(reason: str) -> Verdict:
-        return Verdict(status=FAILED, reason=reason, median_tps=median_tps, max_ppl=max_ppl)
+    def verdict(status: str, reason: str) -> Verdict:
+        return Verdict(
+            status=status, reason=reason, median_tps=median_tps, max_ppl=max_ppl, control=control,
+            claimed_speedup=claimed, speedup=speedup, spread=spread,
+        )  # fmt: skip
 
     for run in runs:
         if run.state != "complete":
-            return failed(
-                f"repeat {run.repeat + 1} could not be measured ({run.error_kind}: {run.error_message})"
+            return verdict(
+                FAILED,
+                f"repeat {run.repeat + 1} could not be measured ({run.error_kind}: {run.error_message})",
             )
         if run.ppl is None:
-            return failed(f"repeat {run.repeat + 1} measured no PPL")
+            return verdict(FAILED, f"repeat {run.repeat + 1} measured no PPL")
         if not run.ppl <= ppl_cap:
-            return failed(
-                f"held-out PPL {_ppl_text(run.ppl)} is over the cap {ppl_cap:.4f} in repeat {run.repeat + 1}"
+            return verdict(
+                FAILED,
+                f"held-out PPL {_ppl_text(run.ppl)} is over the cap {ppl_cap:.4f} in repeat {run.repeat + 1}",
             )
         if run.tps is None:
-            return failed(f"repeat {run.repeat + 1} measured no TPS")
+            return verdict(FAILED, f"repeat {run.repeat + 1} measured no TPS")
     if len(runs) < repeats:
-        return failed(f"only {len(runs)} of {repeats} repeats ran")
+        return verdict(FAILED, f"only {len(runs)} of {repeats} repeats ran")
     assert median_tps is not None and max_ppl is not None
     deviation = (median_tps - tuned_tps) / tuned_tps if tuned_tps else math.inf
     if abs(deviation) > tolerance:
-        return failed(
+        return verdict(
+            FAILED,
             f"median held-out TPS {median_tps:.2f} is {abs(deviation):.1%} "
             f"{'below' if deviation < 0 else 'above'} the tuned {tuned_tps:.2f} "
-            f"(tolerance {tolerance:.0%})"
+            f"(tolerance {tolerance:.0%})",
         )
-    return Verdict(
-        status=VERIFIED,
-        reason=(
-            f"held-out PPL at most {max_ppl:.4f} (cap {ppl_cap:.4f}) in {len(runs)} repeats; "
-            f"median TPS {median_tps:.2f} is within {tolerance:.0%} of the tuned {tuned_tps:.2f} "
-            f"({deviation:+.1%})"
-        ),
-        median_tps=median_tps,
-        max_ppl=max_ppl,
+    reason = (
+        f"held-out PPL at most {max_ppl:.4f} (cap {ppl_cap:.4f}) in {len(runs)} repeats; "
+        f"median TPS {median_tps:.2f} is within {tolerance:.0%} of the tuned {tuned_tps:.2f} "
+        f"({deviation:+.1%})"
     )
+    if control == CONTROL_IS_BASE:
+        return verdict(
+            VERIFIED,
+            f"{reason}; the candidate is the base configuration: no control ran and there is "
+            "no speedup over the base to confirm",
+        )
+    if control == CONTROL_OFF:
+        return verdict(
+            VERIFIED, f"{reason}; no control ran (switched off): the speedup over the base is not checked"
+        )
+    if not claimed:
+        shown = speedup_text(speedup) if speedup else "the control measured no TPS"
+        return verdict(
+            VERIFIED, f"{reason}; the study claims no speedup over the base, so none is required ({shown})"
+        )
+    if speedup is None:
+        failures = [run for run in base_runs or () if run.state != "complete"]
+        why = f" ({failures[0].error_kind}: {failures[0].error_message})" if failures else ""
+        return verdict(
+            FAILED,
+            f"the control (the base configuration) measured no TPS in {len(base_runs or ())} "
+            f"repeats{why}: the claimed speedup over the base is not confirmed",
+        )
+    if not speedup.low > 1.0:
+        return verdict(
+            FAILED,
+            f"{speedup_text(speedup)}: its low end is not above +0.0 %, so the claimed speedup "
+            "over the base is not confirmed on held-out data",
+        )
+    return verdict(VERIFIED, f"{reason}; {speedup_text(speedup)}")
+
+
+def speedup_text(interval: Interval) -> str:
+    """"held-out speedup over the base: +12.3 % (95 % interval +4.0 % to +21.3 %)"."""
+    return (
+        f"held-out speedup over the base: {_percent(interval.value)} "
+        f"({interval.confidence * 100:g} % interval {_percent(interval.low)} to {_percent(interval.high)})"
+    )
+
+
+def heldout_speedup(verification: VerificationRecord) -> Interval | None:
+    """The stored held-out speedup interval of a verification over the base (None: no control
+    figures, or a verification from before the control)."""
+    v = verification
+    if v.speedup is None or v.speedup_low is None or v.speedup_high is None:
+        return None
+    return Interval(
+        value=v.speedup,
+        low=v.speedup_low,
+        high=v.speedup_high,
+        confidence=v.speedup_confidence or SPEEDUP_CONFIDENCE,
+        method=(
+            f"held-out speedup over the base, {len(_tps_figures(v.runs))} against "
+            f"{len(_tps_figures(v.base_runs))} fresh servers, between-server spread "
+            + ("unknown" if v.spread is None else f"{v.spread:.1%}")
+        ),
+        samples=len(_tps_figures(v.runs)) + len(_tps_figures(v.base_runs)),
+    )
+
+
+def _tps_figures(runs: Iterable[VerificationRun]) -> list[float]:
+    """The TPS figures a speedup can be made of (measured, positive)."""
+    return [run.tps for run in runs if run.state == "complete" and run.tps is not None and run.tps > 0]
+
+
+def _percent(ratio: float) -> str:
+    return f"{(ratio - 1.0) * 100:+.1f} %"
 
 
 def _ppl_text(ppl: float) -> str:

@@ -194,7 +194,9 @@ def _split_info(split: DataSplit | None) -> dict[str, Any] | None:
 
 class _PerCandidate:
     """A ServerEvaluator per candidate, so that each keeps its servers' logs apart:
-    ``<run_dir>/trial-<candidate>/trial-<repeat>/server.log``. The data is loaded once."""
+    ``<run_dir>/trial-<candidate>/trial-<repeat>/server.log``, and those of the base
+    measured beside it (the control) in ``<run_dir>/trial-<candidate>-base/``. The data
+    is loaded once."""
 
     def __init__(self, template: Any, run_dir: Path) -> None:
         self.template = template
@@ -204,10 +206,11 @@ class _PerCandidate:
         from sweeper.measure import ServerEvaluator
 
         number = getattr(context, "trial_number", 0)
+        folder = f"trial-{number:04d}" + ("-base" if getattr(context, "subject", "") == "base" else "")
         evaluator = ServerEvaluator(
             self.template.base_manifest,
             self.template.settings,
-            run_dir=self.run_dir / f"trial-{number:04d}",
+            run_dir=self.run_dir / folder,
             data=self.template.data,
         )
         return evaluator(params, context)

@@ -2,12 +2,23 @@
 
 ``verify_study`` re-measures the study's best feasible trials on the
 held-out prompts and PPL records, ``repeats`` times each, every time in a
-fresh server (the study's own ``ServerEvaluator``, fed held-out data). A
-candidate is VERIFIED when its held-out PPL is under the cap in force in
-every repeat and the median held-out TPS is within ``tolerance`` of the
-tuned TPS (either way: a number that does not match is not the number the
-study reported). A repeat that fails, or a PPL over the cap, settles the
-verdict at once and the remaining repeats are skipped.
+fresh server (the study's own ``ServerEvaluator``, fed held-out data), and
+beside each candidate the study's base configuration (the base manifest as
+it is: no overrides), the control. The two alternate, candidate then base
+in each repeat, so that whatever drifts over the run (the machine's load,
+its clocks) reaches both alike.
+
+A candidate is VERIFIED when its held-out PPL is under the cap in force in
+every repeat, the median held-out TPS is within ``tolerance`` of the tuned
+TPS (either way: a number that does not match is not the number the study
+reported) and, when the study claims it is faster than the base, the
+held-out speedup over the base is confirmed (``judge``). A candidate repeat
+that fails, or a PPL over the cap, settles the verdict at once and the
+remaining repeats are skipped.
+
+Every repeat is stored as it ends; a verification that was interrupted is
+taken up again by the next verify of the same candidate on the same data,
+which runs only the repeats still missing.
 
 The verdicts feed the study's answer (``sweeper.answer.study_answer``): the
 fastest verified trial; while none is verified, the fastest feasible one,
@@ -18,14 +29,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from search_spaces import BASELINE
 from storage import (
+    BASE,
+    CANDIDATE,
+    CONTROL_IS_BASE,
+    CONTROL_MEASURED,
+    CONTROL_OFF,
+    INTERRUPTED,
     StudyStatus,
     TrialRecord,
     VerificationRecord,
@@ -33,11 +52,25 @@ from storage import (
     VerificationStore,
     study_status,
 )
-from storage import INTERRUPTED
-from sweeper.answer._candidates import Answer, candidates, judge, study_answer
+from sweeper.answer._candidates import (
+    DEFAULT_SPREAD_PRIOR,
+    Answer,
+    Verdict,
+    candidates,
+    judge,
+    study_answer,
+)
 from sweeper.errors import MeasurementError, SweeperError, UserInputError
 from sweeper.manifest import Manifest
-from sweeper.study import Evaluator, Measurement, StudyRecipe, recipe_from_settings
+from sweeper.study import (
+    ConfirmSettings,
+    Evaluator,
+    Measurement,
+    Standing,
+    StudyRecipe,
+    recipe_from_settings,
+    standing,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +86,19 @@ class VerifySettings:
     """``top`` candidates, ``repeats`` fresh servers each, TPS ``tolerance`` (0.05 = 5 %).
 
     ``redo``: verify again the candidates that already have a verdict.
+    ``control``: measure the base configuration beside each candidate (as
+    many repeats, alternating), to confirm the speedup the study claims.
+    ``spread_prior``: the between-server spread of TPS (SD of log TPS, 0.10 =
+    10 %) assumed until the repeats show their own; it widens the speedup
+    interval when there are few repeats.
     """
 
     top: int = 3
     repeats: int = 3
     tolerance: float = 0.05
     redo: bool = False
+    control: bool = True
+    spread_prior: float = DEFAULT_SPREAD_PRIOR
 
     def __post_init__(self) -> None:
         for name in ("top", "repeats"):
@@ -73,6 +113,59 @@ class VerifySettings:
             raise VerifySettingsError(
                 f"verify: tolerance must be a fraction between 0 and 1 (0.05 = 5 %), not {self.tolerance!r}"
             )
+        if not isinstance(self.control, bool):
+            raise VerifySettingsError(f"verify: control must be true or false, not {self.control!r}")
+        prior = self.spread_prior
+        if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0 < prior < 1:
+            raise VerifySettingsError(
+                f"verify: spread_prior must be a fraction between 0 and 1 (0.10 = 10 %), not {prior!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseConfiguration:
+    """The study's base configuration: the base manifest as it is (no env overrides).
+
+    ``params``: its parameter values, as the study's trial of it recorded them
+    (None when the study has no such trial: the control still runs, the
+    manifest needs no values to start); ``trial_number``, ``tuned_tps`` and
+    ``feasible``: that trial, its measured TPS and whether it passed the cap,
+    when it has them.
+    """
+
+    params: Mapping[str, Any] | None = None
+    trial_number: int | None = None
+    tuned_tps: float | None = None
+    feasible: bool | None = None
+
+    def is_candidate(self, record: TrialRecord) -> bool:
+        """Is this trial the base configuration itself (same params, or no overrides)?"""
+        if not record.overrides:
+            return True
+        return self.params is not None and dict(self.params) == dict(record.params)
+
+
+def base_configuration(trials: Sequence[TrialRecord]) -> BaseConfiguration:
+    """The base configuration of a study, from its trial without overrides (the baseline,
+    or the imported manifest's own values): a measured one first, the earliest first."""
+    own = [t for t in trials if not t.overrides]
+    if not own:
+        return BaseConfiguration()
+
+    def rank(t: TrialRecord) -> tuple[bool, bool, int]:
+        measured = t.state == "complete" and t.tps is not None and not t.tps_imputed
+        roles = t.role.split("+")
+        named = BASELINE in roles or any(role.startswith("imported:") for role in roles)
+        return (not measured, not named, t.number)
+
+    best = min(own, key=rank)
+    measured = best.state == "complete" and best.tps is not None and not best.tps_imputed
+    return BaseConfiguration(
+        params=dict(best.params),
+        trial_number=best.number,
+        tuned_tps=best.tps if measured else None,
+        feasible=best.feasible,
+    )
 
 
 # -- running ----------------------------------------------------------------------------
@@ -85,6 +178,7 @@ class VerifyEvent:
     kind: str  # candidate | repeat-started | repeat-finished | verdict | skipped
     trial_number: int
     repeat: int | None = None
+    subject: str = CANDIDATE  # whose repeat: the candidate's, or the base's (the control)
     run: VerificationRun | None = None
     verification: VerificationRecord | None = None
     message: str = ""
@@ -117,17 +211,34 @@ class VerificationContext:
 
     Nothing is written to the trial tables: phases, the server token, the
     manifest and the log tail are kept here and stored with the repeat.
+    For the base's repeat (``subject`` "base") the params are the base's,
+    there are no overrides and no cap: its PPL is measured in full (the same
+    steps as the candidate's, so that its TPS is measured alike) and shown,
+    not judged.
     """
 
     def __init__(
-        self, *, study_name: str, record: TrialRecord, repeat: int, ppl_cap: float
+        self,
+        *,
+        study_name: str,
+        record: TrialRecord,
+        repeat: int,
+        ppl_cap: float | None,
+        subject: str = CANDIDATE,
+        base: BaseConfiguration | None = None,
     ) -> None:
         self.study_name = study_name
         self.number = repeat
         self.trial_number = record.number
-        self.params = dict(record.params)
-        self.overrides = dict(record.overrides)
-        self.role = f"verify #{record.number}"
+        self.subject = subject
+        if subject == BASE:
+            self.params = dict(base.params or {}) if base else {}
+            self.overrides: dict[str, str] = {}
+            self.role = f"verify #{record.number} base"
+        else:
+            self.params = dict(record.params)
+            self.overrides = dict(record.overrides)
+            self.role = f"verify #{record.number}"
         self.ppl_cap = ppl_cap
         self.known_ppl: float | None = None
         self.known_ppl_trial: int | None = None
@@ -175,6 +286,9 @@ def verify_study(
     top: int | None = None,
     repeats: int | None = None,
     tolerance: float | None = None,
+    control: bool | None = None,
+    claimed_speedup: bool | Mapping[int, bool] | None = None,
+    tuned_tps: Mapping[int, float] | None = None,
     evaluate: Evaluator | None = None,
     base_manifest: Manifest | None = None,
     recipe: StudyRecipe | None = None,
@@ -189,19 +303,30 @@ def verify_study(
     ``ServerEvaluator`` on the base manifest with the study's TPS settings
     and the held-out ``prompts`` / ``ppl_data`` (given here, else the
     study's recipe, else the bundled demo's held-out sets when the study
-    tuned on the demo's). ``top``/``repeats``/``tolerance`` replace those of
-    ``settings``. Raises StudyError for an unknown or empty study, or one
-    with no feasible trial; UserInputError when the held-out data is missing.
+    tuned on the demo's). ``top``/``repeats``/``tolerance``/``control``
+    replace those of ``settings``.
+
+    ``claimed_speedup``: whether the study claims each candidate is faster
+    than the base (one answer for all, or by trial number); by default it
+    does when the candidate is not the base configuration, unless the study
+    found the base over the cap or measured it at least as fast (the
+    candidate's point is then the cap, not its speed). ``tuned_tps``: the figure each candidate's
+    held-out median must match, by trial number (default: its trial's TPS).
+
+    Raises StudyError for an unknown or empty study, or one with no feasible
+    trial; UserInputError when the held-out data is missing.
     """
     settings = settings or VerifySettings()
-    changes = {"top": top, "repeats": repeats, "tolerance": tolerance}
+    changes = {"top": top, "repeats": repeats, "tolerance": tolerance, "control": control}
     settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
     status = study_status(storage, study_name)
     study_name = status.study_name
     recipe = recipe if recipe is not None else recipe_from_settings(status.settings)
+    base = base_configuration(status.trials)
     store = VerificationStore(storage)
     try:
         latest = store.latest(study_name)
+        newest = {v.trial_number: v for v in store.records(study_name)}  # oldest first: the newest wins
         chosen = _choose(status, latest, settings)
         todo = [record for record, why in chosen if why is None]
         skipped = tuple((record.number, why) for record, why in chosen if why is not None)
@@ -218,9 +343,17 @@ def verify_study(
                     recipe, base_manifest=base_manifest, prompts=prompts, ppl_data=ppl_data,
                     run_dir=run_root,
                 )  # fmt: skip
+            now = standing(status.trials, ConfirmSettings.from_settings(status.settings))
             for record in todo:
+                plan = _plan(
+                    record, base, settings, _study_claim(now, record, claimed_speedup),
+                    _study_figure(now, record, tuned_tps),
+                )  # fmt: skip
                 made.append(
-                    _verify_one(store, study_name, record, settings, evaluate, data_info, progress)
+                    _verify_one(
+                        store, study_name, record, plan, settings, evaluate, data_info, progress,
+                        resumable=newest.get(record.number),
+                    )  # fmt: skip
                 )
         latest = store.latest(study_name)
     finally:
@@ -229,8 +362,66 @@ def verify_study(
         study_name=study_name,
         verifications=tuple(made),
         skipped=skipped,
-        answer=study_answer(status.trials, latest),
+        answer=study_answer(status.trials, latest, status.settings),
     )
+
+
+def _study_claim(
+    now: Standing, record: TrialRecord, given: bool | Mapping[int, bool] | None
+) -> bool | Mapping[int, bool] | None:
+    """What the study claims of this candidate, unless the caller said: for its confirmed
+    best, the standing's claim (faster than the base, or not distinguishable from it)."""
+    if given is not None:
+        return given
+    incumbent = now.incumbent
+    if incumbent is not None and record.number in incumbent.numbers and now.base is not None:
+        return {record.number: now.claim == "faster"}
+    return None
+
+
+def _study_figure(now: Standing, record: TrialRecord, given: Mapping[int, float] | None) -> Mapping[int, float] | None:
+    """The tuned figure to reproduce: the configuration's geometric mean over its servers."""
+    if given and record.number in given:
+        return given
+    config = now.configuration_of(record.number)
+    return {**(given or {}), record.number: config.estimate} if config is not None else given
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _CandidatePlan:
+    """How one candidate is verified: against what figure, with which control, claiming what."""
+
+    tuned_tps: float
+    control: str  # measured | is-base | off
+    claimed_speedup: bool
+    base: BaseConfiguration
+
+
+def _plan(
+    record: TrialRecord,
+    base: BaseConfiguration,
+    settings: VerifySettings,
+    claimed: bool | Mapping[int, bool] | None,
+    tuned: Mapping[int, float] | None,
+) -> _CandidatePlan:
+    assert record.tps is not None
+    figure = float(tuned[record.number]) if tuned and record.number in tuned else float(record.tps)
+    if not figure > 0 or not math.isfinite(figure):
+        raise VerifySettingsError(f"verify: tuned_tps[{record.number}] must be a positive number, not {figure!r}")
+    is_base = base.is_candidate(record)
+    if is_base:
+        control, claim = CONTROL_IS_BASE, False
+    else:
+        control = CONTROL_MEASURED if settings.control else CONTROL_OFF
+        given = claimed.get(record.number) if isinstance(claimed, Mapping) else claimed
+        if given is not None:
+            claim = bool(given)
+        else:
+            # a study that found its base over the cap, or measured it at least as fast, does
+            # not claim to beat it: the candidate's point is the cap, not its speed
+            over_cap = base.feasible is False
+            claim = not over_cap and (base.tuned_tps is None or figure > base.tuned_tps)
+    return _CandidatePlan(tuned_tps=figure, control=control, claimed_speedup=claim, base=base)
 
 
 def _choose(
@@ -242,7 +433,7 @@ def _choose(
         raise StudyError(
             f"study {status.study_name!r} has no trials yet: run 'sweeper run' first, then verify"
         )
-    chosen = candidates(status.trials, settings.top)
+    chosen = candidates(status.trials, settings.top, status.settings)
     if not chosen:
         raise StudyError(
             f"study {status.study_name!r} has no feasible trial to verify (none of its "
@@ -258,73 +449,159 @@ def _choose(
     return result
 
 
+def _can_resume(
+    found: VerificationRecord | None, record: TrialRecord, plan: _CandidatePlan, data: Mapping[str, Any]
+) -> bool:
+    """An unfinished verification of the same candidate, cap, data and base: its repeats count."""
+    if found is None or found.finished:
+        return False
+
+    def same(a: Any, b: Any) -> bool:
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+    def measured_on(info: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in info.items() if k != "run_dir"}  # where the logs go is no matter
+
+    base_params = None if plan.base.params is None else dict(plan.base.params)
+    return (
+        same(dict(found.params), dict(record.params))
+        and found.ppl_cap == record.ppl_cap
+        and same(measured_on(found.data), measured_on(data))
+        and (not found.base_runs or same(found.base_params, base_params))
+    )
+
+
 def _verify_one(
     store: VerificationStore,
     study_name: str,
     record: TrialRecord,
+    plan: _CandidatePlan,
     settings: VerifySettings,
     evaluate: Evaluator,
     data_info: Mapping[str, Any],
     progress: Callable[[VerifyEvent], None] | None,
+    *,
+    resumable: VerificationRecord | None = None,
 ) -> VerificationRecord:
     cap = record.ppl_cap
     assert record.tps is not None and record.ppl is not None and cap is not None
-    verification_id = store.start(
-        study_name=study_name,
-        trial_number=record.number,
-        params=record.params,
-        tuned_tps=record.tps,
-        tuned_ppl=record.ppl,
-        ppl_cap=cap,
-        tolerance=settings.tolerance,
-        repeats=settings.repeats,
-        data=data_info,
-    )
+    runs: dict[int, VerificationRun] = {}
+    base_runs: dict[int, VerificationRun] = {}
+    if resumable is not None and _can_resume(resumable, record, plan, data_info):
+        verification_id = resumable.id
+        store.resume(
+            verification_id, tuned_tps=plan.tuned_tps, tolerance=settings.tolerance,
+            repeats=settings.repeats, control=plan.control, claimed_speedup=plan.claimed_speedup,
+            spread_prior=settings.spread_prior,
+        )  # fmt: skip
+        runs = {r.repeat: r for r in resumable.runs if r.repeat < settings.repeats}
+        base_runs = {r.repeat: r for r in resumable.base_runs if r.repeat < settings.repeats}
+        logger.info(
+            "taking up the unfinished verification of trial %d: %d candidate and %d base repeats kept",
+            record.number, len(runs), len(base_runs),
+        )  # fmt: skip
+    else:
+        verification_id = store.start(
+            study_name=study_name,
+            trial_number=record.number,
+            params=record.params,
+            tuned_tps=plan.tuned_tps,
+            tuned_ppl=record.ppl,
+            ppl_cap=cap,
+            tolerance=settings.tolerance,
+            repeats=settings.repeats,
+            data=data_info,
+            control=plan.control,
+            claimed_speedup=plan.claimed_speedup,
+            base_params=plan.base.params,
+            base_trial=plan.base.trial_number,
+            spread_prior=settings.spread_prior,
+        )
     logger.info(
-        "verifying trial %d (TPS %.2f, PPL %.4f): %d repeats on held-out data",
-        record.number, record.tps, record.ppl, settings.repeats,
+        "verifying trial %d (TPS %.2f, PPL %.4f): %d repeats on held-out data, control %s",
+        record.number, plan.tuned_tps, record.ppl, settings.repeats, plan.control,
     )  # fmt: skip
-    _emit(progress, VerifyEvent(kind="candidate", trial_number=record.number))
-    runs: list[VerificationRun] = []
+    _emit(progress, VerifyEvent(kind="candidate", trial_number=record.number,
+                                message=_control_note(plan)))  # fmt: skip
+
+    def repeat_of(subject: str, repeat: int) -> VerificationRun:
+        event = {"trial_number": record.number, "repeat": repeat, "subject": subject}
+        _emit(progress, VerifyEvent(kind="repeat-started", **event))
+        run = _measure(
+            evaluate, study_name, record, repeat, cap if subject == CANDIDATE else None,
+            subject=subject, base=plan.base,
+        )  # fmt: skip
+        store.add_run(verification_id, run)
+        _emit(progress, VerifyEvent(kind="repeat-finished", run=run, **event))
+        return run
+
     try:
+        # candidate, base, candidate, base ...: drift over the run reaches both alike
         for repeat in range(settings.repeats):
-            _emit(progress, VerifyEvent(kind="repeat-started", trial_number=record.number, repeat=repeat))
-            run = _measure(evaluate, study_name, record, repeat, cap)
-            store.add_run(verification_id, run)
-            runs.append(run)
-            _emit(
-                progress,
-                VerifyEvent(kind="repeat-finished", trial_number=record.number, repeat=repeat, run=run),
-            )
+            if repeat not in runs:
+                runs[repeat] = repeat_of(CANDIDATE, repeat)
+            run = runs[repeat]
             if run.state != "complete" or run.ppl is None or not run.ppl <= cap:
                 break  # the verdict is settled: spare the remaining servers
+            if plan.control == CONTROL_MEASURED and repeat not in base_runs:
+                base_runs[repeat] = repeat_of(BASE, repeat)
     except BaseException:
         store.finish(verification_id, status=INTERRUPTED, reason="interrupted", median_tps=None, max_ppl=None)
         raise
     verdict = judge(
-        tuned_tps=record.tps, ppl_cap=cap, runs=runs, tolerance=settings.tolerance,
-        repeats=settings.repeats,
+        tuned_tps=plan.tuned_tps, ppl_cap=cap, runs=[runs[r] for r in sorted(runs)],
+        tolerance=settings.tolerance, repeats=settings.repeats,
+        base_runs=[base_runs[r] for r in sorted(base_runs)] if plan.control == CONTROL_MEASURED else None,
+        is_base=plan.control == CONTROL_IS_BASE, claimed_speedup=plan.claimed_speedup,
+        spread_prior=settings.spread_prior,
     )  # fmt: skip
-    store.finish(
-        verification_id,
-        status=verdict.status,
-        reason=verdict.reason,
-        median_tps=verdict.median_tps,
-        max_ppl=verdict.max_ppl,
-    )
+    _finish(store, verification_id, verdict)
     logger.info("trial %d %s: %s", record.number, verdict.status.upper(), verdict.reason)
     done = next(v for v in store.records(study_name) if v.id == verification_id)
     _emit(progress, VerifyEvent(kind="verdict", trial_number=record.number, verification=done))
     return done
 
 
+def _finish(store: VerificationStore, verification_id: int, verdict: Verdict) -> None:
+    speedup = verdict.speedup
+    store.finish(
+        verification_id,
+        status=verdict.status,
+        reason=verdict.reason,
+        median_tps=verdict.median_tps,
+        max_ppl=verdict.max_ppl,
+        spread=verdict.spread.relative if verdict.spread else None,
+        speedup=(speedup.value, speedup.low, speedup.high) if speedup else None,
+        speedup_confidence=speedup.confidence if speedup else None,
+    )
+
+
+def _control_note(plan: _CandidatePlan) -> str:
+    if plan.control == CONTROL_IS_BASE:
+        return "the candidate is the base configuration: no control"
+    if plan.control == CONTROL_OFF:
+        return "no control (switched off)"
+    claim = "claimed faster than the base" if plan.claimed_speedup else "no speedup over the base claimed"
+    return f"alternating with the base configuration ({claim})"
+
+
 def _measure(
-    evaluate: Evaluator, study_name: str, record: TrialRecord, repeat: int, cap: float
+    evaluate: Evaluator,
+    study_name: str,
+    record: TrialRecord,
+    repeat: int,
+    cap: float | None,
+    *,
+    subject: str = CANDIDATE,
+    base: BaseConfiguration | None = None,
 ) -> VerificationRun:
-    context = VerificationContext(study_name=study_name, record=record, repeat=repeat, ppl_cap=cap)
+    context = VerificationContext(
+        study_name=study_name, record=record, repeat=repeat, ppl_cap=cap, subject=subject, base=base
+    )
+    whose = f"trial {record.number}" if subject == CANDIDATE else f"the base beside trial {record.number}"
     began = time.monotonic()
     try:
-        measurement = evaluate(dict(record.params), context)
+        measurement = evaluate(dict(context.params), context)
         if not isinstance(measurement, Measurement):
             raise MeasurementError(
                 f"the evaluator returned {type(measurement).__name__}, not a Measurement"
@@ -332,9 +609,10 @@ def _measure(
     except (SweeperError, OSError) as exc:
         if isinstance(exc, UserInputError):
             raise
-        logger.warning("verification of trial %d, repeat %d failed: %s", record.number, repeat + 1, exc)
+        logger.warning("verification of %s, repeat %d failed: %s", whose, repeat + 1, exc)
         return VerificationRun(
             repeat=repeat,
+            subject=subject,
             state="failed",
             error_kind=type(exc).__name__,
             error_message=str(exc),
@@ -346,6 +624,7 @@ def _measure(
     phases = {**{k: float(v) for k, v in measurement.phases.items()}, **context.phases}
     return VerificationRun(
         repeat=repeat,
+        subject=subject,
         state="complete",
         tps=measurement.tps,
         ppl=math.inf if measurement.extras.get("ppl_infinite") else measurement.ppl,

@@ -10,10 +10,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from storage import DEFAULT_URL, VerificationRecord
+from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, DEFAULT_URL, VerificationRecord
 from sweeper.errors import StudyError
 from sweeper.manifest import Manifest
-from sweeper.answer import VerifyEvent, VerifyResult, VerifySettings, verify_study
+from sweeper.answer import (
+    VerifyEvent,
+    VerifyResult,
+    VerifySettings,
+    heldout_speedup,
+    speedup_text,
+    verify_study,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +43,11 @@ class NotVerifiedError(StudyError):
 @click.option("--ppl-data", metavar="D", help="Held-out PPL records (default: recorded, or the demo's held-out set).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where the servers' logs go.")
 @click.option("--redo", is_flag=True, help="Verify again candidates that already have a verdict.")
+@click.option("--no-control", "no_control", is_flag=True,
+              help="Do not measure the base configuration beside each candidate (half the servers; "
+                   "the speedup over the base is then not checked).")
+@click.option("--spread-prior", default=0.10, show_default=True,
+              help="Between-server TPS spread assumed until the repeats show their own (0.10 = 10 %).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     study_name: str | None,
@@ -48,18 +60,25 @@ def command(
     ppl_data: str | None,
     run_dir: str | None,
     redo: bool,
+    no_control: bool,
+    spread_prior: float,
     as_json: bool,
 ) -> None:
     """Re-measure the study's best feasible configurations on held-out data.
 
     Each candidate runs REPEATS times, each time in a fresh server, on
-    prompts and PPL records the study never tuned on. It is VERIFIED when
-    its held-out PPL stays under the cap in every repeat and its median
-    held-out TPS is within TOLERANCE of its tuned TPS. Results are stored in
-    the study database (see 'sweeper status', 'sweeper report'). Exits with
-    code 1 when no candidate is verified.
+    prompts and PPL records the study never tuned on, alternating with the
+    study's base configuration (the control). It is VERIFIED when its
+    held-out PPL stays under the cap in every repeat, its median held-out
+    TPS is within TOLERANCE of its tuned TPS and, when the study claims it
+    is faster than the base, the held-out speedup over the base is confirmed
+    (the low end of its 95 % interval is above 0 %). Results are stored in
+    the study database (see 'sweeper status', 'sweeper report'); an
+    interrupted verify goes on where it stopped. Exits with code 1 when no
+    candidate is verified.
     """
-    settings = VerifySettings(top=top, repeats=repeats, tolerance=tolerance, redo=redo)
+    settings = VerifySettings(top=top, repeats=repeats, tolerance=tolerance, redo=redo,
+                              control=not no_control, spread_prior=spread_prior)  # fmt: skip
     manifest = Manifest.load(manifest_path) if manifest_path else None
     console = Console(stderr=True)
     result = verify_study(
@@ -78,6 +97,8 @@ def command(
         if result.verifications:
             Console().print(verification_table(result.verifications, title=f"sweeper verify: {result.study_name}"))
         for line in failure_lines(result.verifications):
+            click.echo(line)
+        for line in control_lines(result.verifications):
             click.echo(line)
         for number, why in result.skipped:
             click.echo(f"trial #{number}: {why}")
@@ -98,7 +119,7 @@ def _exit_status(result: VerifyResult) -> None:
 def verification_table(verifications: Iterable[VerificationRecord], *, title: str) -> Table:
     """One row per verification (also used by 'sweeper status')."""
     table = Table(title=title)
-    for column in ("trial", "status", "tuned", "held-out", "dev", "PPL", "cap", "runs"):
+    for column in ("trial", "status", "tuned", "held-out", "dev", "vs base", "PPL", "cap", "runs"):
         table.add_column(column, justify="left" if column == "status" else "right", no_wrap=column == "status")
     for v in verifications:
         style = "green" if v.verified else "red" if v.status == "failed" else "yellow"
@@ -108,12 +129,41 @@ def verification_table(verifications: Iterable[VerificationRecord], *, title: st
             f"{v.tuned_tps:.2f}",
             "-" if v.median_tps is None else f"{v.median_tps:.2f}",
             "-" if v.tps_deviation is None else f"{v.tps_deviation:+.1%}",
+            _versus_base(v),
             "-" if v.max_ppl is None else f"{v.max_ppl:.4f}",
             f"{v.ppl_cap:.4f}",
             f"{len(v.runs)}/{v.repeats}",
         )
-    table.caption = "TPS tuned vs held-out (median of the runs), dev = their gap; PPL: the highest held-out"
+    table.caption = (
+        "TPS tuned vs held-out (median of the runs), dev = their gap; vs base: the held-out "
+        "speedup over the base configuration; PPL: the highest held-out"
+    )
     return table
+
+
+def _versus_base(v: VerificationRecord) -> str:
+    if v.control == CONTROL_IS_BASE:
+        return "is base"
+    if v.control == CONTROL_OFF:
+        return "off"
+    interval = heldout_speedup(v)
+    return "-" if interval is None else f"{(interval.value - 1) * 100:+.1f}%"
+
+
+def control_lines(verifications: Iterable[VerificationRecord]) -> list[str]:
+    """The held-out speedup over the base of each verification that measured the control
+    (left out where a failure line already says it)."""
+    lines = []
+    for v in verifications:
+        interval = heldout_speedup(v)
+        if interval is None:
+            continue
+        text = speedup_text(interval)
+        if not v.verified and text in v.reason:
+            continue
+        claim = "" if v.claimed_speedup else " (no speedup claimed)"
+        lines.append(f"trial #{v.trial_number}: {text}{claim}")
+    return lines
 
 
 def failure_lines(verifications: Iterable[VerificationRecord]) -> list[str]:
@@ -129,18 +179,22 @@ class _Progress:
         self.repeats = repeats
 
     def __call__(self, event: VerifyEvent) -> None:
+        whose = "base" if event.subject == BASE else "candidate"
         if event.kind == "candidate":
-            self.console.print(f"[bold]trial #{event.trial_number}[/bold]: verifying on held-out data")
+            note = f" ({event.message})" if event.message else ""
+            self.console.print(f"[bold]trial #{event.trial_number}[/bold]: verifying on held-out data{note}")
         elif event.kind == "repeat-started":
-            self.console.print(f"  repeat {event.repeat + 1}/{self.repeats}: starting a fresh server")
+            self.console.print(f"  repeat {event.repeat + 1}/{self.repeats}, {whose}: starting a fresh server")
         elif event.kind == "repeat-finished" and event.run is not None:
             run = event.run
             if run.state == "complete":
                 tps = "-" if run.tps is None else f"{run.tps:.2f}"
                 ppl = "-" if run.ppl is None else f"{run.ppl:.4f}"
-                self.console.print(f"  repeat {event.repeat + 1}: TPS {tps}, PPL {ppl} ({run.seconds:.0f} s)")
+                self.console.print(
+                    f"  repeat {event.repeat + 1}, {whose}: TPS {tps}, PPL {ppl} ({run.seconds:.0f} s)"
+                )
             else:
-                self.console.print(f"  repeat {event.repeat + 1}: [red]failed[/red]: {run.error_message}")
+                self.console.print(f"  repeat {event.repeat + 1}, {whose}: [red]failed[/red]: {run.error_message}")
         elif event.kind == "verdict" and event.verification is not None:
             v = event.verification
             style = "green" if v.verified else "red"
