@@ -147,7 +147,9 @@ class Configuration:
 
     @property
     def estimate(self) -> float:
-        """The geometric mean of its TPS figures."""
+        """The geometric mean of its TPS figures (one figure: that figure, exactly)."""
+        if len(self.tps) == 1:
+            return self.tps[0]
         return math.exp(sum(math.log(v) for v in self.tps) / len(self.tps))
 
     def describe(self) -> str:
