@@ -29,11 +29,15 @@ Each proposal is a window and a set of speed settings, chosen apart:
   a concave-leaning quadratic in its (log) coordinate. The fit is a ridge
   regression, so several noisy trials are averaged instead of the luckiest
   one being believed, and a re-measured configuration simply weighs more.
-  A knob whose fitted effect is not measurable (smaller than its own
-  uncertainty and than ``DEAD_EFFECT``) after the design stops moving.
+  A knob whose fitted effect over its range is under ``DEAD_EFFECT`` and
+  within ``DEAD_SIGNIFICANCE`` standard deviations of none, ``DEAD_AFTER``
+  trials after the design, stops moving for good (it keeps its fitted best
+  value); the check runs on every prefix of the trials, so the verdict is
+  the same whoever computes it.
 
-After ``MAX_PLAN_TRIALS`` trials the plan returns None, and the sampler hands
-over to a fallback sampler (GP) with the whole history. The plan is a pure
+After ``MAX_PLAN_TRIALS`` trials, or when no untried setting is left at the
+window, the plan returns None, and the sampler hands over to a fallback
+sampler (GP) with the whole history. The plan is a pure
 function of the stored trials, so a resumed study or a second worker
 continues it: a configuration running or queued elsewhere, one already
 measured and one that failed are not proposed again.
