@@ -3,49 +3,78 @@
 Three facts make the serving problem easier than a black box:
 
 1. Only the quality parameters change the outputs (and so the PPL); a speed
-   knob never moves a configuration across the gate.
+   knob never moves a configuration across the gate, and the PPL of a
+   quality setting is known exactly once measured, whatever the speed knobs.
 2. The quality parameter that trades PPL for speed is monotone: the faster
    direction raises PPL (``faster: lower`` on the sliding window). The
    fastest feasible value is therefore on the gate's boundary, and the
-   measured PPL (a smooth function of that one parameter) says where the
-   boundary is: interpolating ``ppl - cap`` finds it in a few probes.
-3. Known good configurations are enqueued first, so the search starts next
-   to the answer.
+   measured PPL says where the boundary is.
+3. The speed knobs hardly interact with the quality parameter: the best
+   speed settings at one window are (close to) the best at another, so
+   every trial, at whatever window, says something about them.
 
-``GuidedPlan.propose`` turns the trials so far into the next configuration:
+``GuidedPlan.propose`` turns the trials so far into the next configuration.
+Each proposal is a window and a set of speed settings, chosen apart:
 
-* **boundary**: probe the quality parameter where the PPL curve, as
-  measured, crosses the cap, with the speed knobs of the best feasible
-  trial, until the feasible/infeasible gap is ``coarse`` times the
-  parameter's resolution (the root lies between the chord of the bracket
-  and the secant through the two feasible values nearest it: the probe is
-  their midpoint);
-* **speed**: a pattern search over the speed knobs at that boundary value
-  (one knob moved one step at a time, the last good direction first, steps
-  halved when no neighbour is better);
-* **refine**: the boundary again, down to the resolution;
+* **the window**: while the boundary is not known to the parameter's
+  resolution, the next boundary probe (the safe end first if nothing passed
+  yet; then the root lies between the chord of the bracket and the secant
+  through the two feasible values nearest it, and the probe is their
+  midpoint); once it is known, the smallest feasible value measured;
+* **the speed settings**: first a small design around the middle of each
+  speed knob's range (the centre, then the rows of a two-level orthogonal
+  array), so that the boundary probes also measure the speed knobs; then
+  the best untried settings at that window by a surrogate of log TPS fitted
+  to every measured trial: a slope in the window plus, for each speed knob,
+  a concave-leaning quadratic in its (log) coordinate. The fit is a ridge
+  regression, so several noisy trials are averaged instead of the luckiest
+  one being believed, and a re-measured configuration simply weighs more.
+  A knob whose fitted effect over its range is under ``DEAD_EFFECT`` and
+  within ``DEAD_SIGNIFICANCE`` standard deviations of none, ``DEAD_AFTER``
+  trials after the design, stops moving for good (it keeps its fitted best
+  value); the check runs on every prefix of the trials, so the verdict is
+  the same whoever computes it.
 
-and returns None when it has nothing left to propose; the sampler then
-hands over to a fallback sampler (GP) with the whole history.
-The plan is a pure function of the stored trials, so a resumed study or a
-second worker continues it (pending trials' values are not proposed again).
+After ``MAX_PLAN_TRIALS`` trials, or when no untried setting is left at the
+window, the plan returns None, and the sampler hands over to a fallback
+sampler (GP) with the whole history. The plan is a pure
+function of the stored trials, so a resumed study or a second worker
+continues it: a configuration running or queued elsewhere, one already
+measured and one that failed are not proposed again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from search_spaces import Parameter, SearchSpace
 
 logger = logging.getLogger(__name__)
 
-COARSE_FACTOR = 4  # boundary gap (in resolutions) at which the speed search starts
-MAX_HALVINGS = 2  # pattern-search step halvings (finer than this chases 1 % noise)
-SPEED_STEPS = 8  # initial pattern step: the range divided by this (log range for log knobs)
+DESIGN_OFFSET = 0.3  # the design's corners, in a speed knob's [0, 1] coordinate, from 0.5
+# a knob does nothing when its fitted effect on log TPS over its range is under
+# DEAD_EFFECT and within DEAD_SIGNIFICANCE standard deviations of none
+DEAD_EFFECT = 0.05
+DEAD_SIGNIFICANCE = 2.0
+DEAD_AFTER = 2  # trials after the design before a knob may be found to do nothing
+MAX_PLAN_TRIALS = 40  # then the fallback sampler (GP) takes over
+GRID_POINTS = 24  # candidate values per speed knob with more than this many values
+EXPLORATION = 0.5  # surrogate: mean + this many standard deviations
+# prior standard deviations of the surrogate's coefficients (log TPS units)
+PRIOR_WINDOW = 0.3
+PRIOR_LINEAR = 0.5
+PRIOR_QUADRATIC = 1.0
+PRIOR_QUADRATIC_MEAN = -0.5  # TPS is unimodal in each speed knob
+PRIOR_CHOICE = 0.3
+NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
+NOISE_DEFAULT = 0.03  # before there are residuals to estimate it from
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,9 +90,9 @@ class Observation:
 class GuidedPlan:
     """Proposes the next configuration from the observations (see the module docstring)."""
 
-    def __init__(self, space: SearchSpace, *, coarse_factor: float = COARSE_FACTOR) -> None:
+    def __init__(self, space: SearchSpace, *, max_trials: int = MAX_PLAN_TRIALS) -> None:
         self.space = space
-        self.coarse_factor = coarse_factor
+        self.max_trials = max_trials
         quality = [p for p in space.parameters if p.is_quality]
         self.boundary: Parameter | None = None
         if len(quality) == 1 and quality[0].is_numeric and quality[0].faster:
@@ -77,6 +106,7 @@ class GuidedPlan:
                 "guided search needs one numeric quality parameter with 'faster' set and no "
                 "parameter-dependent conditions: using the fallback sampler only"
             )
+        self._design = _orthogonal_signs(sum(p.is_numeric for p in self.speed))
 
     # -- the plan -------------------------------------------------------------
 
@@ -87,32 +117,38 @@ class GuidedPlan:
         failed: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any] | None:
         """The next configuration; ``pending``: running or queued, ``failed``: not to retry."""
-        if not self.applicable or not observations:
+        if not self.applicable or len(observations) + len(pending) >= self.max_trials:
             return None
         tried = {self._key(p) for p in [*(o.params for o in observations), *pending, *failed]}
-        feasible = [o for o in observations if o.gate <= 0 and o.tps is not None]
-        if not feasible:
-            return self._toward_safety(observations, tried)
-        # speed knobs never change PPL, so a gate-failing trial's speed settings count too
-        measured = [o for o in observations if o.tps is not None]
-        incumbent = max(measured, key=lambda o: (o.tps, -o.number))
-        b = self.boundary
-        pending_q = [p[b.name] for p in pending if b.name in p]
-        resolution = b.boundary_resolution()
-        for tolerance in (self.coarse_factor * resolution, resolution):
-            probe = self._boundary_probe(observations, pending_q, tolerance)
-            if probe is not None:
-                candidate = {**incumbent.params, b.name: probe}
-                if self._key(candidate) not in tried:
-                    return candidate
-            if tolerance == resolution:
-                break
-            speed_move = self._speed_move(observations, tried)
-            if speed_move is not None:
-                return speed_move
-        return self._speed_move(observations, tried)
+        window = self.next_window(observations, pending)
+        if window is None:
+            return None
+        speed = self._next_speed(observations, pending, window, tried)
+        if speed is None:
+            return None
+        return {self.boundary.name: window, **speed}
 
-    # -- boundary ---------------------------------------------------------------
+    def frozen_knobs(self, observations: Sequence[Observation]) -> dict[str, Any]:
+        """Speed knobs with no measurable effect, and the value each stays at."""
+        return self._fit(observations).frozen
+
+    # -- the window -----------------------------------------------------------
+
+    def next_window(
+        self, observations: Sequence[Observation], pending: Sequence[Mapping[str, Any]] = ()
+    ) -> Any | None:
+        """The boundary probe, or the boundary once found (the smallest feasible value)."""
+        b = self.boundary
+        safe = b.snap(b.high if b.faster == "lower" else b.low)
+        passing = [o.params[b.name] for o in observations if o.gate <= 0 and b.name in o.params]
+        if not passing:
+            failing = {o.params.get(b.name) for o in observations}
+            return None if safe in failing else safe
+        pending_q = [p[b.name] for p in pending if b.name in p]
+        probe = self._boundary_probe(observations, pending_q, b.boundary_resolution())
+        if probe is not None:
+            return probe
+        return min(passing, key=self._oriented)
 
     def _oriented(self, value: float) -> float:
         """Coordinates in which smaller is faster."""
@@ -137,7 +173,7 @@ class GuidedPlan:
                 gates[u] = max(gates.get(u, -math.inf), o.gate)
         feasible_u = [u for u, g in gates.items() if g <= 0]
         if not feasible_u:
-            return None  # every passing value also failed once (PPL noise): nothing to bisect
+            return None  # every passing value also failed once: nothing to bracket
         hi = min(feasible_u)
         fast_end = min(self._oriented(b.low), self._oriented(b.high))
         infeasible_below = [u for u, g in gates.items() if g > 0 and u < hi]
@@ -151,38 +187,58 @@ class GuidedPlan:
             return None
         if any((lo if lo is not None else fast_end) < self._oriented(q) < hi for q in pending_q):
             return None  # another worker is probing this bracket
-        secant = self._secant_root(gates, feasible_u, hi)
-        if lo is not None:
-            # a convex PPL curve puts the root between the chord's root (feasible side)
-            # and the feasible secant's (infeasible side); a concave one the other way
-            g_lo, g_hi = gates[lo], gates[hi]
-            chord = lo + (hi - lo) * g_lo / (g_lo - g_hi)
-            if secant is not None:
-                near, far = sorted((chord, secant))
-                u = (max(near, lo) + min(far, hi)) / 2
-            else:
-                u = min(max(chord, lo + (hi - lo) / 4), hi - (hi - lo) / 4)
+        root = self._root_estimate(gates, hi, lo)
+        if root is None:
+            # one feasible value and nothing below it: the middle of what is left
+            root = (fast_end + hi) / 2 if hi - fast_end > 2 * tolerance else fast_end
+        bottom = lo if lo is not None else fast_end - step
+        if root >= hi - tolerance:
+            u = hi - tolerance  # the root is just below the feasible end: close the bracket
+        elif lo is not None and root <= lo + tolerance:
+            u = lo + tolerance
         else:
-            u = max(secant, fast_end) if secant is not None else fast_end
-        value = self._from_oriented(u)
-        if lo is not None and self._oriented(value) <= lo:
-            value = self._from_oriented(lo + step)  # the root is just past the failing value
-        if self._oriented(value) >= hi:
-            value = self._from_oriented(hi - step)  # the estimates agree: check one step faster
+            u = root + tolerance / 2  # aim just past the root on the feasible side
+        value = self._from_oriented(min(max(u, bottom + step), hi - step))
         u = self._oriented(value)
-        if u >= hi or (lo is not None and u <= lo) or u < fast_end - 1e-12:
+        if u >= hi or u <= bottom or u < fast_end - 1e-12:
             return None
         return value
 
-    def _secant_root(
-        self, gates: Mapping[float, float], feasible_u: Sequence[float], hi: float
+    def _root_estimate(
+        self, gates: Mapping[float, float], hi: float, lo: float | None
     ) -> float | None:
-        """Where the line through the two feasible values nearest the boundary meets the cap."""
-        above = sorted(u for u in feasible_u if u > hi)
-        if not above or gates[above[0]] >= gates[hi]:
-            return None  # PPL not rising toward the fast end: no slope to follow
-        u2, g1, g2 = above[0], gates[hi], gates[above[0]]
-        return hi - g1 * (u2 - hi) / (g2 - g1)
+        """Where ``ppl - cap`` is 0, from the measured values nearest the boundary.
+
+        PPL falls toward a floor as the quality parameter goes the safe way, so
+        the lines run through ``log(gate - floor)``, straight for a curve that
+        decays like an exponential; the floor is a little under the lowest PPL
+        measured. On a bent curve the chord of the bracket and a secant through
+        two values on one side miss the root on opposite sides: the estimate is
+        the midpoint of the chord's root and the secant root nearest it.
+        """
+        floor = min(gates.values())
+        floor -= max(-floor, 1e-9) * 0.1
+        target = math.log(-floor)
+
+        def root(u1: float, u2: float) -> float | None:
+            t1, t2 = math.log(gates[u1] - floor), math.log(gates[u2] - floor)
+            return None if t1 == t2 else u1 + (u2 - u1) * (target - t1) / (t2 - t1)
+
+        above = sorted(u for u, g in gates.items() if u > hi and g <= 0)
+        below = sorted((u for u, g in gates.items() if lo is not None and u < lo), reverse=True)
+        secants = []
+        if above and gates[above[0]] < gates[hi]:
+            secants.append(root(hi, above[0]))
+        if lo is not None and below and gates[below[0]] > gates[lo]:
+            secants.append(root(lo, below[0]))
+        secants = [u for u in secants if u is not None]
+        chord = root(lo, hi) if lo is not None else None
+        if chord is None:
+            return max(secants) if secants else None
+        if not secants:
+            return chord
+        nearest = min(secants, key=lambda u: abs(u - chord))
+        return (chord + nearest) / 2
 
     def _unit_step(self) -> float:
         b = self.boundary
@@ -190,71 +246,223 @@ class GuidedPlan:
             return math.log(1 + (b.step or 1) / b.high) if b.kind == "int" else 1e-6
         return float(b.step or (1 if b.kind == "int" else 1e-6))
 
-    def _toward_safety(self, observations: Sequence[Observation], tried: set) -> dict | None:
-        """Nothing passed the gate yet: try the safe end of the quality parameter."""
-        b = self.boundary
-        safe = b.high if b.faster == "lower" else b.low
-        latest = max(observations, key=lambda o: o.number)
-        candidate = {**latest.params, b.name: b.snap(safe)}
-        return None if self._key(candidate) in tried else candidate
+    # -- the speed knobs ----------------------------------------------------------
 
-    # -- speed --------------------------------------------------------------------
-
-    def _speed_move(self, observations: Sequence[Observation], tried: set) -> dict | None:
-        """The next untried neighbour of the best trial at the current boundary value."""
-        b = self.boundary
-        feasible = [o for o in observations if o.gate <= 0 and o.tps is not None]
-        hi = min(feasible, key=lambda o: self._oriented(o.params[b.name])).params[b.name]
-        at_hi = [o for o in feasible if o.params[b.name] == hi]
-        base = max(at_hi, key=lambda o: (o.tps, -o.number))
-        moves = self._directions(base, observations)
-        for level in range(MAX_HALVINGS + 1):
-            for parameter, sign in moves:
-                value = self._neighbour(parameter, base.params.get(parameter.name), sign, level)
-                if value is None:
-                    continue
-                candidate = {**base.params, parameter.name: value}
-                if self._key(candidate) not in tried:
-                    return candidate
+    def _next_speed(
+        self,
+        observations: Sequence[Observation],
+        pending: Sequence[Mapping[str, Any]],
+        window: Any,
+        tried: set,
+    ) -> dict[str, Any] | None:
+        """Speed settings for ``window``: the design's next row, else the surrogate's best."""
+        distinct = {self._speed_key(o.params) for o in observations}
+        distinct |= {self._speed_key(p) for p in pending}
+        fit = self._fit(observations)
+        row = len(distinct)
+        if row < 1 + len(self._design):
+            candidate = self._design_row(row, fit.frozen)
+            if self._key({self.boundary.name: window, **candidate}) not in tried:
+                return candidate
+        scores = fit.scores()
+        for index in np.argsort(-scores, kind="stable"):
+            candidate = fit.candidates[int(index)]
+            if self._key({self.boundary.name: window, **candidate}) not in tried:
+                return candidate
         return None
 
-    def _directions(
-        self, base: Observation, observations: Sequence[Observation]
-    ) -> list[tuple[Parameter, int]]:
-        """(parameter, +1/-1) pairs, the move that led to ``base`` first (momentum)."""
-        moves = [(p, s) for p in self.speed for s in (1, -1)]
-        q = self.boundary.name
-        for o in sorted(observations, key=lambda o: -o.number):
-            if o.number >= base.number or o.params.get(q) != base.params.get(q):
+    def _design_row(self, row: int, frozen: Mapping[str, Any]) -> dict[str, Any]:
+        """Row 0: every speed knob in the middle; row r: the middle +- ``DESIGN_OFFSET``."""
+        signs = self._design[row - 1] if row > 0 else None
+        values: dict[str, Any] = {}
+        column = 0
+        for p in self.speed:
+            if not p.is_numeric:
+                values[p.name] = frozen.get(p.name, self._base_choice(p))
                 continue
-            diff = [p for p in self.speed if o.params.get(p.name) != base.params.get(p.name)]
-            if len(diff) == 1 and diff[0].is_numeric:
-                p = diff[0]
-                sign = 1 if base.params[p.name] > o.params[p.name] else -1
-                moves.remove((p, sign))
-                moves.insert(0, (p, sign))
-                break
-        return moves
+            z = 0.5 if signs is None else 0.5 + DESIGN_OFFSET * signs[column]
+            column += 1
+            values[p.name] = frozen[p.name] if p.name in frozen else _from_unit(p, z)
+        return values
 
-    def _neighbour(self, p: Parameter, value: Any, sign: int, level: int) -> Any | None:
-        if value is None:
-            return None
-        if not p.is_numeric:
-            if level > 0:
-                return None
-            index = p.choices.index(value) if value in p.choices else 0
-            target = index + sign
-            return p.choices[target] if 0 <= target < len(p.choices) else None
-        if p.log:
-            step = math.log(p.high / p.low) / SPEED_STEPS / (2**level)
-            moved = p.snap(math.exp(math.log(value) + sign * step))
-        else:
-            grain = p.step or (1 if p.kind == "int" else 0)
-            step = max(grain, (p.high - p.low) / SPEED_STEPS / (2**level))
-            moved = p.snap(value + sign * step)
-        if moved == value or not p.contains(moved):
-            return None
-        return moved
+    def _base_choice(self, p: Parameter) -> Any:
+        return p.coerce(p.default) if p.default is not None else p.choices[0]
+
+    def _fit(self, observations: Sequence[Observation]) -> _Surrogate:
+        """The surrogate over every measured trial; a knob once found dead stays so."""
+        measured = sorted(
+            (o for o in observations if o.tps is not None and o.tps > 0), key=lambda o: o.number
+        )
+        frozen: dict[str, Any] = {}
+        for count in range(1 + len(self._design) + DEAD_AFTER, len(measured)):
+            for name, value in _Surrogate(self, measured[:count], frozen).dead_knobs().items():
+                frozen.setdefault(name, value)
+        surrogate = _Surrogate(self, measured, frozen)
+        for name, value in surrogate.dead_knobs().items():
+            frozen.setdefault(name, value)
+        return surrogate
 
     def _key(self, params: Mapping[str, Any]) -> tuple:
         return tuple((name, params.get(name)) for name in self.space.names)
+
+    def _speed_key(self, params: Mapping[str, Any]) -> tuple:
+        return tuple((p.name, params.get(p.name)) for p in self.speed)
+
+
+class _Surrogate:
+    """Ridge regression of log TPS on the window and each speed knob (module docstring)."""
+
+    def __init__(
+        self, plan: GuidedPlan, measured: Sequence[Observation], frozen: dict[str, Any]
+    ) -> None:
+        self.plan = plan
+        speed = plan.speed
+        self.columns = self._columns(speed)
+        x = np.array([self._features(o.params) for o in measured], dtype=float)
+        x = x.reshape(len(measured), len(self.columns))
+        y = np.log([o.tps for o in measured])
+        prior_mean, prior_sd = self._prior()
+        if len(measured) >= 1:
+            prior_mean = prior_mean.copy()
+            prior_mean[0] = float(np.mean(y))
+        noise = NOISE_DEFAULT
+        for _ in range(2):
+            mean, cov = _ridge(x, y, prior_mean, prior_sd, noise)
+            dof = len(measured) - 3
+            if dof > 0:
+                rss = float(np.sum((y - x @ mean) ** 2))
+                noise = max(NOISE_FLOOR, math.sqrt(rss / dof))
+        self.mean, self.cov, self.noise = mean, cov, noise
+        # whether a knob does anything is judged without the prior's leaning to concave
+        flat_prior = np.where(prior_mean == PRIOR_QUADRATIC_MEAN, 0.0, prior_mean)
+        self.flat_mean, _ = _ridge(x, y, flat_prior, prior_sd, noise)
+        self.measured = measured
+        self.frozen = frozen  # the plan's: knobs found dead, added to as they are found
+
+    # -- features ------------------------------------------------------------
+
+    def _columns(self, speed: Sequence[Parameter]) -> list[tuple[str, str, Any]]:
+        columns = [("", "intercept", None), ("", "window", None)]
+        for p in speed:
+            if p.is_numeric:
+                columns += [(p.name, "linear", None), (p.name, "quadratic", None)]
+            else:
+                columns += [(p.name, "choice", c) for c in p.choices[1:]]
+        return columns
+
+    def _prior(self) -> tuple[np.ndarray, np.ndarray]:
+        sd = {"intercept": 10.0, "window": PRIOR_WINDOW, "linear": PRIOR_LINEAR}
+        sd |= {"quadratic": PRIOR_QUADRATIC, "choice": PRIOR_CHOICE}
+        means = [PRIOR_QUADRATIC_MEAN if kind == "quadratic" else 0.0 for _, kind, _ in self.columns]
+        return np.array(means), np.array([sd[kind] for _, kind, _ in self.columns])
+
+    def _features(self, params: Mapping[str, Any], window_coordinate: float | None = 0) -> list:
+        b = self.plan.boundary
+        row = []
+        for name, kind, choice in self.columns:
+            if kind == "intercept":
+                row.append(1.0)
+            elif kind == "window":
+                if window_coordinate is None:
+                    row.append(0.0)  # candidates are compared at one window: the slope cancels
+                else:
+                    row.append(_to_unit(b, params[b.name]) - 0.5)
+            elif kind == "choice":
+                row.append(1.0 if params.get(name) == choice else 0.0)
+            else:
+                p = self.plan.space.parameter(name)
+                u = _to_unit(p, params.get(name, _from_unit(p, 0.5))) - 0.5
+                row.append(u if kind == "linear" else u * u)
+        return row
+
+    # -- what the fit says -------------------------------------------------------
+
+    def dead_knobs(self) -> dict[str, Any]:
+        """Knobs measured at three values or more whose fitted effect is not measurable."""
+        measured = self.measured
+        if len(measured) < 1 + len(self.plan._design) + DEAD_AFTER:
+            return {}
+        frozen = {}
+        for p in self.plan.speed:
+            if p.name in self.frozen or len({o.params.get(p.name) for o in measured}) < 3:
+                continue
+            idx = [i for i, (name, _, _) in enumerate(self.columns) if name == p.name]
+            values = _values_of(p)
+            rows = np.zeros((len(values), len(self.columns)))
+            for r, value in enumerate(values):
+                feats = self._features({p.name: value}, window_coordinate=None)
+                rows[r, idx] = [feats[i] for i in idx]
+            effect = rows @ self.flat_mean
+            spread = float(effect.max() - effect.min())
+            contrast = rows[int(np.argmax(effect))] - rows[int(np.argmin(effect))]
+            sd = math.sqrt(max(float(contrast @ self.cov @ contrast), 0.0))
+            if spread < DEAD_EFFECT and spread < DEAD_SIGNIFICANCE * sd:
+                frozen[p.name] = values[int(np.argmax(effect))]
+        return frozen
+
+    def _candidates(self) -> list[dict[str, Any]]:
+        axes = []
+        for p in self.plan.speed:
+            axes.append([self.frozen[p.name]] if p.name in self.frozen else _values_of(p))
+        names = [p.name for p in self.plan.speed]
+        return [dict(zip(names, combo)) for combo in itertools.product(*axes)]
+
+    def scores(self) -> np.ndarray:
+        """Posterior mean plus ``EXPLORATION`` standard deviations, per candidate."""
+        self.candidates = self._candidates()
+        x = np.array([self._features(c, window_coordinate=None) for c in self.candidates])
+        mean = x @ self.mean
+        sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", x, self.cov, x), 0))
+        return mean + EXPLORATION * sd
+
+
+def _ridge(
+    x: np.ndarray, y: np.ndarray, prior_mean: np.ndarray, prior_sd: np.ndarray, noise: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and covariance of a linear model with Gaussian prior and noise."""
+    precision = np.diag(1.0 / prior_sd**2)
+    rhs = precision @ prior_mean
+    if len(y):
+        precision = precision + x.T @ x / noise**2
+        rhs = rhs + x.T @ y / noise**2
+    cov = np.linalg.inv(precision)
+    return cov @ rhs, cov
+
+
+def _to_unit(p: Parameter, value: Any) -> float:
+    """A numeric parameter's value in [0, 1] over its range (log scale for log knobs)."""
+    if p.log:
+        return math.log(float(value) / p.low) / math.log(p.high / p.low)
+    return (float(value) - p.low) / (p.high - p.low)
+
+
+def _from_unit(p: Parameter, z: float) -> Any:
+    z = min(max(z, 0.0), 1.0)
+    if p.log:
+        return p.snap(p.low * math.exp(z * math.log(p.high / p.low)))
+    return p.snap(p.low + z * (p.high - p.low))
+
+
+def _values_of(p: Parameter) -> list[Any]:
+    """Every value of a small range, else ``GRID_POINTS`` spread over it."""
+    if not p.is_numeric:
+        return list(p.choices)
+    if p.kind == "int":
+        step = int(p.step or 1)
+        count = (int(p.high) - int(p.low)) // step + 1
+        if count <= GRID_POINTS:
+            return list(range(int(p.low), int(p.high) + 1, step))
+    return sorted({_from_unit(p, i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)})
+
+
+def _orthogonal_signs(columns: int) -> list[list[int]]:
+    """Rows of a two-level orthogonal array with ``columns`` columns (Walsh functions)."""
+    if columns == 0:
+        return []
+    runs = 1
+    while runs <= columns:
+        runs *= 2
+    return [
+        [1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)]
+        for row in range(runs)
+    ]
