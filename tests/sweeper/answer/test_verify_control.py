@@ -235,14 +235,16 @@ def test_the_default_claim_and_the_candidate_that_is_the_base(synthetic, tmp_pat
     assert claimed.status == "failed" and "the claimed speedup over the base is not confirmed" in claimed.reason
 
     # with a looser cap the base (179 tok/s, PPL 2.32) passes; 5 speculative tokens on the same
-    # window are faster (189 tok/s, same PPL): a speedup is claimed by default, and the base,
-    # the second candidate, is verified without a control
+    # window read faster (189 tok/s, same PPL), but from one server a side the study states
+    # it as not distinguishable from the base (sweeper.study.standing), so verify claims no
+    # speedup by default and still measures it; the base, the second candidate, is verified
+    # without a control
     hopeful = RecordingEvaluator(synthetic, base_factor=0.7)
     relaxed = _study_with_cap(synthetic, tmp_path, cap=2.35, configs=[FASTER_THAN_BASE, synthetic.CONFIGS["A"]])
     faster, itself = verify_study(storage=relaxed.url, study_name=relaxed.name, top=2, repeats=2,
                                   evaluate=hopeful).verifications  # fmt: skip
     assert dict(faster.params) == FASTER_THAN_BASE and faster.tuned_tps == 189.0
-    assert faster.claimed_speedup is True and faster.control == "measured"
+    assert faster.claimed_speedup is False and faster.control == "measured"
     assert faster.status == "verified" and faster.speedup == pytest.approx(189.0 / (179.0 * 0.7))
     assert itself.trial_number == 0 and itself.control == "is-base" and itself.claimed_speedup is False
     assert [(n, who) for n, who, _, _, _ in hopeful.calls] == [
