@@ -54,18 +54,13 @@ def test_every_sampler_runs_a_seeded_study(tmp_path: Path, sampler: str) -> None
 def test_guided_search_finds_the_boundary_and_the_best_speed(tmp_path: Path) -> None:
     # start from the safe end, as a user's plain base manifest would
     result = run(tmp_path, n_trials=9, sampler="guided", enqueue=[{"w": 16, "k": 1}])
-    sequence = [(r.params["w"], r.params["k"], r.feasible) for r in result.status.trials]
-    assert sequence == [
-        (16, 1, True),  # the base manifest
-        (1, 1, False),  # the fast end: over the cap
-        (12, 1, True),  # PPL interpolated between the two, a quarter in from the bracket
-        (6, 1, True),  # between the chord's and the feasible secant's estimates
-        (5, 1, True),  # both estimates agree: the boundary
-        (5, 2, True),  # then the speed knob at the boundary, the better direction kept
-        (5, 3, True),
-        (5, 4, True),
-        (4, 1, False),  # and the boundary to its resolution: 4 fails, 5 is the answer
-    ]
+    trials = result.status.trials
+    assert (trials[0].params, trials[0].feasible) == ({"w": 16, "k": 1}, True)  # the base first
+    # the boundary (w=5 passes, 4 fails) is bracketed and the speed knob pushed to its best
+    found = next(i for i, r in enumerate(trials) if r.params == toy.BEST)
+    assert found <= 5, [(r.params, r.feasible) for r in trials]
+    assert any(r.params["w"] == 4 and not r.feasible for r in trials)
+    assert len({tuple(sorted(r.params.items())) for r in trials}) == len(trials)  # nothing twice
     assert result.best.params == toy.BEST
 
 
