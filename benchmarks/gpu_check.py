@@ -658,7 +658,9 @@ def part_resume(manifest: Manifest, out: Path, recorder: Recorder, args: argpars
         used = nvml_used_mib()
         since = round(time.monotonic() - killed_at, 2)
         readings.append((since, used))
-        if used is not None and used <= idle + 256:
+        if used is None:  # no NVML: nothing to watch
+            break
+        if used <= idle + 256:
             freed_after = since
             break
         time.sleep(0.25)
