@@ -32,6 +32,9 @@ machine lost halfway costs the part in progress and nothing before it;
 - ``eager``: eager against compiled (start time and TPS), interleaved.
 
 GPU memory is read through NVML (``nvidia-ml-py``) where it is installed.
+SIGTERM (``timeout``) ends the script through its normal exits, so the server
+in flight is stopped: a server left behind would hold about 43 GiB into the
+next part.
 """
 
 from __future__ import annotations
@@ -170,6 +173,10 @@ def summary_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
                          f"{record['ready_s']:.0f} s = {phases}; compile {record.get('compile_s')} s, "
                          f"cache hit {record.get('cache_hit')}; trial {record['trial_s']:.0f} s = "
                          f"{record['trials_per_hour']:.0f} trials/h")  # fmt: skip
+        elif part == "startup-trial":
+            phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in record.get("phases", {}).items())
+            lines.append(f"startup of sweeper's {record['trial']}: {phases}; compile {record.get('compile_s')} s, "
+                         f"cache hit {record.get('cache_hit')} ({', '.join(record.get('cache_hashes', []))})")  # fmt: skip
         elif part == "resume-kill":
             lines.append(f"resume: SIGKILL in trial {record['killed_trial']} at {record.get('gpu_memory_at_kill_mib')} "
                          f"MiB (idle {record.get('idle_mib')}); freed after {record.get('freed_after_s')} s, "
@@ -550,7 +557,8 @@ def part_startup(manifest: Manifest, out: Path, recorder: Recorder, args: argpar
         sizes_list = (DEMO_SIZES, *(s for s in args.sizes if s != DEMO_SIZES)) if not overrides else (DEMO_SIZES,)
         figures: list[dict[str, Any]] = []
 
-        def on_figure(found: dict[str, Any], case: str = case, overrides: dict[str, str] = overrides) -> None:
+        def on_figure(found: dict[str, Any], case: str = case, overrides: dict[str, str] = overrides,
+                      figures: list[dict[str, Any]] = figures) -> None:
             figures.append(found)
             if not overrides:  # the base configuration in a fresh server: a noise figure too
                 recorder.write("noise", server=f"startup-{case}", **found)
@@ -639,6 +647,9 @@ def part_resume(manifest: Manifest, out: Path, recorder: Recorder, args: argpars
     while time.monotonic() < deadline and first.poll() is None and not any(marker in line for line in lines):
         time.sleep(0.2)
     held, seen = None, time.monotonic()
+    at_marker = nvml_used_mib()  # a server of an earlier trial or run may still hold memory at the start
+    if at_marker is not None:
+        idle = min(idle, at_marker)
     while time.monotonic() < deadline and first.poll() is None:  # kill once its server holds GPU memory
         held = nvml_used_mib()
         if held is not None and held > idle + args.held_mib:
@@ -752,6 +763,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parts = parse_parts(args.only)
     args.top_k = parse_ints(args.top_k, "--top-k")
     args.sizes = parse_sizes(args.sizes)
+    # a `timeout` or a stopped call sends SIGTERM: unwind, so the server in flight is stopped and frees the GPU
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        run_parts(parts, args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_parts(parts: Sequence[str], args: argparse.Namespace) -> None:
     out = Path(args.out)
     recorder = Recorder(out)
     manifest = Manifest.load(args.manifest or demo_paths().gpu_manifest)

@@ -162,10 +162,33 @@ def test_startup_and_resume_figures_are_summarized(gpu_check, tmp_path: Path) ->
     recorder.write("resume", rc=0, rerun_s=120.0, **gpu_check.resume_verdict(
         [trial(0, "COMPLETE", 32), trial(1, "RUNNING", 8)],
         [trial(0, "COMPLETE", 32), trial(1, "FAIL", 8), trial(2, "COMPLETE", 8, retry_of=1)], killed=1, n_trials=2))
+    recorder.write("startup-trial", trial="trial-0001", **gpu_check.parse_startup(COLD_LOG).to_dict())
     lines = gpu_check.summary_lines(gpu_check.read_records(recorder.path))
+    assert lines[3].startswith("startup of sweeper's trial-0001: api imports 17, engine process start 54,")
+    assert lines[3].endswith("compile 26.14 s, cache hit False (b3d7082411)")
     assert lines[0].startswith("startup cold (window 32): ready 138 s = api imports 17, engine process start 54,")
     assert lines[0].endswith("compile 26.14 s, cache hit False; trial 142 s = 25 trials/h")
     assert lines[1] == ("resume: SIGKILL in trial 1 at 44000.0 MiB (idle 615.0); freed after 0.8 s, "
                         "GPU processes left []")  # fmt: skip
     assert lines[2] == ("resume: re-run rc 0 in 120.0 s; 2 complete, killed trial now FAIL, retried as [2], "
                         "lost [], run twice []: ok")  # fmt: skip
+
+
+def test_sigterm_unwinds_the_part_so_its_server_is_stopped(gpu_check, tmp_path: Path, monkeypatch) -> None:
+    import contextlib
+    import os
+    import signal
+
+    stopped = []
+
+    def part(*args):
+        with contextlib.ExitStack() as server:  # stands in for the ServerProcess of a part
+            server.callback(stopped.append, "server stopped")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(gpu_check, "RUNNERS", {"serve": part})
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as ended:
+        gpu_check.main(["--only", "serve", "--out", str(tmp_path)])
+    assert ended.value.code == 128 + signal.SIGTERM and stopped == ["server stopped"]
+    assert signal.getsignal(signal.SIGTERM) is before
