@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from sweeper.demo import choose_demo_manifest, demo_paths
+from sweeper.devices import open_devices
 from sweeper.errors import UserInputError
 from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confirmation
 from sweeper.sweep import (
@@ -230,6 +232,16 @@ def _log_through(console: Console | None, level: int | None) -> Iterator[None]:
         root.setLevel(old_level)
 
 
+def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
+    """The demo's options on its GPU manifest: its data, sizes and budget wherever none is given."""
+    demo = demo_paths()
+    defaults = {"prompts": str(demo.prompts_tuning), "ppl_data": str(demo.ppl_tuning),
+                "num_prompts": DEMO_SIZES.num_prompts, "output_len": DEMO_SIZES.output_len,
+                "warmup_requests": DEMO_SIZES.warmup_requests, "n_trials": DEMO_TRIALS}  # fmt: skip
+    filled = {key: value if options.get(key) is None else options[key] for key, value in defaults.items()}
+    return {**options, **filled, "manifest": manifest}
+
+
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -314,6 +326,11 @@ def command(**options: Any) -> None:
     if quiet and plain:
         raise UserInputError("--quiet and --plain: give one of them, not both")
     options["ppl_cap_rel"] = None if options["ppl_cap"] is not None else options["ppl_cap_rel"]
+    if options["manifest"] is None:  # the demo: its GPU manifest where a GPU is seen
+        with _log_through(None, logging.WARNING) if quiet else contextlib.nullcontext():
+            choice = choose_demo_manifest(open_devices)  # logs which manifest and why
+        if choice.gpu:
+            options = gpu_demo_options(options, str(choice.manifest))
     plan = RunPlan(**options)  # every option checked: errors come before any output
     console = Console(stderr=True)
     if quiet:
