@@ -3,7 +3,11 @@
 The harness measures with ``sglang.bench_serving`` 0.5.2. This script runs
 it (from a separate venv: it pins its own transformers) and
 ``evaluators.measure_tps`` against one ``sweeper serve`` of a manifest,
-alternating A B B A ..., and prints each figure and the ratio ours / theirs.
+alternating A B B A ..., and prints each figure, the ratio ours / theirs,
+the CPU seconds our client used, and whether both sides sent the same
+requests (count, prompts, output tokens). ``--given`` adds a third side:
+``measure_tps`` with the old protocol (prompts in file order, sequential
+full-length warm-up), for comparison.
 
 Make the client's venv once (no network needed beyond the package index)::
 
@@ -15,7 +19,14 @@ Make the client's venv once (no network needed beyond the package index)::
 then::
 
     python benchmarks/tps_vs_harness_client.py --client-python .harness-venv/bin/python \\
-        [--manifest M] [--num-prompts 48] [--output-len 128] [--rounds 3]
+        [--manifest M] [--num-prompts 48] [--output-len 128] [--rounds 3] [--given] \\
+        [--budget-s 500] [--json OUT.json]
+
+The venv is kept out of git by a ``.gitignore`` holding ``*`` inside it
+(``echo '*' > .harness-venv/.gitignore``). The harness client is run with
+``HF_HUB_OFFLINE=1``: it looks the served model name up on the hub before
+it starts, which without a network costs about 50 s per run (outside its
+timer).
 
 The harness's flags: ``--backend vllm-chat --disable-stream --dataset-name
 sharegpt --max-concurrency 1 --request-rate inf --warmup-requests 4 --seed 1
@@ -28,27 +39,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
+import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluators import TpsSettings, load_prompts, measure_tps  # noqa: E402
-from sweeper.demo import demo_paths  # noqa: E402
-from sweeper.manifest import Manifest  # noqa: E402
-from sweeper.serving import ServerProcess  # noqa: E402
+from evaluators import TpsSettings, load_prompts, measure_tps
+from evaluators.tps import select_prompts
+from sweeper.demo import demo_paths
+from sweeper.manifest import Manifest
+from sweeper.serving import ServerProcess
 
 THROUGHPUT = re.compile(r"Output token throughput \(tok/s\):\s*([0-9.]+)")
 
 
 def harness_tps(client_python: str, server: ServerProcess, dataset: Path, tokenizer: str,
                 num_prompts: int, output_len: int, workdir: Path) -> tuple[float, dict]:
-    """The harness client's TPS and its per-request record (latencies by prompt length)."""
+    """The harness client's TPS and its per-request record (``--output-details``)."""
     command = [
         client_python, "-m", "sglang.bench_serving",
         "--backend", "vllm-chat", "--base-url", server.base_url,
@@ -60,7 +73,8 @@ def harness_tps(client_python: str, server: ServerProcess, dataset: Path, tokeni
         "--extra-request-body", json.dumps({"ignore_eos": True}),
         "--output-file", str(workdir / "harness.jsonl"), "--output-details", "--disable-tqdm",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=3600)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=workdir, timeout=3600, env=env)
     match = THROUGHPUT.search(done.stdout)
     if done.returncode != 0 or match is None:
         raise SystemExit(f"the harness client failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
@@ -78,15 +92,24 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=48)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3, help="A B B A blocks")
-    parser.add_argument("--variant", choices=["plain", "harness-order"], default="plain",
-                        help="harness-order: our client on the harness's shuffled prompt order")
+    parser.add_argument("--given", action="store_true",
+                        help="also measure with the old protocol (file order, sequential warm-up)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no new block after this many seconds (a lock's time slot)")
+    parser.add_argument("--json", help="write every figure and per-request record here")
     args = parser.parse_args()
+    began = time.monotonic()
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
     prompts = load_prompts(args.prompts or demo.prompts_tuning).head(args.num_prompts)
     tokenizer = args.tokenizer or manifest.env.get("MODEL_ID") or manifest.model_id
     if (Path(manifest.folder) / tokenizer).is_dir():  # a folder beside the manifest
         tokenizer = str(Path(manifest.folder) / tokenizer)
+    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
+    old = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4,
+                      order="given", warmup="sequential")
+    sent_order = [p.id for p in select_prompts(prompts, settings)]
+    ours_sides = ("ours", "given") if args.given else ("ours",)
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as folder:
         workdir = Path(folder)
         dataset = workdir / "prompts_sharegpt.json"
@@ -94,37 +117,57 @@ def main() -> None:
             {"id": p.id, "conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "ok"}]}
             for p in prompts
         ]))  # fmt: skip
-        ours_prompts = list(prompts)
-        if args.variant == "harness-order":
-            random.Random(1).shuffle(ours_prompts)  # the harness shuffles with --seed 1
-        settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
-        rows = []
-        details = []
+        rows: list[dict] = []
         with ServerProcess(manifest, log_path=workdir / "server.log", ready_timeout_s=900) as server:
             print(f"server ready in {server.ready_seconds:.0f} s at {server.base_url}; "
                   f"{args.num_prompts} prompts x {args.output_len} tokens", flush=True)
             for block in range(args.rounds):
-                order = ("harness", "ours", "ours", "harness") if block % 2 == 0 else ("ours", "harness", "harness", "ours")
+                if args.budget_s is not None and time.monotonic() - began > args.budget_s:
+                    print(f"time budget spent after {block} blocks", flush=True)
+                    break
+                first = ("harness", *ours_sides)
+                order = (*first, *reversed(first)) if block % 2 == 0 else (*reversed(first), *first)
                 for side in order:
+                    cpu = time.process_time()
                     if side == "harness":
                         value, record = harness_tps(args.client_python, server, dataset, tokenizer,
                                                     args.num_prompts, args.output_len, workdir)
                         latencies, wall = list(record["ttfts"]), float(record["duration"])
+                        outputs, inputs = list(record["output_lens"]), list(record["input_lens"])
+                        ids = sent_order  # the harness's own order (checked: its sampler, seed 1)
                     else:
-                        result = measure_tps(server.base_url, server.served_model_name, ours_prompts, settings)
+                        result = measure_tps(server.base_url, server.served_model_name, prompts,
+                                             settings if side == "ours" else old)
                         value = result.tps
                         latencies, wall = [r.latency_s for r in result.requests], result.duration_s
-                    rows.append((side, value))
-                    details.append((side, sorted(latencies), wall))
-                    print(f"  {side:<8} {value:8.2f} tok/s; requests {sum(latencies):7.2f} s of "
-                          f"{wall:7.2f} s wall; median request {statistics.median(latencies) * 1000:6.1f} ms",
-                          flush=True)
-    ours = [v for s, v in rows if s == "ours"]
-    theirs = [v for s, v in rows if s == "harness"]
-    pairs = [o / t for o, t in zip(ours, theirs)]
-    print(f"ours / harness, paired in run order: {', '.join(f'{r:.3f}' for r in pairs)}")
-    print(f"median ratio {statistics.median(pairs):.3f}; ours median {statistics.median(ours):.1f}, "
-          f"harness median {statistics.median(theirs):.1f} tok/s")
+                        outputs = [r.output_tokens for r in result.requests]
+                        inputs = [r.prompt_tokens for r in result.requests]
+                        ids = [r.prompt_id for r in result.requests]
+                    cpu = time.process_time() - cpu
+                    rows.append({"side": side, "tps": value, "duration_s": wall, "client_cpu_s": cpu,
+                                 "latencies_s": latencies, "output_lens": outputs, "input_lens": inputs,
+                                 "prompt_ids": ids, "load": os.getloadavg()[0]})
+                    print(f"  {side:<8} {value:8.2f} tok/s; {len(latencies)} requests, {sum(outputs)} tokens, "
+                          f"{sum(latencies):7.2f} s of {wall:7.2f} s wall; median request "
+                          f"{statistics.median(latencies) * 1000:6.1f} ms; client CPU {cpu:5.2f} s "
+                          f"(ours only); load {os.getloadavg()[0]:.1f}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    theirs = [r for r in rows if r["side"] == "harness"]
+    for side in ours_sides:
+        ours = [r for r in rows if r["side"] == side]
+        pairs = [o["tps"] / t["tps"] for o, t in zip(ours, theirs)]
+        if not pairs:
+            continue
+        same = all(len(o["output_lens"]) == len(t["output_lens"]) and sum(o["output_lens"]) == sum(t["output_lens"])
+                   for o, t in zip(ours, theirs))  # fmt: skip
+        print(f"{side} / harness, paired in run order: {', '.join(f'{r:.3f}' for r in pairs)}; "
+              f"median {statistics.median(pairs):.3f}; same request count and tokens: {same}")
+        print(f"  {side} median {statistics.median(r['tps'] for r in ours):.1f}, harness median "
+              f"{statistics.median(r['tps'] for r in theirs):.1f} tok/s")
+    order_ours = next((r["prompt_ids"] for r in rows if r["side"] == "ours"), None)
+    if order_ours is not None:
+        print(f"ours sends the prompts in the harness's order: {order_ours == sent_order}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,17 @@
 """TPS as the challenge measures it: single stream, fixed output length, wall clock.
 
 Chat completions with the first human turn of each prompt, one request at a
-time, ``warmup_requests`` untimed requests first, ``max_tokens=output_len``
-with ``ignore_eos``, greedy, non-streaming. TPS is the sum of the output
-tokens the server reports in ``usage`` divided by the wall-clock duration of
-the measured requests (prefill and HTTP time included).
+time, ``max_tokens=output_len`` with ``ignore_eos``, greedy, non-streaming.
+TPS is the sum of the output tokens the server reports in ``usage`` divided
+by the wall-clock duration of the measured requests (prefill and HTTP time
+included).
+
+By default the requests are the ones the challenge harness's client
+(``sglang.bench_serving`` 0.5.2, ``--seed 1 --warmup-requests 4``) sends:
+the prompts in its seeded shuffle (so a subset is the subset it would
+measure), and a warm-up of ``warmup_requests`` requests sent together, each
+the first measured prompt with at most ``warmup_output_len`` (32) tokens,
+followed by a pause of ``warmup_pause_s`` (1 s) before the timer starts.
 
 A request that fails, or returns fewer tokens than asked for, is kept as a
 failed ``RequestRecord``; the result then has ``completed < total`` and
@@ -22,9 +29,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import random
 import statistics
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -37,15 +46,29 @@ from evaluators._common import (
     report,
 )
 from evaluators.prompts import Prompt, PromptSet
-from evaluators.spec_metrics import SpecDecodeStats, scrape_spec_decode, spec_decode_delta
+from evaluators.spec_metrics import (
+    SpecDecodeStats,
+    scrape_spec_decode,
+    spec_decode_delta,
+)
 from sweeper.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
+
+WARMUP_STYLES = ("harness", "sequential")
+ORDERS = ("harness", "given")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TpsSettings:
     """The benchmark's settings; the defaults are the challenge's.
+
+    ``warmup``: ``"harness"`` (``warmup_requests`` concurrent copies of the
+    first measured prompt at ``min(output_len, warmup_output_len)`` tokens,
+    then ``warmup_pause_s``) or ``"sequential"`` (the first prompts one by
+    one at ``output_len``, no pause). ``order``: ``"harness"`` (the set
+    shuffled by ``random.Random(seed)``, as the harness's sampler does with
+    ``random.seed(seed)``, then the first ``num_prompts``) or ``"given"``.
 
     A request may take ``timeout_base_s + timeout_per_token_s * output_len``
     seconds (``request_timeout_s``; 81 s at 512 tokens: a server slower than
@@ -55,6 +78,11 @@ class TpsSettings:
     num_prompts: int = 128
     output_len: int = 512
     warmup_requests: int = 4
+    warmup: str = "harness"
+    warmup_output_len: int = 32
+    warmup_pause_s: float = 1.0
+    order: str = "harness"
+    seed: int = 1
     ignore_eos: bool = True
     temperature: float = 0.0
     stream: bool = False
@@ -70,7 +98,7 @@ class TpsSettings:
         return self.timeout_base_s + self.timeout_per_token_s * self.output_len
 
     def __post_init__(self) -> None:
-        for field in ("timeout_base_s", "timeout_per_token_s"):
+        for field in ("timeout_base_s", "timeout_per_token_s", "warmup_pause_s"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"TpsSettings.{field} must be a non-negative number, not {value!r}")
@@ -78,14 +106,20 @@ class TpsSettings:
             raise ValueError(f"TpsSettings.timeout_s must be positive, not {self.timeout_s!r}")
         if not self.request_timeout_s > 0:
             raise ValueError("TpsSettings: the request timeout must be positive")
-        for field in ("num_prompts", "output_len", "warmup_requests"):
+        if self.warmup not in WARMUP_STYLES:
+            raise ValueError(f"TpsSettings.warmup must be one of {WARMUP_STYLES}, not {self.warmup!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"TpsSettings.order must be one of {ORDERS}, not {self.order!r}")
+        for field in ("num_prompts", "output_len", "warmup_requests", "warmup_output_len", "seed"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(
                     f"TpsSettings.{field} must be a non-negative integer, not {value!r}"
                 )
-        if self.num_prompts < 1 or self.output_len < 1:
-            raise ValueError("TpsSettings.num_prompts and output_len must be at least 1")
+        if self.num_prompts < 1 or self.output_len < 1 or self.warmup_output_len < 1:
+            raise ValueError(
+                "TpsSettings.num_prompts, output_len and warmup_output_len must be at least 1"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "request_timeout_s": self.request_timeout_s}
@@ -193,28 +227,22 @@ def measure_tps(
     spec_metrics: bool = True,
     progress: ProgressCallback | None = None,
 ) -> TpsResult:
-    """Run the benchmark on the first ``num_prompts`` prompts against a ready server.
+    """Run the benchmark on ``num_prompts`` prompts against a ready server.
 
-    Warm-up requests use the first prompts of the set and are not timed.
+    The prompts and their order come from ``select_prompts``; the warm-up
+    (see ``TpsSettings``) is not timed.
     With ``spec_metrics``, ``/metrics`` is scraped right before and after the
     measured requests and the acceptance between the two is attached.
     """
     settings = settings or TpsSettings()
-    chosen = list(prompts)[: settings.num_prompts]
+    chosen = select_prompts(prompts, settings)
     if not chosen:
         raise MeasurementError("TPS measurement: the prompt set is empty")
     if len(chosen) < settings.num_prompts:
         logger.info("the prompt set has %d prompts; measuring all of them", len(chosen))
     with make_client(base_url, settings.request_timeout_s) as client:
         warm_began = time.perf_counter()
-        for index in range(settings.warmup_requests):
-            prompt = chosen[index % len(chosen)]
-            record = _send(client, model, prompt, index, settings)
-            if not record.ok:
-                raise MeasurementError(
-                    f"TPS warm-up request {index + 1} ({prompt.id}) failed: {record.error}"
-                )
-            report(progress, "tps warm-up", index + 1, settings.warmup_requests)
+        _warm_up(client, model, chosen, settings, progress)
         warmup_duration = time.perf_counter() - warm_began
 
         before = scrape_spec_decode(base_url, client=client) if spec_metrics else None
@@ -269,13 +297,73 @@ def measure_tps(
     return result
 
 
+def select_prompts(prompts: Sequence[Prompt] | PromptSet, settings: TpsSettings) -> list[Prompt]:
+    """The prompts measured, in the order they are sent.
+
+    ``order="harness"``: the whole set shuffled by Python's ``random`` seeded
+    with ``seed`` (what the harness's ShareGPT sampler does before it takes
+    the first ``num_prompts``), then the first ``num_prompts``;
+    ``order="given"``: the first ``num_prompts`` as given.
+    """
+    listed = list(prompts)
+    if settings.order == "harness":
+        random.Random(settings.seed).shuffle(listed)
+    return listed[: settings.num_prompts]
+
+
+def _warm_up(
+    client: httpx.Client,
+    model: str,
+    chosen: Sequence[Prompt],
+    settings: TpsSettings,
+    progress: ProgressCallback | None,
+) -> None:
+    """The untimed requests before the timer starts (see ``TpsSettings``)."""
+    count = settings.warmup_requests
+    if count == 0:
+        return
+    if settings.warmup == "harness":
+        # all at once, the first measured prompt, a short output, then a pause
+        first = chosen[0]
+        max_tokens = min(settings.output_len, settings.warmup_output_len)
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            records = list(pool.map(
+                lambda index: _send(client, model, first, index, settings, max_tokens=max_tokens),
+                range(count),
+            ))  # fmt: skip
+        failed = [r for r in records if not r.ok]
+        if failed:
+            raise MeasurementError(
+                f"TPS warm-up: {len(failed)} of {count} concurrent requests ({first.id}) failed; "
+                f"first: {failed[0].error}"
+            )
+        report(progress, "tps warm-up", count, count)
+        time.sleep(settings.warmup_pause_s)
+        return
+    for index in range(count):
+        prompt = chosen[index % len(chosen)]
+        record = _send(client, model, prompt, index, settings)
+        if not record.ok:
+            raise MeasurementError(
+                f"TPS warm-up request {index + 1} ({prompt.id}) failed: {record.error}"
+            )
+        report(progress, "tps warm-up", index + 1, count)
+
+
 def _send(
-    client: httpx.Client, model: str, prompt: Prompt, index: int, settings: TpsSettings
+    client: httpx.Client,
+    model: str,
+    prompt: Prompt,
+    index: int,
+    settings: TpsSettings,
+    *,
+    max_tokens: int | None = None,
 ) -> RequestRecord:
+    wanted = settings.output_len if max_tokens is None else max_tokens
     payload = chat_payload(
         model,
         prompt.text,
-        max_tokens=settings.output_len,
+        max_tokens=wanted,
         temperature=settings.temperature,
         ignore_eos=settings.ignore_eos,
         stream=settings.stream,
@@ -300,9 +388,9 @@ def _send(
     if error is None:
         if tokens <= 0:
             error = "no output tokens reported in usage"
-        elif settings.ignore_eos and tokens < settings.output_len:
+        elif settings.ignore_eos and tokens < wanted:
             error = (
-                f"truncated: {tokens} of {settings.output_len} tokens "
+                f"truncated: {tokens} of {wanted} tokens "
                 f"(finish_reason {fields.get('finish_reason')!r})"
             )
     return RequestRecord(

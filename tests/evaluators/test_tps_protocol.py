@@ -4,6 +4,7 @@ scripted HTTP server (failures and multi-token chunks on demand)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -19,6 +20,7 @@ from evaluators import (
     synthetic_prompts,
 )
 from evaluators.spec_metrics import counters_from_metrics
+from evaluators.tps import select_prompts
 from sweeper.errors import MeasurementError
 
 PROMPTS = [Prompt(id=f"p{i}", text=f"prompt number {i}") for i in range(4)]
@@ -68,13 +70,15 @@ def test_tps_is_usage_tokens_over_wall_clock_and_brackets_the_metrics(scripted_s
             {"drafts": 40, "draft_tokens": 80, "accepted": 50, "p0": 28, "p1": 22},
         ]
     )
-    settings = TpsSettings(num_prompts=3, output_len=16, warmup_requests=2)
+    settings = TpsSettings(
+        num_prompts=3, output_len=16, warmup_requests=2, order="given", warmup="sequential"
+    )
     result = measure_tps(scripted_server.base_url, "m", PROMPTS, settings)
     assert result.ok and (result.completed, result.total) == (3, 3)
     assert result.output_tokens == 48
     assert result.tps == pytest.approx(48 / result.duration_s)
     assert result.duration_s >= 3 * 0.02
-    # 2 warm-up requests (first prompts, untimed), then the 3 measured ones
+    # the old protocol: 2 warm-up requests (first prompts, untimed), then the 3 measured ones
     sent = [
         body["messages"][0]["content"]
         for path, body in scripted_server.requests
@@ -102,7 +106,7 @@ def test_failed_and_truncated_requests_fail_the_measurement(scripted_server):
         scripted_server.base_url,
         "m",
         PROMPTS,
-        TpsSettings(num_prompts=4, output_len=16, warmup_requests=0),
+        TpsSettings(num_prompts=4, output_len=16, warmup_requests=0, order="given"),
         spec_metrics=False,
     )
     assert (result.completed, result.total) == (2, 4)
@@ -224,7 +228,8 @@ def test_tps_stops_at_the_first_request_that_times_out(scripted_server):
 
     scripted_server.routes["/v1/chat/completions"] = chat_route(tokens)
     settings = TpsSettings(
-        num_prompts=4, output_len=16, warmup_requests=0, timeout_base_s=0.6, timeout_per_token_s=0.0
+        num_prompts=4, output_len=16, warmup_requests=0, timeout_base_s=0.6, timeout_per_token_s=0.0,
+        order="given",
     )
     began = time.monotonic()
     result = measure_tps(scripted_server.base_url, "m", PROMPTS, settings, spec_metrics=False)
@@ -235,3 +240,89 @@ def test_tps_stops_at_the_first_request_that_times_out(scripted_server):
     assert [r.error for r in result.requests[2:]] == [
         f"not sent: {result.requests[1].error} (at request 1)"
     ] * 2
+
+
+# The order in which sglang.bench_serving 0.5.2 (the harness's client, --seed 1) sends
+# 48 ShareGPT records whose ids are tune-000 ... tune-047 in file order: read from its
+# own sampler (sample_sharegpt_requests) and from the request log of a run against the
+# demo server. Its warm-up is --warmup-requests copies of the first of these.
+HARNESS_ORDER_48_SEED_1 = [
+    44, 15, 45, 9, 5, 35, 2, 14, 19, 34, 33, 46, 40, 26, 11, 38, 37, 12, 21, 17, 20, 22, 29, 32,
+    10, 3, 18, 43, 25, 23, 47, 41, 0, 27, 39, 1, 42, 6, 13, 24, 30, 28, 31, 7, 16, 4, 36, 8,
+]
+
+
+def test_default_protocol_sends_what_the_harness_client_sends(scripted_server):
+    """Warm-up: 4 concurrent copies of the first measured prompt at min(output_len, 32)
+    tokens, then a 1 s pause; then the prompts one by one in the harness's seeded order."""
+    changed = threading.Condition()
+    in_flight = [0, 0]  # now, most at once
+    times: list[tuple[float, float, int]] = []
+
+    def tokens(body):
+        began = time.monotonic()
+        with changed:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+            changed.notify_all()
+            if body["max_tokens"] == 32:  # hold each warm-up until all 4 are in (or 5 s)
+                changed.wait_for(lambda: in_flight[1] >= 4, timeout=5.0)
+        with changed:
+            in_flight[0] -= 1
+            times.append((began, time.monotonic(), body["max_tokens"]))
+        return body["max_tokens"]
+
+    scripted_server.routes["/v1/chat/completions"] = chat_route(tokens)
+    prompts = [Prompt(id=f"tune-{i:03d}", text=f"text of record {i}") for i in range(48)]
+    settings = TpsSettings(num_prompts=48, output_len=128)
+    result = measure_tps(scripted_server.base_url, "m", prompts, settings, spec_metrics=False)
+    assert result.ok and result.output_tokens == 48 * 128
+    chats = [body for path, body in scripted_server.requests if path == "/v1/chat/completions"]
+    assert len(chats) == 4 + 48
+    warm, measured = chats[:4], chats[4:]
+    first = f"text of record {HARNESS_ORDER_48_SEED_1[0]}"
+    assert [(b["messages"][0]["content"], b["max_tokens"]) for b in warm] == [(first, 32)] * 4
+    assert in_flight[1] == 4  # the warm-up requests were in flight together
+    assert [b["messages"][0]["content"] for b in measured] == [
+        f"text of record {i}" for i in HARNESS_ORDER_48_SEED_1
+    ]
+    assert {b["max_tokens"] for b in measured} == {128}
+    assert [r.prompt_id for r in result.requests] == [
+        f"tune-{i:03d}" for i in HARNESS_ORDER_48_SEED_1
+    ]
+    warm_end = max(end for _, end, n in times if n == 32)
+    first_measured = min(start for start, _, n in times if n == 128)
+    assert first_measured - warm_end >= 1.0  # the harness sleeps 1 s before its timer
+    assert result.warmup_duration_s >= 1.0
+
+
+def test_a_subset_is_the_first_of_the_harness_shuffle_and_the_old_protocol_stays():
+    prompts = [Prompt(id=f"tune-{i:03d}", text="t") for i in range(48)]
+    # the harness shuffles the whole file, then takes the first --num-prompts
+    picked = select_prompts(prompts, TpsSettings(num_prompts=16))
+    assert [p.id for p in picked] == [f"tune-{i:03d}" for i in HARNESS_ORDER_48_SEED_1[:16]]
+    given = select_prompts(prompts, TpsSettings(num_prompts=16, order="given"))
+    assert [p.id for p in given] == [f"tune-{i:03d}" for i in range(16)]
+    other_seed = select_prompts(prompts, TpsSettings(num_prompts=48, seed=2))
+    assert [p.id for p in other_seed] != [p.id for p in select_prompts(prompts, TpsSettings(num_prompts=48))]
+    assert sorted(p.id for p in other_seed) == sorted(p.id for p in prompts)
+    with pytest.raises(ValueError, match="order"):
+        TpsSettings(order="sorted")
+    with pytest.raises(ValueError, match="warmup"):
+        TpsSettings(warmup="parallel")
+    with pytest.raises(ValueError, match="warmup_pause_s"):
+        TpsSettings(warmup_pause_s=-1)
+
+
+def test_a_failed_concurrent_warmup_is_a_measurement_error(scripted_server):
+    scripted_server.routes["/v1/chat/completions"] = chat_route(
+        lambda body: (500, {"error": {"message": "no"}})
+    )
+    with pytest.raises(MeasurementError, match=r"TPS warm-up: 2 of 2 concurrent requests \(p3\)"):
+        measure_tps(
+            scripted_server.base_url,
+            "m",
+            PROMPTS,
+            TpsSettings(num_prompts=1, output_len=16, warmup_requests=2, warmup_pause_s=0),
+            spec_metrics=False,
+        )
