@@ -22,6 +22,7 @@ from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confi
 from sweeper.sweep import (
     CHALLENGE_SIZES,
     DEFAULT_NOISE,
+    GPU_DEMO_NOISE,
     DEMO_PRESET,
     DEMO_SIZES,
     DEMO_STORAGE,
@@ -237,7 +238,8 @@ def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
     demo = demo_paths()
     defaults = {"prompts": str(demo.prompts_tuning), "ppl_data": str(demo.ppl_tuning),
                 "num_prompts": DEMO_SIZES.num_prompts, "output_len": DEMO_SIZES.output_len,
-                "warmup_requests": DEMO_SIZES.warmup_requests, "n_trials": DEMO_TRIALS}  # fmt: skip
+                "warmup_requests": DEMO_SIZES.warmup_requests, "n_trials": DEMO_TRIALS,
+                "noise": GPU_DEMO_NOISE}  # fmt: skip
     filled = {key: value if options.get(key) is None else options[key] for key, value in defaults.items()}
     return {**options, **filled, "manifest": manifest}
 
@@ -276,9 +278,10 @@ def _clock(seconds: float) -> str:
 @click.option("--screen", metavar="PxT",
               help="Multi-fidelity: a short TPS screen (e.g. 16x128) before each new configuration's full "
                    "measurement, which is skipped when the screen reads clearly below the best's screen.")
-@click.option("--noise", type=float, default=DEFAULT_NOISE, show_default=True,
-              help="Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
-                   "the study's repeats measure it; benchmarks/gpu_check.py --only noise measures it on a GPU.")
+@click.option("--noise", type=float,
+              help=f"Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
+                   f"the study's repeats measure it (default: {DEFAULT_NOISE}; the GPU demo "
+                   f"{GPU_DEMO_NOISE}); benchmarks/gpu_check.py --only noise measures it on a GPU.")
 @click.option("--prompts", metavar="P", help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).")
 @click.option("--ppl-data", metavar="D", help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).")
 @click.option("--heldout-prompts", metavar="P", help="Held-out prompts for verify (or split them off with --heldout-fraction).")

@@ -13,7 +13,7 @@ from sweeper.cli import run_cmd
 from sweeper.demo import demo_paths
 from sweeper.devices import NoDevices, ScriptedDevices, ScriptedGpu
 from sweeper.errors import UserInputError
-from sweeper.sweep import DEMO_SIZES, DEMO_TRIALS, prepare
+from sweeper.sweep import DEMO_SIZES, DEMO_TRIALS, GPU_DEMO_NOISE, prepare
 
 
 @pytest.fixture
@@ -45,6 +45,8 @@ def test_with_a_gpu_the_demo_runs_its_gpu_manifest_at_the_demo_sizes(monkeypatch
     assert (sizes.num_prompts, sizes.output_len, sizes.warmup_requests) == (4, DEMO_SIZES.output_len,
                                                                            DEMO_SIZES.warmup_requests)
     assert plan.trial_budget == DEMO_TRIALS
+    # the GPU's measured between-server spread is the races' prior (docs/gpu.md)
+    assert plan.confirm_settings().prior_spread == GPU_DEMO_NOISE == 0.13
     assert "demo: the GPU manifest manifest-gpu.json, since NVML sees 1 GPU(s) (NVIDIA H200)" in caplog.text
 
 
