@@ -20,7 +20,9 @@ that server; the screen adds its own ``N(0, --screen-noise)`` (3 %) and reads
 in prefill). A screened-out trial costs its start, its PPL if any, and the
 screen. The clock stops when the study's confirmed best (the standing's
 incumbent, no race open) is a configuration within 1 % of the best feasible
-TPS (noise-free); the table gives the median GPU time and trials to that point.
+TPS (noise-free); the table gives the median GPU time and trials to that point,
+and, for the whole study (its budget of trials and the races), the GPU hours,
+the trials, and the final answer's true TPS as a share of the best.
 
     python benchmarks/screening.py            # 7 seeds, a few minutes
     python benchmarks/screening.py --quick    # 3 seeds
@@ -35,7 +37,6 @@ import math
 import statistics
 import sys
 import tempfile
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,9 @@ class Outcome:
     gpu_s: float | None  # None: no confirmed near-best answer within the cap
     trials: int | None
     screened_out: int
+    total_gpu_s: float  # the whole study, budget and races
+    total_trials: int
+    answer_share: float  # the final confirmed answer's true TPS over the best feasible
 
 
 def run_one(seed: int, *, screening: bool, cap: int, costs: Costs, folder: Path) -> Outcome:
@@ -121,7 +125,6 @@ def run_one(seed: int, *, screening: bool, cap: int, costs: Costs, folder: Path)
     confirm = ConfirmSettings(rounds=2, prior_spread=costs.server_noise)
     name = f"screen-{screening}-{seed}"
     url = f"sqlite:///{folder / name}.db"
-    stop = threading.Event()
     reached: list[tuple[float, int]] = []
     store = TrialStore(url)
 
@@ -132,19 +135,21 @@ def run_one(seed: int, *, screening: bool, cap: int, costs: Costs, folder: Path)
         now = standing(records, confirm)
         if now.confirmed and now.incumbent is not None and landscape.is_near_best(now.incumbent.params):
             reached.append((clock.seconds, len(records)))
-            stop.set()
 
     try:
-        sweeper.run_study(
+        result = sweeper.run_study(
             space, clock, study_name=name, storage=url, n_trials=cap, ppl_cap=PPL_CAP, seed=seed,
             reuse_quality=True, confirm=confirm, enqueue_base=True, progress=progress,
-            stop_event=stop, handle_signals=False,
+            handle_signals=False,
         )  # fmt: skip
     finally:
         store.close()
-    if not reached:
-        return Outcome(gpu_s=None, trials=None, screened_out=clock.screened_out)
-    return Outcome(gpu_s=reached[0][0], trials=reached[0][1], screened_out=clock.screened_out)
+    final = standing(result.status.trials, confirm).incumbent
+    share = landscape.tps_of(final.params) / landscape.best_tps if final is not None else 0.0
+    found = reached[0] if reached else (None, None)
+    return Outcome(gpu_s=found[0], trials=found[1], screened_out=clock.screened_out,
+                   total_gpu_s=clock.seconds, total_trials=len(result.status.trials),
+                   answer_share=share)  # fmt: skip
 
 
 def _median(values: list[float | None]) -> str:
@@ -179,13 +184,19 @@ def main(argv: list[str] | None = None) -> int:
                 for seed in range(seeds)
             ]
             rows.append((screening, outcomes))
-    print("| screen | seeds | reached | median GPU s to the confirmed answer | median trials | screened out (mean) |")
-    print("|---|---|---|---|---|---|")
+    print("| screen | seeds | confirmed near-best reached | median GPU s to it | median trials to it "
+          "| GPU h per study (median) | trials per study (median) | answer / best TPS (median, min) "
+          "| screened out (mean) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for screening, outcomes in rows:
         reached = sum(o.gpu_s is not None for o in outcomes)
+        shares = [o.answer_share for o in outcomes]
         print(
             f"| {'16x128' if screening else 'none'} | {len(outcomes)} | {reached}/{len(outcomes)} "
             f"| {_median([o.gpu_s for o in outcomes])} | {_median([o.trials for o in outcomes])} "
+            f"| {statistics.median(o.total_gpu_s for o in outcomes) / 3600:.2f} "
+            f"| {statistics.median(o.total_trials for o in outcomes):g} "
+            f"| {statistics.median(shares):.3f}, {min(shares):.3f} "
             f"| {statistics.fmean(o.screened_out for o in outcomes):.1f} |"
         )
     print(

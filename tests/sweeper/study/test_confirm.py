@@ -209,3 +209,34 @@ def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tm
     assert result.stop_reason == "n_trials" and result.trials_run == 6
     now = standing(trials, RACING)
     assert now.decisions[-1].outcome in ("tie-kept", "faster") and now.confirmed
+
+
+# -- screening (multi-fidelity): the study's side of the protocol ----------------------
+
+
+def test_a_screen_below_the_floor_skips_the_full_run_and_is_never_the_answer(tmp_path: Path) -> None:
+    true_tps = {0: 100.0, 1: 60.0, 2: 98.0}
+    floors: dict[int, float | None] = {}
+
+    def evaluate(params, context) -> Measurement:  # a screen reads 0.9 of the full figure
+        floors[context.number] = context.screen_floor
+        screen = 0.9 * true_tps[params["c"]]
+        if context.screen_floor is not None and screen < context.screen_floor:
+            return Measurement(tps=None, ppl=1.1, screened=True, extras={"tps_screen": screen})
+        return Measurement(tps=true_tps[params["c"]], ppl=1.1, extras={"tps_screen": screen})
+
+    result = sweeper.run_study(
+        NOISY_SPACE, evaluate, study_name="screen", storage=str(tmp_path / "screen.db"), n_trials=3,
+        ppl_cap=1.2, enqueue=[{"c": 1}, {"c": 2}], enqueue_base=True, confirm=RACING,
+        handle_signals=False,
+    )  # fmt: skip
+    base, slow, close = result.status.trials[:3]
+    assert floors[0] == 0.0  # the base (trial 0): screened, but always measured in full
+    # the floor: the incumbent's screen (90) less two standard errors of a difference at 10 %
+    assert floors[1] == pytest.approx(90.0 * math.exp(-2 * 0.10 * math.sqrt(2)))
+    assert all(floors[number] is None for number in floors if number >= 3)  # races: no screen
+    assert slow.extras["screened"] and slow.tps_imputed
+    assert slow.tps == pytest.approx(54.0 * 100.0 / 90.0)  # scaled by the incumbent's full/screen
+    assert not close.tps_imputed and close.tps == 98.0  # above the floor: measured in full
+    now = standing(result.status.trials, RACING)
+    assert all(c.params["c"] != 1 for c in now.configurations)  # a screened trial is no answer
