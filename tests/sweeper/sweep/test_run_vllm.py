@@ -42,6 +42,7 @@ def run_command(tmp_path: Path, url: str, smallest_window: int) -> list[str]:
         "--warmup-requests", "0",
         "--warmup-prompts", "4",
         "--enqueue", f"sliding_window={smallest_window}",
+        "--confirm-rounds", "0",  # a test of kill and resume: the budget's trials only
         "--json",
     ]  # fmt: skip
 

@@ -60,6 +60,7 @@ def test_two_workers_on_two_gpus_share_one_study(tmp_path: Path, demo: DemoPaths
         "--n-trials", str(TRIALS), "--ppl-cap", "100",
         "--num-prompts", "2", "--output-len", "16",
         "--warmup-requests", "0", "--warmup-prompts", "2",
+        "--confirm-rounds", "0",  # this test counts the budget's trials: no races
         "--gpus", "0,1", "--json",
     ]  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
