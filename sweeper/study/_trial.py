@@ -30,7 +30,7 @@ from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
 from sweeper.errors import MeasurementError, ServerError, StudyError, SweeperError
 from sweeper.serving import FailureKind, classify
 from sweeper.versions import software_versions
-from sweeper.study._confirm import is_confirmation, standing
+from sweeper.study._confirm import Standing, is_confirmation, standing
 from sweeper.study._gate import CONSTRAINT, PplGate, reference_ppl, set_reference, wait_for_reference
 from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
@@ -133,24 +133,31 @@ class TrialRunner:
                 return record.ppl, record.number
         return None, None
 
+    def _incumbent_screens(self) -> tuple[Standing, list[tuple[float, float]]]:
+        """The standing, and (full TPS, screen TPS) of each incumbent trial that ran a screen."""
+        records = self.store.records(self.study.study_name)
+        now = standing(records, self.options.confirm)
+        if now.incumbent is None:
+            return now, []
+        by_number = {r.number: r for r in records}
+        pairs = []
+        for number in now.incumbent.numbers:
+            record = by_number.get(number)
+            screen = record.extras.get("tps_screen") if record is not None else None
+            if record is not None and record.tps and isinstance(screen, (int, float)) and screen > 0:
+                pairs.append((float(record.tps), float(screen)))
+        return now, pairs
+
     def _from_screen(self, screen_tps: float) -> float:
         """A screened-out trial's full TPS as the incumbent's full/screen ratio predicts it.
 
         Stored as imputed (never an answer) but told to the samplers as a speed
         figure: it is measured, at a lower fidelity, and the search needs it.
         """
-        records = self.store.records(self.study.study_name)
-        now = standing(records, self.options.confirm)
-        if now.incumbent is None:
+        _, pairs = self._incumbent_screens()
+        if not pairs:
             return screen_tps
-        by_number = {r.number: r for r in records}
-        pairs = [
-            (by_number[n].tps, by_number[n].extras.get("tps_screen"))
-            for n in now.incumbent.numbers
-            if n in by_number
-        ]
-        ratios = [full / screen for full, screen in pairs if full and isinstance(screen, (int, float)) and screen > 0]
-        return screen_tps * (math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0)
+        return screen_tps * math.exp(sum(math.log(full / screen) for full, screen in pairs) / len(pairs))
 
     def _screen_floor(self, role: str) -> float | None:
         """The screen TPS below which a new configuration cannot beat the study's best.
@@ -166,18 +173,10 @@ class TrialRunner:
             return None
         if is_baseline(role):
             return 0.0
-        records = self.store.records(self.study.study_name)
-        now = standing(records, self.options.confirm)
-        if now.incumbent is None:
+        now, pairs = self._incumbent_screens()
+        if not pairs:
             return 0.0
-        by_number = {r.number: r for r in records}
-        figures = [
-            by_number[n].extras.get("tps_screen") for n in now.incumbent.numbers if n in by_number
-        ]
-        figures = [f for f in figures if isinstance(f, (int, float)) and f > 0]
-        if not figures:
-            return 0.0
-        mean_log = sum(math.log(f) for f in figures) / len(figures)
+        mean_log = sum(math.log(screen) for _, screen in pairs) / len(pairs)
         return math.exp(mean_log - 2.0 * now.spread.relative * math.sqrt(2.0))
 
     def _cap(self, role: str, ppl: float | None, number: int) -> float | None:
