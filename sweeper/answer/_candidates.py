@@ -229,7 +229,10 @@ def ranked_answers(
     noise prior); None ranks as a study without races.
     """
     records = list(records)
-    now = standing(records, _confirm_settings(settings))
+    return _ranked(records, standing(records, _confirm_settings(settings)))
+
+
+def _ranked(records: Sequence[TrialRecord], now: Standing) -> list[TrialRecord]:
     by_number = {record.number: record for record in records}
     return [by_number[config.first] for config in now.ranked()]
 
@@ -323,7 +326,7 @@ def study_answer(
     """
     records = list(records)
     now = standing(records, _confirm_settings(settings))
-    ranked = ranked_answers(records, now.settings)
+    ranked = _ranked(records, now)
     if not ranked:
         return Answer(record=None, status=UNVERIFIED, standing=now)
     for record in ranked:
