@@ -51,10 +51,38 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluators import TpsSettings, load_prompts, measure_tps
+from evaluators.spec_metrics import parse_metrics
 from evaluators.tps import select_prompts
 from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess
+
+# the server's own counters, read before and after each run: where a gap between
+# the clients sits (the server's work per request, or the way to and from it)
+SERVER_COUNTERS = {
+    "requests": "vllm:e2e_request_latency_seconds_count",
+    "e2e_s": "vllm:e2e_request_latency_seconds_sum",
+    "queue_s": "vllm:request_queue_time_seconds_sum",
+    "prefill_s": "vllm:request_prefill_time_seconds_sum",
+    "decode_s": "vllm:request_decode_time_seconds_sum",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "prefix_hits": "vllm:prefix_cache_hits_total",
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+}
+
+
+def server_counters(base_url: str) -> dict[str, float]:
+    import httpx
+
+    samples = parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text)
+    return {key: sum(v for _, v in samples.get(name, [])) for key, name in SERVER_COUNTERS.items()}
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before[key] for key in before}
+
 
 THROUGHPUT = re.compile(r"Output token throughput \(tok/s\):\s*([0-9.]+)")
 
@@ -98,6 +126,8 @@ def main() -> None:
                         help="start no new block after this many seconds (a lock's time slot)")
     parser.add_argument("--json", help="write every figure and per-request record here")
     args = parser.parse_args()
+    # absolute but not resolved: the venv's python is a link, and the client runs in a temporary folder
+    args.client_python = os.path.abspath(args.client_python)
     began = time.monotonic()
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
@@ -129,6 +159,7 @@ def main() -> None:
                 order = (*first, *reversed(first)) if block % 2 == 0 else (*reversed(first), *first)
                 for side in order:
                     cpu = time.process_time()
+                    counters = server_counters(server.base_url)
                     if side == "harness":
                         value, record = harness_tps(args.client_python, server, dataset, tokenizer,
                                                     args.num_prompts, args.output_len, workdir)
@@ -144,13 +175,22 @@ def main() -> None:
                         inputs = [r.prompt_tokens for r in result.requests]
                         ids = [r.prompt_id for r in result.requests]
                     cpu = time.process_time() - cpu
+                    served = counter_delta(counters, server_counters(server.base_url))
                     rows.append({"side": side, "tps": value, "duration_s": wall, "client_cpu_s": cpu,
                                  "latencies_s": latencies, "output_lens": outputs, "input_lens": inputs,
-                                 "prompt_ids": ids, "load": os.getloadavg()[0]})
+                                 "prompt_ids": ids, "load": os.getloadavg()[0],
+                                 "server": served})
                     print(f"  {side:<8} {value:8.2f} tok/s; {len(latencies)} requests, {sum(outputs)} tokens, "
                           f"{sum(latencies):7.2f} s of {wall:7.2f} s wall; median request "
                           f"{statistics.median(latencies) * 1000:6.1f} ms; client CPU {cpu:5.2f} s "
                           f"(ours only); load {os.getloadavg()[0]:.1f}", flush=True)
+                    n = max(served["requests"], 1)
+                    print(f"           server: {served['requests']:.0f} requests (warm-up included), "
+                          f"e2e {served['e2e_s'] / n * 1000:6.1f} ms, decode {served['decode_s'] / n * 1000:6.1f} ms, "
+                          f"prefill {served['prefill_s'] / n * 1000:5.1f} ms, queue {served['queue_s'] / n * 1000:5.1f} ms "
+                          f"per request; {served['prompt_tokens']:.0f} prompt tokens "
+                          f"({served['prefix_hits']:.0f} from cache), {served['generation_tokens']:.0f} generated, "
+                          f"{served['accepted'] / max(served['drafts'], 1):.3f} accepted per draft", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     theirs = [r for r in rows if r["side"] == "harness"]

@@ -1,0 +1,187 @@
+"""Our request against the harness client's request, prompt by prompt, on one server.
+
+Whole benchmark runs on one server drift by 10-25 % within minutes on a
+shared machine, more than the few percent this comparison looks for. Here the
+two clients take turns on every prompt instead: for each prompt, one request
+from ``evaluators.measure_tps``'s own sender (httpx, one keep-alive
+connection, in this process) and one from the harness client's own request
+function (``sglang.bench_serving.async_request_openai_chat_completions``:
+aiohttp, a new session per request, run in the client's venv as a child
+process that answers one request per line), in alternating order (A B, B A,
+...). Both time the request the same way (from just before the request is
+sent to the parsed answer); the ratio of the two latencies of one prompt,
+taken seconds apart, hardly sees the drift.
+
+It also reads the server's own figures (``/metrics``: end-to-end, decode and
+prefill time per request) for each side, summed over its requests, so that a
+gap can be placed in the server's work or on the way to and from it.
+
+    python benchmarks/tps_client_per_request.py --client-python .harness-venv/bin/python \\
+        [--manifest M] [--num-prompts 48] [--output-len 128] [--passes 2] [--json OUT.json]
+
+The client venv is made as ``tps_vs_harness_client.py``'s docstring says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from evaluators import TpsSettings, load_prompts  # noqa: E402
+from evaluators._common import make_client  # noqa: E402
+from evaluators.spec_metrics import parse_metrics  # noqa: E402
+from evaluators.tps import _send, select_prompts  # noqa: E402
+from sweeper.demo import demo_paths  # noqa: E402
+from sweeper.manifest import Manifest  # noqa: E402
+from sweeper.serving import ServerProcess  # noqa: E402
+
+# run by the client venv's python: one harness request per line read, its figures written back
+CHILD = textwrap.dedent(
+    """
+    import argparse, asyncio, json, sys
+    import sglang.bench_serving as bench
+    bench.set_global_args(argparse.Namespace(disable_stream=True))
+    api_url, model = sys.argv[1], sys.argv[2]
+    loop = asyncio.new_event_loop()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        asked = json.loads(line)
+        request = bench.RequestFuncInput(
+            prompt=asked["prompt"], api_url=api_url, prompt_len=0, output_len=asked["max_tokens"],
+            model=model, lora_name=None, image_data=None, extra_request_body={"ignore_eos": True})
+        out = loop.run_until_complete(bench.async_request_openai_chat_completions(request))
+        print(json.dumps({"ok": out.success, "latency_s": out.latency, "output_tokens": out.output_len,
+                          "error": out.error[:300]}), flush=True)
+    """
+)
+
+SERVER_SUMS = {
+    "e2e_s": "vllm:e2e_request_latency_seconds_sum",
+    "decode_s": "vllm:request_decode_time_seconds_sum",
+    "prefill_s": "vllm:request_prefill_time_seconds_sum",
+    "queue_s": "vllm:request_queue_time_seconds_sum",
+    "requests": "vllm:e2e_request_latency_seconds_count",
+}
+
+
+def server_sums(client: httpx.Client) -> dict[str, float]:
+    samples = parse_metrics(client.get("/metrics").text)
+    return {key: sum(v for _, v in samples.get(name, [])) for key, name in SERVER_SUMS.items()}
+
+
+def geometric_interval(ratios: list[float], *, resamples: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """Geometric mean of the ratios and a 95 % bootstrap interval."""
+    logs = [math.log(r) for r in ratios]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(resamples))
+    low, high = means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+    return math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--client-python", required=True, help="python of the venv with sglang 0.5.2")
+    parser.add_argument("--manifest", help="default: the bundled demo")
+    parser.add_argument("--prompts", help="default: the demo's tuning prompts")
+    parser.add_argument("--num-prompts", type=int, default=48)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
+    parser.add_argument("--json", help="write every request's figures here")
+    args = parser.parse_args()
+    demo = demo_paths()
+    manifest = Manifest.load(args.manifest or demo.manifest)
+    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
+    prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="per-request-") as folder:
+        with ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900) as server:
+            print(f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
+                  f"{args.output_len} tokens, {args.passes} passes, the clients alternating", flush=True)
+            child = subprocess.Popen(
+                [os.path.abspath(args.client_python), "-c", CHILD,
+                 f"{server.base_url}/v1/chat/completions", server.served_model_name],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            )  # fmt: skip
+            try:
+                if child.stdout.readline().strip() != "ready":
+                    raise SystemExit("the harness client's child did not start")
+
+                def harness(prompt_text: str, max_tokens: int) -> dict:
+                    child.stdin.write(json.dumps({"prompt": prompt_text, "max_tokens": max_tokens}) + "\n")
+                    child.stdin.flush()
+                    return json.loads(child.stdout.readline())
+
+                with make_client(server.base_url, settings.request_timeout_s) as client:
+                    for index in range(4):  # warm both clients' paths up
+                        _send(client, server.served_model_name, prompts[0], index, settings, max_tokens=32)
+                        harness(prompts[0].text, 32)
+                    step = 0
+                    for turn in range(args.passes):
+                        for prompt in prompts:
+                            order = ("ours", "harness") if step % 2 == 0 else ("harness", "ours")
+                            step += 1
+                            for side in order:
+                                before = server_sums(client)
+                                if side == "ours":
+                                    record = _send(client, server.served_model_name, prompt, 0, settings)
+                                    figures = {"ok": record.ok, "latency_s": record.latency_s,
+                                               "output_tokens": record.output_tokens, "error": record.error}
+                                else:
+                                    figures = harness(prompt.text, args.output_len)
+                                after = server_sums(client)
+                                served = {key: after[key] - before[key] for key in before}
+                                rows.append({"pass": turn, "prompt_id": prompt.id, "side": side,
+                                             "first": side == order[0], **figures, "server": served})
+                        print(f"  pass {turn + 1} done at load {os.getloadavg()[0]:.1f}", flush=True)
+            finally:
+                child.stdin.close()
+                child.wait(timeout=30)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    bad = [r for r in rows if not r["ok"] or r["output_tokens"] != args.output_len]
+    if bad:
+        raise SystemExit(f"{len(bad)} requests failed or came back short; first: {bad[0]}")
+    pairs = {}
+    for r in rows:
+        pairs.setdefault((r["pass"], r["prompt_id"]), {})[r["side"]] = r
+    client_ratio = [p["ours"]["latency_s"] / p["harness"]["latency_s"] for p in pairs.values()]
+    server_ratio = [p["ours"]["server"]["e2e_s"] / p["harness"]["server"]["e2e_s"] for p in pairs.values()]
+    outside = [(p["ours"]["latency_s"] - p["ours"]["server"]["e2e_s"])
+               - (p["harness"]["latency_s"] - p["harness"]["server"]["e2e_s"]) for p in pairs.values()]
+    first = [r["latency_s"] for r in rows if r["first"]]
+    second = [r["latency_s"] for r in rows if not r["first"]]
+    counted = sum(1 for r in rows if round(r["server"]["requests"]) == 1)
+    print(f"{len(pairs)} pairs; the server had counted the request by the time it answered in "
+          f"{counted} of {len(rows)}")
+    g, lo, hi = geometric_interval(client_ratio)
+    print(f"latency ours / harness, as each client timed it: {g:.4f} (95 % interval {lo:.4f} to {hi:.4f}); "
+          f"TPS harness-equivalent ratio {1 / g:.4f}")
+    g, lo, hi = geometric_interval(server_ratio)
+    print(f"the server's own end-to-end time, ours / harness: {g:.4f} (95 % interval {lo:.4f} to {hi:.4f})")
+    print(f"time outside the server, ours minus harness: median {statistics.median(outside) * 1000:.2f} ms per request")
+    print(f"first of a pair / second of a pair (order effect): "
+          f"{statistics.median(first) / statistics.median(second):.4f}")
+    for side in ("ours", "harness"):
+        mine = [r for r in rows if r["side"] == side]
+        tokens = sum(r["output_tokens"] for r in mine)
+        print(f"  {side:<8} {tokens / sum(r['latency_s'] for r in mine):7.2f} tok/s over its requests; server "
+              f"e2e {statistics.median(r['server']['e2e_s'] for r in mine) * 1000:6.1f} ms, decode "
+              f"{statistics.median(r['server']['decode_s'] for r in mine) * 1000:6.1f} ms, prefill "
+              f"{statistics.median(r['server']['prefill_s'] for r in mine) * 1000:5.1f} ms (medians)")
+
+
+if __name__ == "__main__":
+    main()
