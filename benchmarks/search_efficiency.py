@@ -135,7 +135,7 @@ def _task(task: tuple[Row, int, int, str]) -> Outcome:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=9, help="seeds per row (default 9)")
+    parser.add_argument("--seeds", type=int, default=21, help="seeds per row (default 21)")
     parser.add_argument("--slow-seeds", type=int, default=3, help="seeds per GP row (default 3)")
     parser.add_argument("--cap", type=int, default=40, help="trial cap per run (default 40)")
     parser.add_argument(

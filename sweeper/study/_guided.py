@@ -29,11 +29,16 @@ Each proposal is a window and a set of speed settings, chosen apart:
   a concave-leaning quadratic in its (log) coordinate. The fit is a ridge
   regression, so several noisy trials are averaged instead of the luckiest
   one being believed, and a re-measured configuration simply weighs more.
-  A knob whose fitted effect over its range is under ``DEAD_EFFECT`` and
-  within ``DEAD_SIGNIFICANCE`` standard deviations of none, ``DEAD_AFTER``
-  trials after the design, stops moving for good (it keeps its fitted best
-  value); the check runs on every prefix of the trials, so the verdict is
-  the same whoever computes it.
+  A candidate that differs from a tried configuration only in knobs whose
+  fitted effect is within ``DEAD_SIGNIFICANCE`` standard deviations of none
+  is passed over: it would measure the same thing again (on a noisy
+  landscape, a knob of no effect is the least known one, and the
+  exploration term would otherwise spend trials on it). A knob whose fitted
+  effect over its range is under ``DEAD_EFFECT`` and within
+  ``DEAD_SIGNIFICANCE`` standard deviations of none, ``DEAD_AFTER`` trials
+  after the design, stops moving for good (it keeps its fitted best value);
+  the check runs on every prefix of the trials, so the verdict is the same
+  whoever computes it.
 
 After ``MAX_PLAN_TRIALS`` trials, or when no untried setting is left at the
 window, the plan returns None, and the sampler hands over to a fallback
@@ -70,7 +75,7 @@ EXPLORATION = 0.5  # surrogate: mean + this many standard deviations
 # prior standard deviations of the surrogate's coefficients (log TPS units)
 PRIOR_WINDOW = 0.3
 PRIOR_LINEAR = 0.5
-PRIOR_QUADRATIC = 1.0
+PRIOR_QUADRATIC = 0.5  # one SD: 0.125 in log TPS (about 13 %) from the middle of a range to an end
 PRIOR_QUADRATIC_MEAN = -0.5  # TPS is unimodal in each speed knob
 PRIOR_CHOICE = 0.3
 NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
@@ -119,11 +124,11 @@ class GuidedPlan:
         """The next configuration; ``pending``: running or queued, ``failed``: not to retry."""
         if not self.applicable or len(observations) + len(pending) >= self.max_trials:
             return None
-        tried = {self._key(p) for p in [*(o.params for o in observations), *pending, *failed]}
+        tried_params = [*(o.params for o in observations), *pending, *failed]
         window = self.next_window(observations, pending)
         if window is None:
             return None
-        speed = self._next_speed(observations, pending, window, tried)
+        speed = self._next_speed(observations, pending, window, tried_params)
         if speed is None:
             return None
         return {self.boundary.name: window, **speed}
@@ -253,9 +258,10 @@ class GuidedPlan:
         observations: Sequence[Observation],
         pending: Sequence[Mapping[str, Any]],
         window: Any,
-        tried: set,
+        tried_params: Sequence[Mapping[str, Any]],
     ) -> dict[str, Any] | None:
         """Speed settings for ``window``: the design's next row, else the surrogate's best."""
+        tried = {self._key(p) for p in tried_params}
         distinct = {self._speed_key(o.params) for o in observations}
         distinct |= {self._speed_key(p) for p in pending}
         fit = self._fit(observations)
@@ -265,8 +271,17 @@ class GuidedPlan:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
                 return candidate
         scores = fit.scores()
-        for index in np.argsort(-scores, kind="stable"):
-            candidate = fit.candidates[int(index)]
+        ranked = [fit.candidates[int(index)] for index in np.argsort(-scores, kind="stable")]
+        # a candidate that differs from a tried configuration only in knobs whose
+        # effect the fit cannot tell from none would measure the same thing again
+        # (on a noisy landscape, the knob of no effect looks the least known)
+        live = fit.live_knobs()
+        tried_live = {self._live_key(params, live) for params in tried_params}
+        for candidate in ranked:
+            full = {self.boundary.name: window, **candidate}
+            if self._key(full) not in tried and self._live_key(full, live) not in tried_live:
+                return candidate
+        for candidate in ranked:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
                 return candidate
         return None
@@ -304,6 +319,11 @@ class GuidedPlan:
 
     def _key(self, params: Mapping[str, Any]) -> tuple:
         return tuple((name, params.get(name)) for name in self.space.names)
+
+    def _live_key(self, params: Mapping[str, Any], live: set[str]) -> tuple:
+        """The window and the knobs whose effect is measurable: what a trial can tell apart."""
+        names = [self.boundary.name, *(p.name for p in self.speed if p.name in live)]
+        return tuple((name, params.get(name)) for name in names)
 
     def _speed_key(self, params: Mapping[str, Any]) -> tuple:
         return tuple((p.name, params.get(p.name)) for p in self.speed)
@@ -379,26 +399,52 @@ class _Surrogate:
 
     def dead_knobs(self) -> dict[str, Any]:
         """Knobs measured at three values or more whose fitted effect is not measurable."""
-        measured = self.measured
-        if len(measured) < 1 + len(self.plan._design) + DEAD_AFTER:
+        if len(self.measured) < 1 + len(self.plan._design) + DEAD_AFTER:
             return {}
         frozen = {}
         for p in self.plan.speed:
-            if p.name in self.frozen or len({o.params.get(p.name) for o in measured}) < 3:
+            if p.name in self.frozen or len({o.params.get(p.name) for o in self.measured}) < 3:
                 continue
-            idx = [i for i, (name, _, _) in enumerate(self.columns) if name == p.name]
-            values = _values_of(p)
-            rows = np.zeros((len(values), len(self.columns)))
-            for r, value in enumerate(values):
-                feats = self._features({p.name: value}, window_coordinate=None)
-                rows[r, idx] = [feats[i] for i in idx]
-            effect = rows @ self.flat_mean
-            spread = float(effect.max() - effect.min())
-            contrast = rows[int(np.argmax(effect))] - rows[int(np.argmin(effect))]
-            sd = math.sqrt(max(float(contrast @ self.cov @ contrast), 0.0))
+            spread, sd, best = self._effect(p)
             if spread < DEAD_EFFECT and spread < DEAD_SIGNIFICANCE * sd:
-                frozen[p.name] = values[int(np.argmax(effect))]
+                frozen[p.name] = best
         return frozen
+
+    def live_knobs(self) -> set[str]:
+        """Speed knobs not frozen whose fitted effect stands out from the noise, or not yet known.
+
+        A knob measured at fewer than three values counts as live: the fit cannot
+        yet say what it does.
+        """
+        live = set()
+        for p in self.plan.speed:
+            if p.name in self.frozen:
+                continue
+            if len({o.params.get(p.name) for o in self.measured}) < 3:
+                live.add(p.name)
+                continue
+            spread, sd, _ = self._effect(p)
+            if spread >= DEAD_SIGNIFICANCE * sd:
+                live.add(p.name)
+        return live
+
+    def _effect(self, p: Parameter) -> tuple[float, float, Any]:
+        """A knob's fitted effect on log TPS over its values (the flat prior's fit).
+
+        Returns the spread between its best and worst value, the standard
+        deviation of that contrast, and the best value.
+        """
+        idx = [i for i, (name, _, _) in enumerate(self.columns) if name == p.name]
+        values = _values_of(p)
+        rows = np.zeros((len(values), len(self.columns)))
+        for r, value in enumerate(values):
+            feats = self._features({p.name: value}, window_coordinate=None)
+            rows[r, idx] = [feats[i] for i in idx]
+        effect = rows @ self.flat_mean
+        spread = float(effect.max() - effect.min())
+        contrast = rows[int(np.argmax(effect))] - rows[int(np.argmin(effect))]
+        sd = math.sqrt(max(float(contrast @ self.cov @ contrast), 0.0))
+        return spread, sd, values[int(np.argmax(effect))]
 
     def _candidates(self) -> list[dict[str, Any]]:
         axes = []

@@ -10,6 +10,7 @@ stores hold is read back from real SQLite files, an old-schema file among them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sqlite3
 
@@ -269,6 +270,43 @@ def _study_with_cap(synthetic, folder, *, cap: float, configs):
     run_study(space, synthetic.synthetic_evaluator(), study_name="loose", storage=url, n_trials=len(configs) + 1,
               ppl_cap=cap, sampler="random", seed=0, enqueue=list(configs), handle_signals=False)  # fmt: skip
     return synthetic.SyntheticStudy(url=url, name="loose", db=folder / "loose.db")
+
+
+def test_a_study_that_confirmed_a_speedup_claims_it_by_default(synthetic, tmp_path) -> None:
+    from search_spaces import load_preset
+    from sweeper.demo import demo_paths
+    from sweeper.manifest import Manifest
+    from sweeper.study import ConfirmSettings, run_study, standing
+
+    plain = synthetic.synthetic_evaluator()
+    jitter = iter([1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.02, 0.98] * 4)
+
+    def boosted(params, context) -> Measurement:
+        """The synthetic figures, with 5 speculative tokens 1.6 times as fast, and a little noise."""
+        measured = plain(params, context)
+        factor = 1.6 if dict(params) == FASTER_THAN_BASE else 1.0
+        return dataclasses.replace(measured, tps=measured.tps * factor * next(jitter))
+
+    url = f"sqlite:///{tmp_path / 'confirmed.db'}"
+    space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
+    confirm = ConfirmSettings(rounds=2)
+    run_study(space, boosted, study_name="confirmed", storage=url, n_trials=2, ppl_cap=2.35, sampler="random",
+              seed=0, enqueue=[FASTER_THAN_BASE], enqueue_space_configs=False, confirm=confirm,
+              enqueue_base=True, handle_signals=False)  # fmt: skip
+    status = study_status(url, "confirmed")
+    now = standing(status.trials, confirm)
+    assert now.claim == "faster" and dict(now.incumbent.params) == FASTER_THAN_BASE
+    assert len(now.incumbent.numbers) >= 2  # re-measured before it was believed
+
+    # verify takes the claim from the standing, and the tuned figure from the configuration's
+    # geometric mean over its servers
+    result = verify_study(storage=url, study_name="confirmed", top=1, repeats=2, evaluate=boosted)
+    (verification,) = result.verifications
+    assert verification.trial_number in now.incumbent.numbers
+    assert verification.claimed_speedup is True and verification.control == "measured"
+    assert verification.tuned_tps == pytest.approx(now.incumbent.estimate)
+    assert verification.status == "verified", verification.reason
+    assert heldout_speedup(verification).low > 1.0
 
 
 def test_no_control_runs_half_the_servers(synthetic, tmp_path) -> None:
