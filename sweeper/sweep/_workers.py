@@ -349,10 +349,13 @@ def _report(storage: str, study_name: str) -> None:
     """One log line on the study while the workers run, and one per running trial."""
     from storage import study_status
     from sweeper.devices import describe_device
+    from sweeper.study import ConfirmSettings, standing
 
     status = study_status(storage, study_name)
     counts = status.counts
-    best = status.best
+    # the study's confirmed best (its standing), not the single fastest figure
+    now = standing(status.trials, ConfirmSettings.from_settings(status.settings))
+    best = now.incumbent
     logger.info(
         "study %s: %d complete (%d pass the gate), %d failed, %d running; best %s",
         study_name,
@@ -360,7 +363,9 @@ def _report(storage: str, study_name: str) -> None:
         counts["feasible"],
         counts["FAIL"],
         counts["RUNNING"],
-        f"trial {best.number} at {best.tps:.1f} tok/s" if best else "none yet",
+        f"{best.describe()} at {best.estimate:.1f} tok/s{'' if now.confirmed else ', a race open'}"
+        if best
+        else "none yet",
     )
     for record in status.trials:
         if record.state == "running":

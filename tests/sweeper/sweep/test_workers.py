@@ -223,3 +223,29 @@ def test_prepare_gives_the_evaluator_its_device_slot(tmp_path: Path) -> None:
     one = prepare(RunPlan(storage=str(tmp_path / "b.db"), run_dir=str(tmp_path), gpus="1"))
     assert one.evaluator.device.server_env()["CUDA_VISIBLE_DEVICES"] == "1"
     assert one.evaluator.device.describe()["gpus"] == "1"
+
+
+def test_the_parent_reports_the_confirmed_best_not_the_fastest_figure(synthetic, tmp_path: Path, caplog) -> None:
+    from search_spaces import load_preset
+    from sweeper.demo import demo_paths
+    from sweeper.manifest import Manifest
+    from sweeper.study import ConfirmSettings, standing
+    from sweeper.sweep._workers import _report
+
+    # 5 speculative tokens read 189 tok/s against the base's 179 in every server: within the
+    # noise assumed (10 %), so after its round the race is a tie, and a tie keeps the base
+    url = f"sqlite:///{tmp_path / 'tie.db'}"
+    space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
+    contender = {"sliding_window": 32, "centroid_top_k": 8, "num_speculative_tokens": 5}
+    run_study(space, synthetic.synthetic_evaluator(), study_name="tie", storage=url, n_trials=2, ppl_cap=2.35,
+              sampler="random", seed=0, enqueue=[contender], enqueue_space_configs=False,
+              confirm=ConfirmSettings(rounds=1), enqueue_base=True, handle_signals=False)  # fmt: skip
+    status = study_status(url, "tie")
+    now = standing(status.trials, ConfirmSettings(rounds=1))
+    assert dict(status.best.params) == contender and status.best.tps == 189.0
+    assert now.incumbent.is_base and now.confirmed
+    with caplog.at_level("INFO", logger="sweeper.sweep._workers"):
+        _report(url, "tie")
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("study tie:")]
+    assert line.endswith(f"best {now.incumbent.describe()} at {now.incumbent.estimate:.1f} tok/s")
+    assert f"trial {now.incumbent.first} " in line and now.incumbent.first != status.best.number
