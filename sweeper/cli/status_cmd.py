@@ -11,7 +11,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from storage import DEFAULT_URL, StudyStatus, TrialRecord, TrialStore, normalize_url, study_status
+from storage import (
+    DEFAULT_URL,
+    StudyStatus,
+    TrialRecord,
+    TrialStore,
+    normalize_url,
+    pareto_front,
+    study_status,
+)
 from sweeper.study import Standing
 
 LOG_TAIL_LINES = 20
@@ -175,14 +183,7 @@ def _configuration_pareto(status: StudyStatus, now: Standing | None) -> tuple[Tr
     if now is None:
         return status.pareto
     by_number = {r.number: r for r in status.trials}
-    configs = list(now.configurations)
-    front = [
-        c for c in configs
-        if not any(o.estimate >= c.estimate and o.ppl <= c.ppl and (o.estimate > c.estimate or o.ppl < c.ppl)
-                   for o in configs)
-    ]  # fmt: skip
-    front.sort(key=lambda c: (-c.estimate, c.ppl, c.first))
-    return tuple(dataclasses.replace(by_number[c.first], tps=c.estimate) for c in front)
+    return tuple(pareto_front(dataclasses.replace(by_number[c.first], tps=c.estimate) for c in now.configurations))
 
 
 def standing_lines(now: Standing | None) -> list[str]:
