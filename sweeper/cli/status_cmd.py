@@ -207,7 +207,9 @@ def standing_lines(now: Standing | None) -> list[str]:
         base_figures = ", ".join(f"{value:.1f}" for value in now.base.tps)
         lines.append(f"base manifest: trial {now.base.first}: TPS {now.base.estimate:.2f} ({base_figures})")
     for decision in now.decisions:
-        if decision.outcome != "screened":
+        # a contender screened out at once was never raced; one that fell behind
+        # after a round was, and its round is shown
+        if decision.outcome != "screened" or decision.rounds > 0:
             lines.append(f"race: {decision.describe()}")
     return lines
 

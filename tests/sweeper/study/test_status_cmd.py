@@ -105,3 +105,23 @@ def test_status_errors_are_one_line_and_an_exit_code(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip() == f"error: no study database at {missing} (see --storage)"
     assert not missing.exists()
+
+
+def test_status_lists_the_races_that_ran_a_round_and_not_those_screened_at_once() -> None:
+    from test_confirm import BASE, RACING, record
+
+    from sweeper.cli.status_cmd import standing_lines
+    from sweeper.study import CONFIRM_ROLE, standing
+
+    records = [
+        record(0, BASE, 100.0, role="baseline"),
+        record(1, {"c": 1}, 105.0),  # raced: within the noise of the base
+        record(2, {"c": 1}, 70.0, role=CONFIRM_ROLE),  # its round: far slower now
+        record(3, BASE, 102.0, role=CONFIRM_ROLE),
+        record(4, {"c": 2}, 60.0),  # far below at once: never raced
+    ]
+    now = standing(records, RACING)
+    outcomes = {d.contender: (d.outcome, d.rounds) for d in now.decisions}
+    assert outcomes[4] == ("screened", 0) and outcomes[1][1] == 1
+    races = [line for line in standing_lines(now) if line.startswith("race: ")]
+    assert races == [f"race: {d.describe()}" for d in now.decisions if d.contender == 1]
