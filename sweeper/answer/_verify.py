@@ -27,13 +27,12 @@ flagged as unverified.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +67,7 @@ from sweeper.study import (
     Measurement,
     Standing,
     StudyRecipe,
+    TimedPhases,
     recipe_from_settings,
     standing,
 )
@@ -206,7 +206,7 @@ class VerifyResult:
         }
 
 
-class VerificationContext:
+class VerificationContext(TimedPhases):
     """What an evaluator sees of a verification repeat (the TrialContext interface).
 
     Nothing is written to the trial tables: phases, the server token, the
@@ -247,14 +247,6 @@ class VerificationContext:
         self.server_token: str | None = None
         self.manifest: Mapping[str, Any] | None = None
         self.log_tail = ""
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        began = time.monotonic()
-        try:
-            yield
-        finally:
-            self.record_phase(name, time.monotonic() - began)
 
     def record_phase(self, name: str, seconds: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + float(seconds)

@@ -22,6 +22,7 @@ from sweeper.study._evaluator import (
     EvaluationContext,
     Evaluator,
     Measurement,
+    TimedPhases,
     TrialContext,
     TrialEvent,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "StudyOptions",
     "StudyRecipe",
     "StudyResult",
+    "TimedPhases",
     "TrialContext",
     "TrialEvent",
     "base_manifest_of",

@@ -137,7 +137,27 @@ class EvaluationContext(Protocol):
     def set_device(self, device: Mapping[str, str]) -> None: ...
 
 
-class TrialContext:
+class TimedPhases:
+    """``phase(name)`` of the context protocol, over the class's ``notify_phase`` and ``record_phase``."""
+
+    def notify_phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
+        raise NotImplementedError
+
+    def record_phase(self, name: str, seconds: float) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase (``with context.phase("start"): ...``); kept even if it raises."""
+        self.notify_phase(name)
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.record_phase(name, time.monotonic() - start)
+
+
+class TrialContext(TimedPhases):
     """Handed to ``evaluator(params, context)``; one per trial.
 
     Read: ``number``, ``study_name``, ``params``, ``overrides`` (env
@@ -193,16 +213,6 @@ class TrialContext:
     @property
     def stop_requested(self) -> bool:
         return self._stop_event.is_set()
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time a phase (``with context.phase("start"): ...``); kept even if it raises."""
-        self.notify_phase(name)
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self.record_phase(name, time.monotonic() - start)
 
     def record_phase(self, name: str, seconds: float) -> None:
         """Store a phase's duration now (a crash later keeps it)."""
