@@ -19,6 +19,11 @@ gap can be placed in the server's work or on the way to and from it.
     python benchmarks/tps_client_per_request.py --client-python .harness-venv/bin/python \\
         [--manifest M] [--num-prompts 48] [--output-len 128] [--passes 2] [--json OUT.json]
 
+Where sglang's own dependencies cannot be installed (an offline GPU machine
+with vLLM's), ``--client-python python3 --bench-serving-file
+sglang/bench_serving.py`` (unpacked from the sglang 0.5.2 wheel) loads the
+module on its own; it needs only what vLLM already brings.
+
 The client venv is made as ``tps_vs_harness_client.py``'s docstring says.
 """
 
@@ -29,6 +34,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,8 +57,14 @@ from sweeper.serving import ServerProcess  # noqa: E402
 # run by the client venv's python: one harness request per line read, its figures written back
 CHILD = textwrap.dedent(
     """
-    import argparse, asyncio, json, sys
-    import sglang.bench_serving as bench
+    import argparse, asyncio, importlib.util, json, os, sys
+    path = os.environ.get("BENCH_SERVING_FILE")
+    if path:  # the module's own file, without sglang's package (and its other dependencies)
+        spec = importlib.util.spec_from_file_location("bench_serving", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    else:
+        import sglang.bench_serving as bench
     bench.set_global_args(argparse.Namespace(disable_stream=True))
     api_url, model = sys.argv[1], sys.argv[2]
     loop = asyncio.new_event_loop()
@@ -75,6 +87,11 @@ SERVER_SUMS = {
     "queue_s": "vllm:request_queue_time_seconds_sum",
     "requests": "vllm:e2e_request_latency_seconds_count",
 }
+
+
+def client_command(python: str) -> str:
+    """A path as given, made absolute (not resolved: a venv's python is a link); a bare name from PATH."""
+    return os.path.abspath(python) if os.sep in python else (shutil.which(python) or python)
 
 
 def server_sums(client: httpx.Client) -> dict[str, float]:
@@ -100,6 +117,9 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
     parser.add_argument("--json", help="write every request's figures here")
+    parser.add_argument("--bench-serving-file",
+                        help="load the client's request function from this copy of sglang/bench_serving.py "
+                             "(it needs only aiohttp, numpy, requests, tqdm and transformers), not from sglang")
     args = parser.parse_args()
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
@@ -111,9 +131,11 @@ def main() -> None:
             print(f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
                   f"{args.output_len} tokens, {args.passes} passes, the clients alternating", flush=True)
             child = subprocess.Popen(
-                [os.path.abspath(args.client_python), "-c", CHILD,
+                [client_command(args.client_python), "-c", CHILD,
                  f"{server.base_url}/v1/chat/completions", server.served_model_name],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                env={**os.environ, "HF_HUB_OFFLINE": "1",
+                     **({"BENCH_SERVING_FILE": os.path.abspath(args.bench_serving_file)} if args.bench_serving_file else {})},
             )  # fmt: skip
             try:
                 if child.stdout.readline().strip() != "ready":

@@ -127,7 +127,8 @@ def main() -> None:
     parser.add_argument("--json", help="write every figure and per-request record here")
     args = parser.parse_args()
     # absolute but not resolved: the venv's python is a link, and the client runs in a temporary folder
-    args.client_python = os.path.abspath(args.client_python)
+    if os.sep in args.client_python:
+        args.client_python = os.path.abspath(args.client_python)
     began = time.monotonic()
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
