@@ -274,12 +274,12 @@ class GuidedPlan:
         ranked = [fit.candidates[int(index)] for index in np.argsort(-scores, kind="stable")]
         # a candidate that differs from a tried configuration only in knobs whose
         # effect the fit cannot tell from none would measure the same thing again
-        # (on a noisy landscape, the knob of no effect looks the least known)
+        # (on a noisy landscape, the knob of no effect looks the least known); the
+        # live key is coarser than the full one, so an untried live key is untried
         live = fit.live_knobs()
         tried_live = {self._live_key(params, live) for params in tried_params}
         for candidate in ranked:
-            full = {self.boundary.name: window, **candidate}
-            if self._key(full) not in tried and self._live_key(full, live) not in tried_live:
+            if self._live_key({self.boundary.name: window, **candidate}, live) not in tried_live:
                 return candidate
         for candidate in ranked:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
