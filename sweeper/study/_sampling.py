@@ -77,6 +77,13 @@ def observations(trials: Sequence[FrozenTrial]) -> list[Observation]:
     return found
 
 
+REDRAWS = 100  # random draws for an untried configuration before a repeat is accepted
+
+
+def _config_key(params: dict[str, Any], search_space: dict[str, BaseDistribution]) -> tuple:
+    return tuple((name, params.get(name)) for name in search_space)
+
+
 def _params_of(trial: FrozenTrial) -> dict[str, Any]:
     return dict(trial.system_attrs.get("fixed_params", trial.params))
 
@@ -93,9 +100,12 @@ class GuidedSampler(BaseSampler):
             logger.warning("scipy or torch missing: the guided search falls back to TPE, not GP")
             fallback = optuna.samplers.TPESampler(seed=seed)
         self._fallback = fallback or optuna.samplers.GPSampler(seed=seed)
+        # draws an untried configuration when the fallback proposes a tried one
+        self._redraw = optuna.samplers.RandomSampler(seed=seed)
 
     def reseed_rng(self) -> None:
         self._fallback.reseed_rng()
+        self._redraw.reseed_rng()
 
     def infer_relative_search_space(
         self, study: Study, trial: FrozenTrial
@@ -116,9 +126,42 @@ class GuidedSampler(BaseSampler):
         failed = [_params_of(t) for t in others if t.state == TrialState.FAIL]
         proposal = self._plan.propose(observations(others), pending, failed)
         if proposal is None:
-            return self._fallback.sample_relative(study, trial, search_space)
+            measured = [_params_of(t) for t in others if t.state == TrialState.COMPLETE]
+            return self._untried(study, trial, search_space, [*measured, *pending, *failed])
         logger.debug("guided proposal for trial %d: %s", trial.number, proposal)
         return {name: value for name, value in proposal.items() if name in search_space}
+
+    def _untried(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        search_space: dict[str, BaseDistribution],
+        tried: Sequence[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The fallback's proposal, unless it was tried already: then a random untried one.
+
+        A GP fitted to the history can come back to a configuration it has
+        seen; re-measuring it overnight would cost a server start for nothing
+        (races re-measure on purpose, as confirmation trials). After
+        ``REDRAWS`` random draws that were all tried, the fallback's proposal
+        stands (a small space may be used up).
+        """
+        proposal = dict(self._fallback.sample_relative(study, trial, search_space))
+        for name, distribution in search_space.items():
+            if name not in proposal:  # what Optuna would ask the fallback one by one (a GP's start-up)
+                proposal[name] = self._fallback.sample_independent(study, trial, name, distribution)
+        seen = {_config_key(params, search_space) for params in tried}
+        if _config_key(proposal, search_space) not in seen:
+            return proposal
+        for _ in range(REDRAWS):
+            drawn = {
+                name: self._redraw.sample_independent(study, trial, name, distribution)
+                for name, distribution in search_space.items()
+            }
+            if _config_key(drawn, search_space) not in seen:
+                logger.debug("trial %d: the fallback proposed a tried configuration; drew %s", trial.number, drawn)
+                return drawn
+        return proposal
 
     def sample_independent(
         self,
