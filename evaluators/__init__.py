@@ -42,6 +42,7 @@ from evaluators.intervals import (
     repeat_interval,
     request_interval,
     speedup_interval,
+    tps_interval,
 )
 from evaluators.ppl import (
     EarlyStopRule,
@@ -71,6 +72,7 @@ __all__ = [
     "Spread",
     "pooled_spread",
     "speedup_interval",
+    "tps_interval",
     "repeat_interval",
     "request_interval",
     "EarlyStopRule",

@@ -208,6 +208,28 @@ def speedup_interval(
     )
 
 
+def tps_interval(figures: Sequence[float], *, spread: Spread, confidence: float = 0.95) -> Interval:
+    """A configuration's TPS from its fresh-server ``figures``: geometric mean, t-interval on ``spread``."""
+    _check_confidence(confidence)
+    if not figures:
+        raise MeasurementError("tps_interval: at least one TPS figure is needed")
+    mean = statistics.fmean(map(_log_tps, figures))
+    from scipy.stats import t as student_t
+
+    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, spread.df)) * spread.relative / math.sqrt(len(figures))
+    return Interval(
+        value=math.exp(mean),
+        low=math.exp(mean - half),
+        high=math.exp(mean + half),
+        confidence=confidence,
+        method=(
+            f"geometric mean of {len(figures)} fresh server(s), t-interval with between-server "
+            f"spread {spread.relative:.1%} on {spread.df:g} df"
+        ),
+        samples=len(figures),
+    )
+
+
 def _log_tps(value: float) -> float:
     if not value > 0 or not math.isfinite(value):
         raise MeasurementError(f"a TPS figure must be positive and finite, not {value}")

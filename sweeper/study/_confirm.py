@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from evaluators import Interval, Spread, pooled_spread, speedup_interval
+from evaluators import Interval, Spread, pooled_spread, speedup_interval, tps_interval
 from search_spaces import BASELINE
 from storage import TrialRecord, is_answer
 from sweeper.errors import UserInputError
@@ -140,6 +140,10 @@ class Configuration:
     ppl: float
     ppl_cap: float
     is_base: bool
+    # the figures measured after the configuration was picked for a race (its
+    # confirmation trials); the base's own trial counts too (it is measured
+    # whatever it reads, so it is not picked for reading high)
+    confirmed_tps: tuple[float, ...] = ()
 
     @property
     def first(self) -> int:
@@ -265,6 +269,16 @@ class Standing:
         )
         return ([self.incumbent] if self.incumbent is not None else []) + rest
 
+    def tps_interval(self, config: Configuration) -> Interval:
+        """The configuration's TPS (tok/s) with its interval at the study's confidence.
+
+        Made from the figures measured after selection (``confirmed_tps``)
+        when there are any, else from all its figures; the interval is a
+        t-interval of the mean log TPS on the study's between-server spread.
+        """
+        figures = config.confirmed_tps or config.tps
+        return tps_interval(figures, spread=self.spread, confidence=self.settings.confidence)
+
     def configuration_of(self, number: int) -> Configuration | None:
         for config in self.configurations:
             if number in config.numbers:
@@ -383,6 +397,11 @@ def configurations(records: Iterable[TrialRecord]) -> list[Configuration]:
                 ppl=float(first.ppl),
                 ppl_cap=float(first.ppl_cap if first.ppl_cap is not None else first.ppl),
                 is_base=any(BASELINE in r.role.split("+") for r in group),
+                confirmed_tps=tuple(
+                    float(r.tps)
+                    for r in group
+                    if is_confirmation(r.role) or BASELINE in r.role.split("+")
+                ),
             )
         )
     return sorted(found, key=lambda c: c.first)
