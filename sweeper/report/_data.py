@@ -45,6 +45,7 @@ COLORS = {
     "cap": "#d62828",
     "winner": "#ffb703",
     "front": "#264653",
+    "base": "#457b9d",
 }
 LABELS = {
     FEASIBLE: "feasible (PPL under the cap)",
@@ -86,6 +87,48 @@ class TrialPoint:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ConfigurationPoint:
+    """One gate-passing configuration as the plots draw it: at its TPS estimate, with its interval.
+
+    ``tps``, ``low`` and ``high`` are ``Standing.tps_interval`` (the figure the
+    study's claim rests on), never one server's reading; ``readings`` holds
+    every server's (trial number, TPS), in trial order, for the faint dots.
+    """
+
+    first: int
+    numbers: tuple[int, ...]
+    ppl: float
+    params: Mapping[str, Any]
+    readings: tuple[tuple[int, float], ...]
+    tps: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+    is_base: bool
+    is_answer: bool
+
+    @property
+    def level(self) -> str:
+        return f"{self.confidence * 100:.0f} %"
+
+    def interval_text(self) -> str:
+        return f"{self.level} interval {self.low:.1f}-{self.high:.1f}"
+
+    def hover(self) -> str:
+        role = " = the answer" if self.is_answer else ""
+        role += " (the base manifest)" if self.is_base else ""
+        lines = [
+            f"configuration of trial #{self.first}{role}",
+            f"TPS {self.tps:.2f} ({self.interval_text()})",
+            f"{len(self.readings)} server(s): " + ", ".join(f"#{n} {v:.1f}" for n, v in self.readings),
+            f"PPL {self.ppl:.4f}",
+        ]
+        lines += [f"{k} = {v}" for k, v in self.params.items()]
+        return "<br>".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PhaseTime:
     name: str
     seconds: float
@@ -120,6 +163,8 @@ class ReportData:
     env_changes: tuple[EnvChange, ...]
     base_name: str | None
     base_known: bool  # False: the base manifest could not be read (base values unknown)
+    # the gate-passing configurations at their estimates (empty: no standing, draw per trial)
+    configurations: tuple[ConfigurationPoint, ...] = ()
 
     def noise_line(self) -> str | None:
         """The between-server spread the claim rests on (None: no standing)."""
@@ -142,6 +187,61 @@ class ReportData:
     def winner(self) -> TrialPoint | None:
         record = self.answer.record
         return None if record is None else self.point(record.number)
+
+    @property
+    def answer_configuration(self) -> ConfigurationPoint | None:
+        return next((c for c in self.configurations if c.is_answer), None)
+
+    @property
+    def base_configuration(self) -> ConfigurationPoint | None:
+        return next((c for c in self.configurations if c.is_base), None)
+
+    def configuration_of(self, number: int) -> ConfigurationPoint | None:
+        return next((c for c in self.configurations if number in c.numbers), None)
+
+    def configuration_front(self) -> list[ConfigurationPoint]:
+        """Configurations no other beats on both PPL (down) and TPS estimate (up), by PPL."""
+        front = [
+            c
+            for c in self.configurations
+            if not any(
+                o.tps >= c.tps and o.ppl <= c.ppl and (o.tps > c.tps or o.ppl < c.ppl)
+                for o in self.configurations
+            )
+        ]
+        return sorted(front, key=lambda c: (c.ppl, -c.tps))
+
+    def answer_label(self, sep: str = " ") -> str | None:
+        """The answer's mark: its trial, status, TPS estimate and interval (None: no answer).
+
+        ``sep`` goes between the trial and the figures (a line break in a plot).
+        """
+        record = self.answer.record
+        if record is None:
+            return None
+        head = f"answer #{record.number} ({self.answer.status.upper()})"
+        config = self.answer_configuration
+        if config is None:  # no standing: the trial's own reading is all there is
+            return head
+        base = ", the base manifest" if config.is_base else ""
+        return f"{head}{base}:{sep}{config.tps:.1f} tok/s ({config.interval_text()})"
+
+    def base_label(self, sep: str = " ") -> str | None:
+        base = self.base_configuration
+        if base is None:
+            return None
+        return f"base:{sep}{base.tps:.1f} tok/s ({base.interval_text()})"
+
+    def history_obstacles(self) -> list[tuple[float, float]]:
+        """What a label on the history plot should not cover: each reading, each estimate's line
+        and the edges of its band (sampled along the trials)."""
+        found = [(p.number, p.tps if p.tps is not None else 0.0) for p in self.points]
+        first, last = min(n for n, _ in found), max(n for n, _ in found)
+        for config in (self.answer_configuration, self.base_configuration):
+            if config is not None:
+                levels = (config.low, config.tps, config.high)
+                found += [(first + (last - first) * i / 40, y) for i in range(41) for y in levels]
+        return found
 
     def point(self, number: int) -> TrialPoint:
         return next(p for p in self.points if p.number == number)
@@ -196,6 +296,35 @@ def _point(record: TrialRecord, verification: VerificationRecord | None) -> Tria
         error=f"{record.error_kind}: {record.error_message}" if record.error_message else None,
         seconds=sum(seconds for _, seconds in record.phases),
     )
+
+
+def _configurations(answer: Answer, records: Sequence[TrialRecord]) -> tuple[ConfigurationPoint, ...]:
+    """The standing's configurations at ``tps_interval`` (empty: no standing)."""
+    now = answer.standing
+    if now is None:
+        return ()
+    reading = {r.number: float(r.tps) for r in records if r.tps is not None}
+    chosen = answer.configuration
+    points = []
+    for config in now.configurations:
+        interval = now.tps_interval(config)
+        points.append(
+            ConfigurationPoint(
+                first=config.first,
+                numbers=tuple(config.numbers),
+                ppl=config.ppl,
+                params=dict(config.params),
+                readings=tuple((n, reading[n]) for n in sorted(config.numbers) if n in reading),
+                tps=interval.value,
+                low=interval.low,
+                high=interval.high,
+                confidence=interval.confidence,
+                method=interval.method,
+                is_base=config.is_base,
+                is_answer=chosen is not None and config.key == chosen.key,
+            )
+        )
+    return tuple(points)
 
 
 def _cap(records: Sequence[TrialRecord], settings: Mapping[str, Any]) -> float | None:
@@ -352,4 +481,5 @@ def assemble_report_data(
         env_changes=_env_changes(answer, base_env, recipe),
         base_name=base_name,
         base_known=base_env is not None,
+        configurations=_configurations(answer, records),
     )

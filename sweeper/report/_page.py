@@ -159,7 +159,7 @@ def report_html(data: ReportData, figures: Mapping[str, go.Figure], files: Mappi
     notes = "".join(f'<div class="note">{_e(m)}</div>' for m in data.messages())
     sections = {
         "pareto": "TPS against PPL",
-        "history": "Best feasible TPS by trial",
+        "history": "TPS by trial",
         "slices": "Slice plots",
         "importance": "Parameter importance",
     }

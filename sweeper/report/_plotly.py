@@ -2,12 +2,17 @@
 
 Trace names are part of the contract (tests and readers look for them):
 ``PPL cap``, one trace per trial category, ``Pareto front``,
-``verified on held-out data``, ``failed verification``, ``winner``.
+``verified on held-out data``, ``failed verification``, ``winner``, and
+where the study has a standing ``one server's reading`` and ``base manifest``.
+A gate-passing configuration is drawn once, at ``Standing.tps_interval``
+(its estimate, the figure the claim rests on) with the interval as an error
+bar; its single readings are the faint dots.
 Standalone files carry plotly.js inline, so they open with no network.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -20,8 +25,10 @@ from sweeper.report._data import (
     CATEGORIES,
     COLORS,
     FAILED,
+    FEASIBLE,
     INFEASIBLE,
     LABELS,
+    ConfigurationPoint,
     ReportData,
     TrialPoint,
 )
@@ -34,6 +41,13 @@ VERIFIED_TRACE = "verified on held-out data"
 VERIFY_FAILED_TRACE = "failed verification"
 FRONT_TRACE = "Pareto front"
 BEST_TRACE = "best feasible TPS so far"
+READINGS_TRACE = "one server's reading"
+BASE_TRACE = "base manifest"
+ANSWER_READINGS_TRACE = "the answer's readings"
+LEFTOVER_FEASIBLE = "feasible trial without a full TPS reading"
+FAINT = 0.35  # the opacity of single readings where estimates are drawn
+BASE_FILL = "rgba(69, 123, 157, 0.15)"
+WINNER_FILL = "rgba(255, 183, 3, 0.25)"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -56,24 +70,204 @@ def plot_xy(point: TrialPoint, data: ReportData) -> tuple[float, float]:
     return float(x), float(y)
 
 
-def _tps_top(data: ReportData) -> float:
+def position(point: TrialPoint, data: ReportData) -> tuple[float, float]:
+    """Where a trial's marks go: its configuration's estimate when it has one, else its own point."""
+    config = data.configuration_of(point.number)
+    if config is not None:
+        return config.ppl, config.tps
+    return plot_xy(point, data)
+
+
+def tps_values(data: ReportData) -> list[float]:
+    """Every TPS a plot shows: the readings and the ends of the intervals."""
     values = [p.tps for p in data.points if p.tps is not None]
+    return values + [v for c in data.configurations for v in (c.low, c.high)]
+
+
+def _tps_top(data: ReportData) -> float:
+    values = tps_values(data)
     return max(values) * 1.08 if values else 1.0
 
 
 def _tps_bottom(data: ReportData) -> float:
     """Failed trials sit at TPS 0; without them the axis starts near the slowest trial."""
-    values = [p.tps for p in data.points if p.tps is not None]
+    values = tps_values(data)
     if data.by_category(FAILED) or not values:
         return 0.0
     return min(values) * 0.9
 
 
+def _error_y(configs: list[ConfigurationPoint]) -> dict:
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [c.high - c.tps for c in configs],
+        "arrayminus": [c.tps - c.low for c in configs],
+        "color": COLORS["front"],
+        "thickness": 1.5,
+        "width": 6,
+    }
+
+
+def _readings_trace(data: ReportData) -> go.Scatter:
+    """Each server's reading of a configuration: a faint dot at the configuration's PPL."""
+    configs = data.configurations
+    return go.Scatter(
+        x=[c.ppl for c in configs for _ in c.readings],
+        y=[v for c in configs for _, v in c.readings],
+        mode="markers", name=READINGS_TRACE, legendgroup=FEASIBLE,
+        marker={"color": COLORS[FEASIBLE], "size": 6, "opacity": FAINT},
+        text=[f"trial #{n}: one server read {v:.2f} tok/s" for c in configs for n, v in c.readings],
+        hoverinfo="text", customdata=[n for c in configs for n, _ in c.readings],
+    )  # fmt: skip
+
+
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels, y up
+
+
+@dataclasses.dataclass(frozen=True)
+class Spot:
+    """Where a label goes: ``anchors[anchor]`` moved by (dx, dy) pixels (y up), aligned by ha/va."""
+
+    anchor: int
+    dx: float
+    dy: float
+    ha: str  # left | right | center
+    va: str  # top | bottom | center
+    box: Box
+
+
+def _box(x: float, y: float, width: float, height: float, ha: str, va: str) -> Box:
+    x0 = {"left": x, "right": x - width, "center": x - width / 2}[ha]
+    y0 = {"bottom": y, "top": y - height, "center": y - height / 2}[va]
+    return x0, y0, x0 + width, y0 + height
+
+
+def _overlaps(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+ARROW_SPOTS = (  # (dx, dy, ha, va) in points: beside the point first, then further away
+    (30, -36, "left", "top"), (-30, -36, "right", "top"), (30, 36, "left", "bottom"),
+    (-30, 36, "right", "bottom"), (40, 0, "left", "center"), (-40, 0, "right", "center"),
+    (30, -90, "left", "top"), (-30, -90, "right", "top"), (30, 90, "left", "bottom"),
+    (-30, 90, "right", "bottom"), (60, -150, "left", "top"), (-60, -150, "right", "top"),
+    (60, 150, "left", "bottom"), (-60, 150, "right", "bottom"), (60, -220, "left", "top"),
+    (-60, -220, "right", "top"),
+)  # fmt: skip
+
+
+def choose_spot(
+    anchors: list[tuple[float, float]],
+    size: tuple[float, float],
+    obstacles: list[tuple[float, float]],
+    area: Box,
+    taken: list[Box],
+    spots: tuple[tuple[float, float, str, str], ...] = ARROW_SPOTS,
+    scale: float = 1.0,
+) -> Spot:
+    """The spot, around any of ``anchors``, whose label box covers the fewest ``obstacles``.
+
+    Everything in pixels, y up; ``spots`` are offsets times ``scale``. A box
+    that leaves ``area`` or covers a label already placed (``taken``) comes
+    last; ties go to the earlier anchor and spot. The box checked is a few
+    pixels larger than the text.
+    """
+    width, height = size[0] + 8, size[1] + 6
+    best: tuple[tuple[float, int, int], Spot] | None = None
+    for which, (ax, ay) in enumerate(anchors):
+        for index, (dx, dy, ha, va) in enumerate(spots):
+            dx, dy = dx * scale, dy * scale
+            box = _box(ax + dx, ay + dy, width, height, ha, va)
+            inside = box[0] >= area[0] and box[1] >= area[1] and box[2] <= area[2] and box[3] <= area[3]
+            covered = sum(1 for x, y in obstacles if box[0] <= x <= box[2] and box[1] <= y <= box[3])
+            score = covered + (0 if inside else 1000) + 500 * sum(_overlaps(box, t) for t in taken)
+            rank = (score, index, which)
+            if best is None or rank < best[0]:
+                best = (rank, Spot(anchor=which, dx=dx, dy=dy, ha=ha, va=va, box=box))
+    assert best is not None
+    return best[1]
+
+
+def pareto_obstacles(data: ReportData) -> list[tuple[float, float]]:
+    """What a label on the Pareto plot should not cover: each mark, and each bar (sampled)."""
+    found = [plot_xy(p, data) for p in data.points if data.configuration_of(p.number) is None]
+    for config in data.configurations:
+        found += [(config.ppl, v) for _, v in config.readings]
+        found += [(config.ppl, config.low + (config.high - config.low) * i / 10) for i in range(11)]
+    if data.cap is not None:
+        bottom, top = _tps_bottom(data), _tps_top(data)
+        found += [(data.cap, bottom + (top - bottom) * i / 60) for i in range(61)]
+    return found
+
+
+# the plot areas plotly gives the figures in a page about 1200 pixels wide (an estimate: the
+# label spots are chosen before a browser lays the figures out)
+PARETO_PIXELS = (900.0, 300.0)
+HISTORY_PIXELS = (650.0, 260.0)
+CHAR_PIXELS, LINE_PIXELS = 7.0, 17.0
+
+
+def _text_size(text: str) -> tuple[float, float]:
+    lines = text.split("<br>")
+    return max(len(line) for line in lines) * CHAR_PIXELS, len(lines) * LINE_PIXELS
+
+
+def _place_labels(
+    fig: go.Figure,
+    labels: list[tuple[str, list[tuple[float, float]], dict]],
+    obstacles: list[tuple[float, float]],
+    pixels: tuple[float, float],
+) -> None:
+    """Each (text, anchors, font) label with an arrow to the anchor where it covers the fewest
+    ``obstacles`` (data coordinates; the axes span the obstacles, padded as plotly pads them)."""
+    if not labels:
+        return
+    xs, ys = [x for x, _ in obstacles], [y for _, y in obstacles]
+    x_lo, x_hi, y_lo, y_hi = min(xs), max(xs), min(ys), max(ys)
+    pad_x, pad_y = (x_hi - x_lo) * 0.05 or 1.0, (y_hi - y_lo) * 0.05 or 1.0
+    x_lo, x_hi, y_lo, y_hi = x_lo - pad_x, x_hi + pad_x, y_lo - pad_y, y_hi + pad_y
+    width, height = pixels
+
+    def to_pixels(x: float, y: float) -> tuple[float, float]:
+        return (x - x_lo) / (x_hi - x_lo) * width, (y - y_lo) / (y_hi - y_lo) * height
+
+    points = [to_pixels(x, y) for x, y in obstacles]
+    taken: list[Box] = []
+    for text, anchors, font in labels:
+        spot = choose_spot([to_pixels(x, y) for x, y in anchors], _text_size(text), points,
+                           (0.0, 0.0, width, height), taken)  # fmt: skip
+        taken.append(spot.box)
+        x, y = anchors[spot.anchor]
+        fig.add_annotation(
+            x=x, y=y, text=text, showarrow=True, arrowhead=2, ax=spot.dx, ay=-spot.dy,
+            xanchor=spot.ha, yanchor="middle" if spot.va == "center" else spot.va, align="left",
+            bgcolor="rgba(255, 255, 255, 0.85)", font=font,
+        )  # fmt: skip
+
+
 def pareto_figure(data: ReportData) -> go.Figure:
-    """TPS against PPL: the cap line, trials by category, verification marks, the winner."""
+    """TPS against PPL: the cap line, configurations at their estimates, the base and the answer.
+
+    With a standing, each gate-passing configuration is one marker at its
+    TPS estimate with the interval as an error bar, and each server's reading
+    a faint dot; without one (an old study), each trial is a point.
+    """
     fig = go.Figure()
+    configs = list(data.configurations)
+    drawn = {n for c in configs for n in c.numbers}
+    if configs:
+        fig.add_trace(_readings_trace(data))
+        fig.add_trace(
+            go.Scatter(
+                x=[c.ppl for c in configs], y=[c.tps for c in configs], mode="markers",
+                name=LABELS[FEASIBLE], legendgroup=FEASIBLE, error_y=_error_y(configs),
+                marker={"color": COLORS[FEASIBLE], "size": 10, "line": {"width": 1, "color": "#333"}},
+                text=[c.hover() for c in configs], hoverinfo="text", customdata=[c.first for c in configs],
+            )  # fmt: skip
+        )
     for category in CATEGORIES:
-        points = data.by_category(category)
+        points = [p for p in data.by_category(category) if p.number not in drawn]
         if not points:
             continue
         xy = [plot_xy(p, data) for p in points]
@@ -82,7 +276,7 @@ def pareto_figure(data: ReportData) -> go.Figure:
                 x=[x for x, _ in xy],
                 y=[y for _, y in xy],
                 mode="markers",
-                name=LABELS[category],
+                name=LEFTOVER_FEASIBLE if category == FEASIBLE and configs else LABELS[category],
                 legendgroup=category,
                 marker={
                     "color": COLORS[category],
@@ -98,11 +292,14 @@ def pareto_figure(data: ReportData) -> go.Figure:
                 customdata=[p.number for p in points],
             )
         )
-    front = sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)
-    if len(front) > 1:
+    if configs:
+        front_xy = [(c.ppl, c.tps) for c in data.configuration_front()]
+    else:
+        front_xy = [(p.ppl, p.tps) for p in sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)]
+    if len(front_xy) > 1:
         fig.add_trace(
             go.Scatter(
-                x=[p.ppl for p in front], y=[p.tps for p in front], mode="lines", name=FRONT_TRACE,
+                x=[x for x, _ in front_xy], y=[y for _, y in front_xy], mode="lines", name=FRONT_TRACE,
                 line={"color": COLORS["front"], "dash": "dot", "shape": "hv"}, hoverinfo="skip",
             )  # fmt: skip
         )
@@ -112,7 +309,7 @@ def pareto_figure(data: ReportData) -> go.Figure:
     ):
         marked = [p for p in data.points if p.verification == status]
         if marked:
-            xy = [plot_xy(p, data) for p in marked]
+            xy = [position(p, data) for p in marked]
             fig.add_trace(
                 go.Scatter(
                     x=[x for x, _ in xy], y=[y for _, y in xy], mode="markers", name=name,
@@ -129,22 +326,36 @@ def pareto_figure(data: ReportData) -> go.Figure:
                 hovertext=f"PPL cap {data.cap:.4f}", hoverinfo="text",
             )  # fmt: skip
         )
+    base = data.base_configuration
+    if base is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[base.ppl], y=[base.tps], mode="markers", name=BASE_TRACE,
+                marker={"symbol": "square-open", "size": 22, "color": COLORS["base"], "line": {"width": 2.5}},
+                text=[base.hover()], hoverinfo="text", customdata=[base.first],
+            )  # fmt: skip
+        )
     winner = data.winner
     if winner is not None:
-        x, y = plot_xy(winner, data)
-        label = f"winner #{winner.number} ({data.answer.status.upper()})"
+        config = data.answer_configuration
+        x, y = (config.ppl, config.tps) if config is not None else plot_xy(winner, data)
         fig.add_trace(
             go.Scatter(
                 x=[x], y=[y], mode="markers", name=WINNER_TRACE,
                 marker={"symbol": "star", "size": 18, "color": COLORS["winner"], "line": {"width": 1, "color": "#333"}},
-                text=[winner.hover()], hoverinfo="text", customdata=[winner.number],
+                text=[config.hover() if config is not None else winner.hover()], hoverinfo="text",
+                customdata=[winner.number],
             )  # fmt: skip
         )
-        xs = [plot_xy(p, data)[0] for p in data.points] + ([data.cap] if data.cap is not None else [])
-        left = x > (min(xs) + max(xs)) / 2  # keep the label inside the plot
-        fig.add_annotation(x=x, y=y, text=label, showarrow=True, arrowhead=2, ax=-60 if left else 60, ay=30)
+    labels = []  # the answer's first: it gets the best spot
+    if winner is not None:
+        labels.append((data.answer_label(sep="<br>"), [(x, y)], {"size": 13}))
+    if base is not None and not base.is_answer:  # the answer's label says so when the base is the answer
+        labels.append((data.base_label(sep="<br>"), [(base.ppl, base.tps)], {"color": COLORS["base"]}))
+    _place_labels(fig, labels, pareto_obstacles(data), PARETO_PIXELS)
     fig.update_layout(
-        title=f"{data.study_name}: TPS against PPL ({len(data.points)} trials)",
+        title=f"{data.study_name}: TPS against PPL ({len(data.points)} trials"
+        + (f", {len(configs)} gate-passing configurations at their estimates)" if configs else ")"),
         xaxis_title="PPL (lower is better)",
         yaxis_title="TPS (output tokens/s, higher is better)",
         template="plotly_white",
@@ -154,17 +365,23 @@ def pareto_figure(data: ReportData) -> go.Figure:
     return fig
 
 
-def history_figure(data: ReportData) -> go.Figure:
-    """Each trial's TPS by trial number, and the best feasible TPS so far."""
-    fig = go.Figure()
+def _band(x0: float, x1: float, config: ConfigurationPoint, name: str, color: str, group: str) -> go.Scatter:
+    return go.Scatter(
+        x=[x0, x1, x1, x0, x0], y=[config.low, config.low, config.high, config.high, config.low],
+        mode="lines", fill="toself", fillcolor=color, line={"width": 0}, name=name, legendgroup=group,
+        hovertext=f"{name}: {config.low:.2f}-{config.high:.2f} tok/s", hoverinfo="text",
+    )  # fmt: skip
+
+
+def _history_readings(fig: go.Figure, data: ReportData, opacity: float) -> None:
     for category in (c for c in CATEGORIES if c != FAILED):
         points = [p for p in data.by_category(category) if p.tps is not None]
         if points:
             fig.add_trace(
                 go.Scatter(
                     x=[p.number for p in points], y=[p.tps for p in points], mode="markers",
-                    name=LABELS[category], marker={"color": COLORS[category], "size": 9},
-                    text=[p.hover() for p in points], hoverinfo="text",
+                    name=LABELS[category], marker={"color": COLORS[category], "size": 9, "opacity": opacity},
+                    text=[p.hover() for p in points], hoverinfo="text", customdata=[p.number for p in points],
                 )  # fmt: skip
             )
     failed = data.by_category(FAILED)
@@ -172,21 +389,75 @@ def history_figure(data: ReportData) -> go.Figure:
         fig.add_trace(
             go.Scatter(
                 x=[p.number for p in failed], y=[0.0] * len(failed), mode="markers", name=LABELS[FAILED],
-                marker={"color": COLORS[FAILED], "symbol": "x", "size": 9},
-                text=[p.hover() for p in failed], hoverinfo="text",
+                marker={"color": COLORS[FAILED], "symbol": "x", "size": 9, "opacity": opacity},
+                text=[p.hover() for p in failed], hoverinfo="text", customdata=[p.number for p in failed],
             )  # fmt: skip
         )
-    series = [(n, v) for n, v in data.best_so_far if v is not None]
-    if series:
+
+
+def history_figure(data: ReportData) -> go.Figure:
+    """Each trial's TPS reading by trial number, with the answer's and the base's estimates.
+
+    With a standing the readings are faint: what the study claims is the
+    answer's estimate (a line) and its interval (a band), next to the base's;
+    without one (an old study), the best feasible reading so far.
+    """
+    fig = go.Figure()
+    answer, base = data.answer_configuration, data.base_configuration
+    if answer is None and base is None:
+        _history_readings(fig, data, 1.0)
+        series = [(n, v) for n, v in data.best_so_far if v is not None]
+        if series:
+            fig.add_trace(
+                go.Scatter(
+                    x=[n for n, _ in series], y=[v for _, v in series], mode="lines", name=BEST_TRACE,
+                    line={"color": COLORS["front"], "shape": "hv", "width": 2.5},
+                )  # fmt: skip
+            )
+        fig.update_layout(
+            title="Best feasible TPS against trial number", xaxis_title="trial number",
+            yaxis_title="TPS", template="plotly_white", height=420,
+        )  # fmt: skip
+        return fig
+    numbers = [p.number for p in data.points]
+    x0, x1 = min(numbers) - 0.5, max(numbers) + 0.5
+    for config, name, color, fill, dash in (
+        (base if base is not None and not base.is_answer else None, "base", COLORS["base"], BASE_FILL, "dash"),
+        (answer, "answer", COLORS["winner"], WINNER_FILL, "solid"),
+    ):
+        if config is None:
+            continue
+        level = config.level
+        fig.add_trace(_band(x0, x1, config, f"{name}'s {level} interval", fill, name))
         fig.add_trace(
             go.Scatter(
-                x=[n for n, _ in series], y=[v for _, v in series], mode="lines", name=BEST_TRACE,
-                line={"color": COLORS["front"], "shape": "hv", "width": 2.5},
+                x=[x0, x1], y=[config.tps, config.tps], mode="lines", name=f"{name}'s TPS estimate",
+                legendgroup=name, line={"color": color, "width": 2.5, "dash": dash},
+                hovertext=config.hover(), hoverinfo="text",
             )  # fmt: skip
         )
+    _history_readings(fig, data, FAINT)
+    if answer is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[n for n, _ in answer.readings], y=[v for _, v in answer.readings], mode="markers",
+                name=ANSWER_READINGS_TRACE, marker={"symbol": "circle-open", "size": 13,
+                                                    "color": COLORS["winner"], "line": {"width": 2}},
+                text=[f"trial #{n}: one server of the answer read {v:.2f} tok/s" for n, v in answer.readings],
+                hoverinfo="text", customdata=[n for n, _ in answer.readings],
+            )  # fmt: skip
+        )
+    numbers = sorted(numbers)
+    along = [numbers[round(i * (len(numbers) - 1) / 4)] for i in (4, 3, 2, 1, 0)]  # right end first
+    labels = []
+    if answer is not None:
+        labels.append((data.answer_label(sep="<br>"), [(n, answer.tps) for n in along], {}))
+    if base is not None and not base.is_answer:
+        labels.append((data.base_label(sep="<br>"), [(n, base.tps) for n in along], {"color": COLORS["base"]}))
+    _place_labels(fig, labels, data.history_obstacles(), HISTORY_PIXELS)
     fig.update_layout(
-        title="Best feasible TPS against trial number", xaxis_title="trial number",
-        yaxis_title="TPS", template="plotly_white", height=420,
+        title="TPS readings by trial (faint), the answer's estimate and the base's",
+        xaxis_title="trial number", yaxis_title="TPS", template="plotly_white", height=420,
     )  # fmt: skip
     return fig
 

@@ -2,7 +2,9 @@
 
 Uses matplotlib's object API (``Figure`` + the Agg canvas), never pyplot,
 so nothing global changes in the calling process. Artist labels mirror the
-plotly traces: ``PPL cap``, the trial categories, ``winner #N (STATUS)``.
+plotly traces: ``PPL cap``, the trial categories, ``winner``, ``base manifest``,
+``one server's reading``; the answer's label is ``answer #N (STATUS): X tok/s
+(95% interval LOW-HIGH)``, at its configuration's estimate.
 """
 
 from __future__ import annotations
@@ -12,15 +14,33 @@ import os
 import re
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sweeper.report._data import CATEGORIES, COLORS, FAILED, LABELS, ReportData
-from sweeper.report._plotly import CAP_TRACE, FRONT_TRACE, VERIFIED_TRACE, VERIFY_FAILED_TRACE, plot_xy
+from sweeper.report._data import CATEGORIES, COLORS, FAILED, FEASIBLE, LABELS, ReportData
+from sweeper.report._plotly import (
+    ANSWER_READINGS_TRACE,
+    BASE_TRACE,
+    BEST_TRACE,
+    CAP_TRACE,
+    FAINT,
+    FRONT_TRACE,
+    LEFTOVER_FEASIBLE,
+    READINGS_TRACE,
+    VERIFIED_TRACE,
+    VERIFY_FAILED_TRACE,
+    WINNER_TRACE,
+    choose_spot,
+    pareto_obstacles,
+    plot_xy,
+    position,
+)
 
 logger = logging.getLogger(__name__)
 
 DPI = 110
+BOX = {"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
 
 
 def _new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
@@ -29,77 +49,168 @@ def _new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
     return fig
 
 
+def _configurations(ax: Axes, data: ReportData) -> None:
+    """Each configuration once, at its estimate with the interval as an error bar; readings faint."""
+    configs = data.configurations
+    readings = [(c.ppl, v) for c in configs for _, v in c.readings]
+    ax.scatter(*zip(*readings), s=14, color=COLORS[FEASIBLE], alpha=FAINT, linewidths=0,
+               label=READINGS_TRACE, zorder=2)  # fmt: skip
+    ax.errorbar([c.ppl for c in configs], [c.tps for c in configs],
+                yerr=[[c.tps - c.low for c in configs], [c.high - c.tps for c in configs]],
+                fmt="o", markersize=7, color=COLORS[FEASIBLE], markeredgecolor="#333", markeredgewidth=0.6,
+                ecolor=COLORS["front"], elinewidth=1.2, capsize=3, label=LABELS[FEASIBLE], zorder=3)  # fmt: skip
+
+
+def _place_labels(ax: Axes, labels: list[tuple[str, list[tuple[float, float]], dict]],
+                  obstacles: list[tuple[float, float]]) -> None:
+    """Each (text, anchors, style) label with an arrow to the anchor where it covers the fewest
+    ``obstacles`` (all in data coordinates).
+
+    The figure is laid out first, so the label boxes and the marks are
+    measured where they will be drawn.
+    """  # fmt: skip
+    fig = ax.get_figure()
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    points = [tuple(xy) for xy in ax.transData.transform(obstacles)] if obstacles else []
+    area = tuple(ax.bbox.extents)
+    per_point = fig.dpi / 72.0  # offsets are in points, the boxes in pixels
+    legend = ax.get_legend()
+    taken = [tuple(legend.get_window_extent(renderer).extents)] if legend is not None else []
+    for text, anchors, style in labels:
+        probe = ax.text(0, 0, text, **style, bbox=BOX)
+        extent = probe.get_window_extent(renderer)
+        probe.remove()
+        pixels = [tuple(xy) for xy in ax.transData.transform(anchors)]
+        spot = choose_spot(pixels, (extent.width, extent.height), points, area, taken, scale=per_point)
+        taken.append(spot.box)
+        ax.annotate(text, anchors[spot.anchor], xytext=(spot.dx / per_point, spot.dy / per_point),
+                    textcoords="offset points", ha=spot.ha, va=spot.va, bbox=BOX, zorder=6,
+                    arrowprops={"arrowstyle": "->", "color": "#333"}, **style)  # fmt: skip
+
+
 def pareto_figure(data: ReportData) -> Figure:
     fig = _new_figure(9.0, 5.6)
     ax = fig.add_subplot()
+    configs = data.configurations
+    drawn = {n for c in configs for n in c.numbers}
+    if configs:
+        _configurations(ax, data)
     for category in CATEGORIES:
-        points = data.by_category(category)
+        points = [p for p in data.by_category(category) if p.number not in drawn]
         if not points:
             continue
+        label = LEFTOVER_FEASIBLE if category == FEASIBLE and configs else LABELS[category]
         xy = [plot_xy(p, data) for p in points]
         solid = [(x, y) for (x, y), p in zip(xy, points) if not p.tps_imputed]
         hollow = [(x, y) for (x, y), p in zip(xy, points) if p.tps_imputed]
         marker = "x" if category == FAILED else "o"
         if solid:
-            ax.scatter(*zip(*solid), s=45, marker=marker, color=COLORS[category], label=LABELS[category],
+            ax.scatter(*zip(*solid), s=45, marker=marker, color=COLORS[category], label=label,
                        edgecolors="#333" if marker == "o" else None, linewidths=0.6, zorder=3)  # fmt: skip
         if hollow:
             ax.scatter(*zip(*hollow), s=45, marker="o", facecolors="none", edgecolors=COLORS[category],
                        label=f"{LABELS[category]}, TPS imputed", zorder=3)  # fmt: skip
-    front = sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)
+    if configs:
+        front = [(c.ppl, c.tps) for c in data.configuration_front()]
+    else:
+        front = [(p.ppl, p.tps) for p in sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)]
     if len(front) > 1:
-        ax.step([p.ppl for p in front], [p.tps for p in front], where="post", linestyle=":",
-                color=COLORS["front"], label=FRONT_TRACE, zorder=2)  # fmt: skip
+        ax.step(*zip(*front), where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE,
+                zorder=2)  # fmt: skip
     for status, label, marker, color in (
         ("verified", VERIFIED_TRACE, "o", COLORS["verified"]),
         ("failed", VERIFY_FAILED_TRACE, "X", COLORS["verify-failed"]),
     ):
-        marked = [plot_xy(p, data) for p in data.points if p.verification == status]
+        marked = [position(p, data) for p in data.points if p.verification == status]
         if marked:
             ax.scatter(*zip(*marked), s=260, marker=marker, facecolors="none", edgecolors=color,
                        linewidths=2.2, label=label, zorder=4)  # fmt: skip
     if data.cap is not None:
         ax.axvline(data.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8,
                    label=f"{CAP_TRACE} {data.cap:.4f}", zorder=1)  # fmt: skip
+    base = data.base_configuration
+    if base is not None:
+        ax.scatter([base.ppl], [base.tps], s=220, marker="s", facecolors="none", edgecolors=COLORS["base"],
+                   linewidths=2.2, label=BASE_TRACE, zorder=4)  # fmt: skip
     winner = data.winner
     if winner is not None:
-        x, y = plot_xy(winner, data)
+        config = data.answer_configuration
+        x, y = (config.ppl, config.tps) if config is not None else plot_xy(winner, data)
         ax.scatter([x], [y], s=300, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5,
-                   label="winner")  # fmt: skip
-        left = x > sum(ax.get_xlim()) / 2  # keep the label inside the axes
-        ax.annotate(
-            f"winner #{winner.number} ({data.answer.status.upper()})", (x, y),
-            xytext=(-18 if left else 18, -28), textcoords="offset points", fontsize=10,
-            fontweight="bold", ha="right" if left else "left",
-            arrowprops={"arrowstyle": "->", "color": "#333"},
-        )  # fmt: skip
+                   label=WINNER_TRACE)  # fmt: skip
+    labels = []  # the answer's first: it gets the best spot
+    if winner is not None:
+        labels.append((data.answer_label(sep="\n"), [(x, y)], {"fontsize": 10, "fontweight": "bold"}))
+    if base is not None and not base.is_answer:
+        labels.append((data.base_label(sep="\n"), [(base.ppl, base.tps)], {"fontsize": 9, "color": COLORS["base"]}))
     ax.set_xlabel("PPL (lower is better)")
     ax.set_ylabel("TPS (output tokens/s, higher is better)")
-    ax.set_title(f"{data.study_name}: TPS against PPL ({len(data.points)} trials)")
+    title = f"{data.study_name}: TPS against PPL ({len(data.points)} trials)"
+    if configs:
+        title += f"\n{len(configs)} gate-passing configurations at their estimates, bars: {configs[0].level} intervals"
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+    _place_labels(ax, labels, pareto_obstacles(data))  # last: once everything else is drawn
     return fig
 
 
-def history_figure(data: ReportData) -> Figure:
-    fig = _new_figure()
-    ax = fig.add_subplot()
+def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
     for category in CATEGORIES:
         points = data.by_category(category)
         if points:
             ax.scatter([p.number for p in points], [p.tps if p.tps is not None else 0.0 for p in points],
                        color=COLORS[category], marker="x" if category == FAILED else "o", s=35,
-                       label=LABELS[category], zorder=3)  # fmt: skip
-    series = [(n, v) for n, v in data.best_so_far if v is not None]
-    if series:
-        ax.step(*zip(*series), where="post", color=COLORS["front"], linewidth=2,
-                label="best feasible TPS so far")  # fmt: skip
+                       alpha=alpha, label=LABELS[category], zorder=3)  # fmt: skip
+
+
+def history_figure(data: ReportData) -> Figure:
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    answer, base = data.answer_configuration, data.base_configuration
+    if answer is None and base is None:  # no standing: the best reading so far
+        _history_readings(ax, data, 1.0)
+        series = [(n, v) for n, v in data.best_so_far if v is not None]
+        if series:
+            ax.step(*zip(*series), where="post", color=COLORS["front"], linewidth=2, label=BEST_TRACE)
+        ax.set_title("Best feasible TPS against trial number")
+    else:
+        _history_readings(ax, data, FAINT)
+        if base is not None and not base.is_answer:
+            ax.axhspan(base.low, base.high, color=COLORS["base"], alpha=0.12, linewidth=0,
+                       label=f"base's {base.level} interval")  # fmt: skip
+            ax.axhline(base.tps, color=COLORS["base"], linestyle="--", linewidth=1.8, label="base's TPS estimate")
+        if answer is not None:
+            ax.axhspan(answer.low, answer.high, color=COLORS["winner"], alpha=0.25, linewidth=0,
+                       label=f"answer's {answer.level} interval")  # fmt: skip
+            ax.axhline(answer.tps, color=COLORS["winner"], linewidth=2.2, label="answer's TPS estimate")
+            ax.scatter([n for n, _ in answer.readings], [v for _, v in answer.readings], s=110,
+                       facecolors="none", edgecolors=COLORS["winner"], linewidths=1.8,
+                       label=ANSWER_READINGS_TRACE, zorder=4)  # fmt: skip
+        ax.set_title("TPS readings by trial (faint), the answer's estimate and the base's")
     ax.set_xlabel("trial number")
     ax.set_ylabel("TPS")
-    ax.set_title("Best feasible TPS against trial number")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if answer is not None or base is not None:
+        _history_labels(ax, data)
     return fig
+
+
+def _history_labels(ax: Axes, data: ReportData) -> None:
+    """The answer's and the base's labels, each with an arrow to its line, where no reading is."""
+    numbers = sorted(p.number for p in data.points)
+    along = [numbers[round(i * (len(numbers) - 1) / 4)] for i in (4, 3, 2, 1, 0)]  # right end first
+    labels = []
+    answer, base = data.answer_configuration, data.base_configuration
+    if answer is not None:
+        labels.append((data.answer_label(sep="\n"), [(n, answer.tps) for n in along],
+                       {"fontsize": 9, "fontweight": "bold"}))  # fmt: skip
+    if base is not None and not base.is_answer:
+        labels.append((data.base_label(sep="\n"), [(n, base.tps) for n in along],
+                       {"fontsize": 9, "color": COLORS["base"]}))  # fmt: skip
+    _place_labels(ax, labels, data.history_obstacles())
 
 
 def slice_figure(data: ReportData, name: str) -> Figure:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from sweeper.errors import StudyError
 from sweeper.report import assemble_report_data, build_report
@@ -39,6 +41,14 @@ def report(verified, tmp_path_factory):
     return build_report(verified.url, verified.name, tmp_path_factory.mktemp("report") / "out")
 
 
+def answer_label(data, number: int, status: str, tps: float) -> str:
+    """The answer's mark for a configuration of one reading: t-interval on the study's spread."""
+    spread = data.answer.standing.spread
+    half = stats.t.ppf(0.975, spread.df) * spread.relative
+    low, high = tps * math.exp(-half), tps * math.exp(half)
+    return f"answer #{number} ({status}): {tps:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})"
+
+
 def trace(fig, name: str):
     matches = [t for t in fig.data if t.name == name]
     assert matches, f"no trace {name!r} in {[t.name for t in fig.data]}"
@@ -65,7 +75,11 @@ def test_pareto_plot_data_holds_the_cap_the_categories_and_the_verified_winner(s
     assert list(winner.customdata) == [best]
     assert (winner.x[0], winner.y[0]) == pytest.approx((2.28, 174.0))
     assert sorted(trace(fig, "verified on held-out data").customdata) == sorted([best, numbers["B"]])
-    assert [a.text for a in fig.layout.annotations] == [f"winner #{best} (VERIFIED)"]
+    labels = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
+    assert labels == [answer_label(data, best, "VERIFIED", 174.0)]
+    # one reading each: the interval is the spread's alone (the prior: nothing was re-measured)
+    assert sorted(trace(fig, "one server's reading").y) == [147.0, 173.0, 174.0]
+    assert sorted(feasible.y) == pytest.approx([147.0, 173.0, 174.0])
     front = trace(fig, "Pareto front")
     assert list(front.x) == pytest.approx([2.16, 2.24, 2.28])
 
@@ -77,9 +91,9 @@ def test_png_pareto_draws_the_cap_line_and_labels_the_winner(synthetic, verified
     caps = [line for line in ax.get_lines() if line.get_label().startswith("PPL cap")]
     assert len(caps) == 1 and list(caps[0].get_xdata()) == [synthetic.CAP, synthetic.CAP]
     best = verified.number(synthetic.CONFIGS["C"])
-    assert [t.get_text() for t in ax.texts] == [f"winner #{best} (VERIFIED)"]
+    assert [t.get_text().replace("\n", " ") for t in ax.texts] == [answer_label(data, best, "VERIFIED", 174.0)]
     labels = ax.get_legend_handles_labels()[1]
-    for label in ("feasible (PPL under the cap)", "infeasible (PPL over the cap)",
+    for label in ("feasible (PPL under the cap)", "infeasible (PPL over the cap)", "one server's reading",
                   "failed (no measurement; drawn at TPS 0)", "verified on held-out data", "winner"):  # fmt: skip
         assert label in labels
 
@@ -92,7 +106,9 @@ def test_history_and_importance(synthetic, verified) -> None:
     assert best_so_far[a] == 147.0 and best_so_far[b] == 173.0 and best_so_far[c] == 174.0
     assert max(best_so_far) == 5 and best_so_far[5] == 174.0
     history = _plotly.history_figure(data)
-    assert list(trace(history, "best feasible TPS so far").y)[-1] == 174.0
+    # with a standing the history shows the answer's estimate, not the best reading so far
+    assert list(trace(history, "answer's TPS estimate").y) == [174.0, 174.0]
+    assert "best feasible TPS so far" not in [t.name for t in history.data]
     # PED-ANOVA on 5 trials: every parameter gets a share, for TPS and for PPL
     for target in ("tps", "ppl"):
         assert set(data.importance[target]) == {"sliding_window", "centroid_top_k", "num_speculative_tokens"}
@@ -155,7 +171,8 @@ def test_an_unverified_winner_is_flagged(synthetic, tmp_path) -> None:
         f"--storage {study.url}' to re-measure it on held-out data",
     )
     fig = _plotly.pareto_figure(written.data)
-    assert [a.text for a in fig.layout.annotations] == [f"winner #{best} (UNVERIFIED)"]
+    labels = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
+    assert labels == [answer_label(written.data, best, "UNVERIFIED", 174.0)]
     assert "verified on held-out data" not in [t.name for t in fig.data]
 
 
