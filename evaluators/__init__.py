@@ -20,6 +20,8 @@ Measurements::
     measure_tps(base_url, model, prompts, TpsSettings()) -> TpsResult
     measure_fidelity(base_url, model, reference)         -> FidelityResult
     RunningPpl: the running PPL estimate with a standard error (early stopping)
+    PplEstimate, pass_probability(ppl, stderr_log_ppl, records, cap, new_records):
+        PPL on records not seen, the chance a re-run on new records passes
     served_models(base_url) -> {name: max_model_len}
 """
 
@@ -55,6 +57,13 @@ from evaluators.ppl import (
     ppl_gate,
     score_record,
 )
+from evaluators.ppl_uncertainty import (
+    PplEstimate,
+    bootstrap_pass_probability,
+    pass_probability,
+    predictive_sd,
+    record_stderr,
+)
 from evaluators.ppl_records import PplRecord, PplRecordSet, check_ppl_records, load_ppl_records
 from evaluators.ppl_reference import build_ppl_reference
 from evaluators.prompts import Prompt, PromptSet, check_prompt_lengths, load_prompts
@@ -68,6 +77,11 @@ from evaluators.tps import RequestRecord, TpsResult, TpsSettings, measure_tps
 from evaluators.warmup import WarmupResult, WarmupSettings, run_warmup, synthetic_prompts
 
 __all__ = [
+    "PplEstimate",
+    "bootstrap_pass_probability",
+    "pass_probability",
+    "predictive_sd",
+    "record_stderr",
     "Interval",
     "Spread",
     "pooled_spread",

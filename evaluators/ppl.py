@@ -337,6 +337,18 @@ class PplResult:
         return math.isfinite(self.ppl)
 
     @property
+    def stderr_log_ppl_records(self) -> float:
+        """The standard error of log PPL as an estimate for records not scored here.
+
+        ``stderr_log_ppl`` carries the finite-population correction of the
+        file (0 once every record is in); this one does not: it is what a
+        fresh set of records of this kind scatters by (``evaluators.ppl_uncertainty``).
+        """
+        from evaluators.ppl_uncertainty import record_stderr
+
+        return record_stderr(self.scores)
+
+    @property
     def complete(self) -> bool:
         return self.records_scored == self.records_total
 
@@ -360,6 +372,7 @@ class PplResult:
             "ppl_low": finite_or_none(self.ppl_low),
             "ppl_high": finite_or_none(self.ppl_high),
             "stderr_log_ppl": finite_or_none(self.stderr_log_ppl),
+            "stderr_log_ppl_records": finite_or_none(self.stderr_log_ppl_records),
             "nonfinite_records": list(self.nonfinite_records),
             "duration_s": self.duration_s,
             "settings": self.settings.to_dict(),

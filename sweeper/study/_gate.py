@@ -4,6 +4,19 @@ The gate is an Optuna constraint (``trial.set_constraint("ppl_gate", ppl - cap)`
 so samplers learn where it fails and a gate-failing trial is never the best
 one. A relative cap (``--ppl-cap-rel 1.05``: the challenge's "reference + 5 %")
 is resolved from the baseline trial, which the study runs first.
+
+With a ``confidence`` the gate is judged on the records' uncertainty, not
+on the point estimate: a configuration passes only when the upper bound of
+its PPL at that level, on a re-run over ``rerun_records`` fresh records
+(default: as many as it was measured on), is at most the cap
+(``evaluators.ppl_uncertainty``). So a configuration the gate passes
+passes the organizers' re-run on their private records with at least that
+probability. Under a relative cap the baseline's own uncertainty is added:
+the bound is on ``PPL / baseline PPL`` with the two standard deviations
+added in quadrature (exact for independent record sets, cautious when the
+two are scored on the same records). The constraint Optuna sees is then
+``bound - cap``. Without a standard error (an evaluator that stores no
+per-record scores) the point estimate stands in, with a warning.
 """
 
 from __future__ import annotations
@@ -11,12 +24,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
 
+from evaluators.ppl_uncertainty import PplEstimate, record_stderr
+from evaluators.ppl import RecordScore
 from storage import STUDY_ATTR_PREFIX
 from sweeper.errors import StudyError, UserInputError
 
@@ -25,6 +41,16 @@ logger = logging.getLogger(__name__)
 CONSTRAINT = "ppl_gate"
 REFERENCE_ATTR = f"{STUDY_ATTR_PREFIX}reference_ppl"
 REFERENCE_TRIAL_ATTR = f"{STUDY_ATTR_PREFIX}reference_trial"
+REFERENCE_STDERR_ATTR = f"{STUDY_ATTR_PREFIX}reference_stderr_log_ppl"
+REFERENCE_RECORDS_ATTR = f"{STUDY_ATTR_PREFIX}reference_ppl_records"
+# the confidence ``sweeper run`` gates at (docs/measurement.md, "PPL on records not seen")
+DEFAULT_CONFIDENCE = 0.9
+# what a judged trial stores in its extras
+STDERR_KEY = "ppl_stderr_records"
+RECORDS_KEY = "ppl_records"
+BOUND_KEY = "ppl_bound"
+PASS_PROBABILITY_KEY = "ppl_pass_probability"
+RERUN_RECORDS_KEY = "ppl_rerun_records"
 
 
 class GateError(UserInputError):
@@ -33,10 +59,17 @@ class GateError(UserInputError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PplGate:
-    """``cap``: PPL <= cap. ``cap_rel``: PPL <= cap_rel x the baseline trial's PPL."""
+    """``cap``: PPL <= cap. ``cap_rel``: PPL <= cap_rel x the baseline trial's PPL.
+
+    ``confidence`` (None: the point estimate): pass only when the PPL's upper
+    bound at this level, on ``rerun_records`` fresh records (None: as many
+    as measured), is at most the cap (the module docstring).
+    """
 
     cap: float | None = None
     cap_rel: float | None = None
+    confidence: float | None = None
+    rerun_records: int | None = None
 
     def __post_init__(self) -> None:
         if (self.cap is None) == (self.cap_rel is None):
@@ -52,18 +85,107 @@ class PplGate:
                 "ppl_cap_rel must be at least 1.0 (the baseline itself must pass), "
                 f"not {self.cap_rel}"
             )
+        if self.confidence is not None and (
+            isinstance(self.confidence, bool)
+            or not isinstance(self.confidence, (int, float))
+            or not 0.5 <= self.confidence < 1.0
+        ):
+            raise GateError(f"ppl_confidence must be in [0.5, 1), not {self.confidence!r}")
+        if self.rerun_records is not None and (
+            isinstance(self.rerun_records, bool)
+            or not isinstance(self.rerun_records, int)
+            or self.rerun_records < 1
+        ):
+            raise GateError(
+                f"ppl_rerun_records must be a positive integer, not {self.rerun_records!r}"
+            )
 
     @property
     def relative(self) -> bool:
         return self.cap_rel is not None
 
     def describe(self) -> str:
-        if self.relative:
-            return f"PPL <= {self.cap_rel:g} x baseline PPL"
-        return f"PPL <= {self.cap:g}"
+        text = (
+            f"PPL <= {self.cap_rel:g} x baseline PPL" if self.relative else f"PPL <= {self.cap:g}"
+        )
+        if self.confidence is None:
+            return text
+        rerun = f"{self.rerun_records} new records" if self.rerun_records else "as many new records"
+        return f"{text} at {self.confidence:.0%} confidence on {rerun}"
 
     def to_settings(self) -> dict[str, Any]:
-        return {"ppl_cap": self.cap, "ppl_cap_rel": self.cap_rel}
+        settings: dict[str, Any] = {"ppl_cap": self.cap, "ppl_cap_rel": self.cap_rel}
+        if self.confidence is not None:  # a point gate's settings stay as they were
+            settings["ppl_confidence"] = self.confidence
+            settings["ppl_rerun_records"] = self.rerun_records
+        return settings
+
+    @classmethod
+    def from_settings(cls, stored: dict[str, Any]) -> PplGate:
+        """The gate ``to_settings`` wrote (a study's stored settings)."""
+        return cls(
+            cap=stored.get("ppl_cap"),
+            cap_rel=stored.get("ppl_cap_rel"),
+            confidence=stored.get("ppl_confidence"),
+            rerun_records=stored.get("ppl_rerun_records"),
+        )
+
+    def judge(
+        self,
+        ppl: float,
+        cap: float,
+        *,
+        stderr_log_ppl: float | None = None,
+        records: int | None = None,
+        reference: PplEstimate | None = None,
+    ) -> GateVerdict:
+        """Whether ``ppl`` passes ``cap``, the PPL compared with it, and the re-run's pass chance.
+
+        ``stderr_log_ppl`` and ``records``: the trial's (``measured_uncertainty``);
+        ``reference``: the baseline's, under a relative cap.
+        """
+        known = (
+            stderr_log_ppl is not None
+            and records is not None
+            and records >= 2
+            and math.isfinite(stderr_log_ppl)
+            and stderr_log_ppl >= 0
+        )
+        if not known or not math.isfinite(ppl) or ppl <= 0:
+            if self.confidence is not None and math.isfinite(ppl) and not known:
+                logger.warning(
+                    "PPL %.4f has no standard error (no per-record scores): the %.0f %% gate "
+                    "judges the point estimate",
+                    ppl,
+                    100 * self.confidence,
+                )
+            return GateVerdict(
+                passes=math.isfinite(ppl) and ppl <= cap,
+                bound=ppl,
+                pass_probability=(0.0 if not math.isfinite(ppl) else None),
+                stderr_log_ppl=stderr_log_ppl if known else None,
+                records=records,
+                rerun_records=None,
+            )
+        rerun = self.rerun_records or records
+        estimate = PplEstimate(ppl=ppl, stderr_log_ppl=stderr_log_ppl, records=records)
+        sd = estimate.sd(rerun)
+        if self.relative and reference is not None and reference.records >= 2:
+            sd = math.hypot(sd, reference.sd(rerun))
+        margin = math.log(cap) - math.log(ppl)
+        probability = (1.0 if margin >= 0 else 0.0) if sd == 0 else _NORMAL.cdf(margin / sd)
+        if self.confidence is None:
+            bound = ppl
+        else:
+            bound = math.exp(math.log(ppl) + _NORMAL.inv_cdf(self.confidence) * sd)
+        return GateVerdict(
+            passes=bound <= cap,
+            bound=bound,
+            pass_probability=probability,
+            stderr_log_ppl=stderr_log_ppl,
+            records=records,
+            rerun_records=rerun,
+        )
 
     def cap_for(self, reference_ppl: float | None) -> float | None:
         """The cap in force: None while a relative cap waits for its baseline."""
@@ -82,12 +204,116 @@ class PplGate:
         return cls.model_ppl(ppl, cap) - cap
 
 
+_NORMAL = statistics.NormalDist()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GateVerdict:
+    """One trial judged: ``bound`` is the PPL compared with the cap (the point or the upper bound).
+
+    ``pass_probability``: the chance that PPL on ``rerun_records`` fresh
+    records stays under the cap (None: no standard error was known).
+    """
+
+    passes: bool
+    bound: float
+    pass_probability: float | None
+    stderr_log_ppl: float | None
+    records: int | None
+    rerun_records: int | None
+
+    def extras(self) -> dict[str, Any]:
+        """What the trial stores (``sweeper_trials.extras``)."""
+        if self.stderr_log_ppl is None:
+            return {}
+        return {
+            STDERR_KEY: self.stderr_log_ppl,
+            RECORDS_KEY: self.records,
+            BOUND_KEY: self.bound,
+            PASS_PROBABILITY_KEY: self.pass_probability,
+            RERUN_RECORDS_KEY: self.rerun_records,
+        }
+
+
+def measured_uncertainty(
+    extras: Mapping[str, Any], requests: Sequence[Mapping[str, Any]] = ()
+) -> tuple[float | None, int | None]:
+    """A measurement's (standard error of log PPL, records scored), None where unknown.
+
+    ``extras[STDERR_KEY]`` when the evaluator gives it, else computed from the
+    per-record rows (``kind: ppl`` with ``nll`` and ``tokens``) that
+    ``ServerEvaluator`` returns; a trial stopped early has no usable figure.
+    """
+    stderr, records = extras.get(STDERR_KEY), extras.get(RECORDS_KEY)
+    if isinstance(stderr, (int, float)) and isinstance(records, int):
+        return float(stderr), records
+    rows = [r for r in requests if r.get("kind") == "ppl"]
+    if len(rows) < 2:
+        return None, None
+    scores = []
+    for row in rows:
+        nll, tokens = row.get("nll"), row.get("tokens")
+        if not isinstance(tokens, int) or tokens <= 0:
+            return None, None
+        scores.append(
+            RecordScore(id=str(row.get("id")), nll=math.inf if nll is None else float(nll), tokens=tokens)
+        )
+    stderr = record_stderr(scores)
+    return (stderr, len(scores)) if math.isfinite(stderr) else (None, None)
+
+
+def stored_estimate(ppl: float | None, extras: Mapping[str, Any]) -> PplEstimate | None:
+    """A stored trial's PPL with its uncertainty, from what ``GateVerdict.extras`` wrote."""
+    stderr, records = extras.get(STDERR_KEY), extras.get(RECORDS_KEY)
+    if ppl is None or not isinstance(stderr, (int, float)) or not isinstance(records, int):
+        return None
+    if records < 1 or not math.isfinite(float(stderr)):
+        return None
+    return PplEstimate(ppl=float(ppl), stderr_log_ppl=float(stderr), records=records)
+
+
+def trial_pass_probability(
+    ppl: float | None, extras: Mapping[str, Any], cap: float, new_records: int | None
+) -> float | None:
+    """The chance that a stored trial's PPL on ``new_records`` fresh records is at most ``cap``.
+
+    For verify and status: ``ppl`` and ``extras`` of a ``TrialRecord``; None
+    when the trial stored no standard error. ``new_records`` None: the
+    records' population (the "true" PPL).
+    """
+    estimate = stored_estimate(ppl, extras)
+    return None if estimate is None else estimate.pass_probability(cap, new_records)
+
+
 def reference_ppl(study: optuna.Study) -> float | None:
     value = study._storage.get_study_user_attrs(study._study_id).get(REFERENCE_ATTR)
     return float(value) if value is not None else None
 
 
-def set_reference(study: optuna.Study, ppl: float, trial_number: int) -> None:
+def reference_estimate(study: optuna.Study) -> PplEstimate | None:
+    """The baseline's PPL with its uncertainty (None: not measured, or no standard error)."""
+    attrs = study._storage.get_study_user_attrs(study._study_id)
+    ppl, stderr, records = (
+        attrs.get(REFERENCE_ATTR),
+        attrs.get(REFERENCE_STDERR_ATTR),
+        attrs.get(REFERENCE_RECORDS_ATTR),
+    )
+    if ppl is None or stderr is None or not isinstance(records, int):
+        return None
+    return PplEstimate(ppl=float(ppl), stderr_log_ppl=float(stderr), records=records)
+
+
+def set_reference(
+    study: optuna.Study,
+    ppl: float,
+    trial_number: int,
+    *,
+    stderr_log_ppl: float | None = None,
+    records: int | None = None,
+) -> None:
+    if stderr_log_ppl is not None and records is not None and math.isfinite(stderr_log_ppl):
+        study.set_user_attr(REFERENCE_STDERR_ATTR, stderr_log_ppl)
+        study.set_user_attr(REFERENCE_RECORDS_ATTR, records)
     study.set_user_attr(REFERENCE_ATTR, ppl)
     study.set_user_attr(REFERENCE_TRIAL_ATTR, trial_number)
     logger.info("baseline PPL %.4f measured by trial %d", ppl, trial_number)

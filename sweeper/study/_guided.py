@@ -40,6 +40,21 @@ Each proposal is a window and a set of speed settings, chosen apart:
   the check runs on every prefix of the trials, so the verdict is the same
   whoever computes it.
 
+**Repeated readings of one window are pooled.** The PPL of a window is
+one quantity, not a fresh coin toss per trial: the plan averages every
+reading of a window's ``ppl - cap`` and judges the mean against the reading
+noise, estimated from the spread of readings within windows (pooled over
+all windows, a Student-t quantile for its degrees of freedom; no noise is
+assumed until two readings of one window differ). A window is
+**feasible** when the upper bound of its mean at ``READING_CONFIDENCE`` is
+at most 0, **infeasible** when the lower bound is over 0, and **uncertain**
+otherwise. Only a feasible window is the boundary's feasible side or gets
+the speed trials; an uncertain one counts as failing for the bracket, so
+the plan moves to its neighbour on the safe side instead of spending its
+trials on a window that is a coin toss at the cap. A window truly over the
+cap is read as feasible with a chance of at most ``1 - READING_CONFIDENCE``
+once the noise is known, and gets readings only while so read.
+
 After ``MAX_PLAN_TRIALS`` trials, or when no untried setting is left at the
 window, the plan returns None, and the sampler hands over to a fallback
 sampler (GP) with the whole history. The plan is a pure
@@ -54,6 +69,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,6 +96,34 @@ PRIOR_QUADRATIC_MEAN = -0.5  # TPS is unimodal in each speed knob
 PRIOR_CHOICE = 0.3
 NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
 NOISE_DEFAULT = 0.03  # before there are residuals to estimate it from
+READING_CONFIDENCE = 0.95  # a window is feasible when its pooled gate's upper bound is <= 0
+FEASIBLE, INFEASIBLE, UNCERTAIN = "feasible", "infeasible", "uncertain"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WindowReadings:
+    """The pooled readings of one quality value: mean ``ppl - cap``, count, and the verdict."""
+
+    value: Any
+    mean: float
+    count: int
+    half_width: float  # of the one-sided bound at READING_CONFIDENCE
+    state: str  # FEASIBLE, INFEASIBLE or UNCERTAIN
+
+
+def _t_quantile(p: float, dof: int) -> float:
+    """Student-t quantile (Cornish-Fisher to 1/dof^3 terms; inf without degrees of freedom)."""
+    if dof < 1:
+        return math.inf
+    z = statistics.NormalDist().inv_cdf(p)
+    if dof == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if dof == 2:
+        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / dof + g2 / dof**2 + g3 / dof**3
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,7 +189,8 @@ class GuidedPlan:
         """The boundary probe, or the boundary once found (the smallest feasible value)."""
         b = self.boundary
         safe = b.snap(b.high if b.faster == "lower" else b.low)
-        passing = [o.params[b.name] for o in observations if o.gate <= 0 and b.name in o.params]
+        pooled = self.window_readings(observations)
+        passing = [r.value for r in pooled.values() if r.state == FEASIBLE]
         if not passing:
             failing = {o.params.get(b.name) for o in observations}
             return None if safe in failing else safe
@@ -171,17 +216,15 @@ class GuidedPlan:
     ) -> Any | None:
         """The next quality value to try, or None when the boundary is known to ``tolerance``."""
         b = self.boundary
-        gates: dict[float, float] = {}
-        for o in observations:
-            if b.name in o.params:
-                u = self._oriented(o.params[b.name])
-                gates[u] = max(gates.get(u, -math.inf), o.gate)
-        feasible_u = [u for u, g in gates.items() if g <= 0]
+        pooled = self.window_readings(observations)
+        # the pooled mean of each window; an uncertain window counts as failing
+        gates = {u: r.mean for u, r in pooled.items()}
+        feasible_u = [u for u, r in pooled.items() if r.state == FEASIBLE]
         if not feasible_u:
-            return None  # every passing value also failed once: nothing to bracket
+            return None  # no value passes with margin: nothing to bracket
         hi = min(feasible_u)
         fast_end = min(self._oriented(b.low), self._oriented(b.high))
-        infeasible_below = [u for u, g in gates.items() if g > 0 and u < hi]
+        infeasible_below = [u for u, r in pooled.items() if r.state != FEASIBLE and u < hi]
         lo = max(infeasible_below) if infeasible_below else None
         step = self._unit_step()
         if hi <= fast_end + 1e-12:
@@ -208,6 +251,37 @@ class GuidedPlan:
         if u >= hi or u <= bottom or u < fast_end - 1e-12:
             return None
         return value
+
+    def window_readings(self, observations: Sequence[Observation]) -> dict[float, WindowReadings]:
+        """Every measured quality value (by oriented coordinate), its readings pooled."""
+        b = self.boundary
+        readings: dict[float, list[float]] = {}
+        values: dict[float, Any] = {}
+        for o in observations:
+            if b.name in o.params and math.isfinite(o.gate):
+                u = self._oriented(o.params[b.name])
+                readings.setdefault(u, []).append(o.gate)
+                values[u] = o.params[b.name]
+            elif b.name in o.params:  # an infinite PPL: failing, whatever else was read
+                u = self._oriented(o.params[b.name])
+                readings.setdefault(u, []).append(math.inf)
+                values[u] = o.params[b.name]
+        sd, dof = _reading_noise(readings.values())
+        quantile = 0.0 if sd == 0 else _t_quantile(READING_CONFIDENCE, dof)
+        pooled = {}
+        for u, gates in readings.items():
+            mean = sum(gates) / len(gates)
+            half = quantile * sd / math.sqrt(len(gates)) if sd else 0.0
+            if not math.isfinite(mean) or mean - half > 0:
+                state = INFEASIBLE
+            elif mean + half <= 0:
+                state = FEASIBLE
+            else:
+                state = UNCERTAIN
+            pooled[u] = WindowReadings(
+                value=values[u], mean=mean, count=len(gates), half_width=half, state=state
+            )
+        return pooled
 
     def _root_estimate(
         self, gates: Mapping[float, float], hi: float, lo: float | None
@@ -460,6 +534,24 @@ class _Surrogate:
         mean = x @ self.mean
         sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", x, self.cov, x), 0))
         return mean + EXPLORATION * sd
+
+
+def _reading_noise(readings: Any) -> tuple[float, int]:
+    """The SD of one gate reading, pooled over the windows read more than once, and its dof.
+
+    Infinite readings are left out. (0, 0) until some window was read twice.
+    """
+    squares, dof = 0.0, 0
+    for gates in readings:
+        finite = [g for g in gates if math.isfinite(g)]
+        if len(finite) < 2:
+            continue
+        mean = sum(finite) / len(finite)
+        squares += sum((g - mean) ** 2 for g in finite)
+        dof += len(finite) - 1
+    if dof == 0:
+        return 0.0, 0
+    return math.sqrt(squares / dof), dof
 
 
 def _ridge(

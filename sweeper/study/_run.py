@@ -101,6 +101,8 @@ def run_study(
     seed: int | None = None,
     mode: str = "tps",
     ppl_cap_rel: float | None = None,
+    ppl_confidence: float | None = None,
+    ppl_rerun_records: int | None = None,
     timeout: float | str | None = None,
     trial_timeout: float | str | None = None,
     enqueue: Sequence[Mapping[str, Any]] = (),
@@ -132,11 +134,19 @@ def run_study(
     (from a progress callback or another thread) to end after the running trial.
     ``trial_timeout`` (seconds or text like ``45m``): one trial's wall-clock
     limit (default: ``evaluate.trial_timeout_s`` if it has one).
+    ``ppl_confidence`` (default None: the point estimate): pass a configuration
+    only when its PPL's upper bound at this level, on ``ppl_rerun_records``
+    fresh records (default: as many as measured), is under the cap (``PplGate``).
     """
     gate = (
         None
         if ppl_cap is None and ppl_cap_rel is None
-        else PplGate(cap=ppl_cap, cap_rel=ppl_cap_rel)
+        else PplGate(
+            cap=ppl_cap,
+            cap_rel=ppl_cap_rel,
+            confidence=ppl_confidence,
+            rerun_records=ppl_rerun_records,
+        )
     )
     options = StudyOptions(
         study_name=study_name,
@@ -278,7 +288,7 @@ class Sweep:
                 study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
             study.set_user_attr(ENQUEUED_ATTR, True)
             return opts.gate
-        stored_gate = PplGate(cap=stored.get("ppl_cap"), cap_rel=stored.get("ppl_cap_rel"))
+        stored_gate = PplGate.from_settings(stored)
         if opts.gate is not None and opts.gate != stored_gate:
             raise StudyError(
                 f"study {opts.study_name!r} was started with the gate {stored_gate.describe()}, "

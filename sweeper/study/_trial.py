@@ -31,7 +31,16 @@ from sweeper.errors import MeasurementError, ServerError, StudyError, SweeperErr
 from sweeper.serving import FailureKind, classify
 from sweeper.versions import software_versions
 from sweeper.study._confirm import Standing, is_confirmation, standing
-from sweeper.study._gate import CONSTRAINT, PplGate, reference_ppl, set_reference, wait_for_reference
+from sweeper.study._gate import (
+    BOUND_KEY,
+    CONSTRAINT,
+    PplGate,
+    measured_uncertainty,
+    reference_estimate,
+    reference_ppl,
+    set_reference,
+    wait_for_reference,
+)
 from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
 from sweeper.study._options import StudyOptions
@@ -179,13 +188,20 @@ class TrialRunner:
         mean_log = sum(math.log(screen) for _, screen in pairs) / len(pairs)
         return math.exp(mean_log - 2.0 * now.spread.relative * math.sqrt(2.0))
 
-    def _cap(self, role: str, ppl: float | None, number: int) -> float | None:
+    def _cap(
+        self,
+        role: str,
+        ppl: float | None,
+        number: int,
+        uncertainty: tuple[float | None, int | None] = (None, None),
+    ) -> float | None:
         """The cap in force; with a relative gate the baseline sets it, others may wait for it."""
         if not self.gate.relative:
             return self.gate.cap
         reference = reference_ppl(self.study)
         if reference is None and ppl is not None and is_baseline(role):
-            set_reference(self.study, ppl, number)
+            stderr, records = uncertainty
+            set_reference(self.study, ppl, number, stderr_log_ppl=stderr, records=records)
             reference = ppl
         if reference is None and ppl is not None:
             reference = wait_for_reference(
@@ -414,7 +430,18 @@ class TrialRunner:
             if context.known_ppl is None:
                 raise MeasurementError("evaluate returned no PPL, and none could be reused")
             ppl, reused_from = context.known_ppl, context.known_ppl_trial
-        cap = self._cap(role, ppl, trial.number)
+        uncertainty = measured_uncertainty(measurement.extras, measurement.requests)
+        if reused_from is not None:  # the PPL's figures are the measuring trial's
+            measured = self.store.record(self.study.study_name, reused_from, details=False)
+            uncertainty = measured_uncertainty(measured.extras)
+        cap = self._cap(role, ppl, trial.number, uncertainty)
+        verdict = self.gate.judge(
+            float(ppl),
+            cap,
+            stderr_log_ppl=uncertainty[0],
+            records=uncertainty[1],
+            reference=reference_estimate(self.study) if self.gate.relative else None,
+        )
         tps, imputed = measurement.tps, False
         if tps is None and measurement.screened:  # the screen's figure, scaled, stands in
             tps, imputed = self._from_screen(float(measurement.extras["tps_screen"])), True
@@ -425,11 +452,15 @@ class TrialRunner:
             tps=float(tps),
             ppl=float(ppl),
             ppl_cap=cap,
-            feasible=ppl <= cap,
+            feasible=verdict.passes,
             ppl_reused_from=reused_from,
             early_stopped=measurement.early_stopped,
             tps_imputed=imputed,
-            extras={**measurement.extras, **({"screened": True} if measurement.screened else {})},
+            extras={
+                **measurement.extras,
+                **verdict.extras(),
+                **({"screened": True} if measurement.screened else {}),
+            },
             versions={**software_versions(), **measurement.versions},
             # phases already stored through the context are not stored twice
             phases=[
@@ -500,7 +531,9 @@ class TrialRunner:
             trial.set_user_attr(TPS_IMPUTED_ATTR, True)  # a screened trial's figure is a measurement
         # Optuna's models see an infinite PPL as twice the cap (our table keeps the real value)
         ppl = PplGate.model_ppl(outcome.ppl, outcome.ppl_cap)
-        trial.set_constraint(CONSTRAINT, PplGate.constraint(outcome.ppl, outcome.ppl_cap))
+        # the gate's PPL: the point estimate, or its upper bound under a confidence gate
+        judged = float(outcome.extras.get(BOUND_KEY, outcome.ppl))
+        trial.set_constraint(CONSTRAINT, PplGate.constraint(judged, outcome.ppl_cap))
         values = [outcome.tps] if len(self.study.directions) == 1 else [outcome.tps, ppl]
         self.study.tell(trial, values)
         logger.info(
