@@ -45,6 +45,8 @@ from evaluators.intervals import (
     request_interval,
     speedup_interval,
     tps_interval,
+    blocked_spread,
+    paired_speedup_interval,
 )
 from evaluators.ppl import (
     EarlyStopRule,
@@ -87,6 +89,8 @@ __all__ = [
     "pooled_spread",
     "speedup_interval",
     "tps_interval",
+    "blocked_spread",
+    "paired_speedup_interval",
     "repeat_interval",
     "request_interval",
     "EarlyStopRule",

@@ -230,6 +230,89 @@ def tps_interval(figures: Sequence[float], *, spread: Spread, confidence: float 
     )
 
 
+def blocked_spread(
+    races: Sequence[Sequence[Sequence[float]]], *, prior: float, prior_df: float = 2.0
+) -> Spread:
+    """The between-server spread from interleaved rounds, with each round's drift taken out.
+
+    ``races``: per race, its complete rounds, each round the TPS figures of
+    the same configurations in the same order (contender, incumbent, base),
+    measured one after another in fresh servers. Log TPS is fitted as
+    configuration effect + round effect (a two-way additive model, one
+    block per round), so a machine that got busier between two rounds moves
+    every figure of the later round alike and does not count as spread.
+    A race of m configurations over n rounds adds (m - 1)(n - 1) degrees of
+    freedom; ``prior`` counts as ``prior_df`` more.
+    """
+    if prior <= 0 or prior_df < 0:
+        raise MeasurementError(f"blocked_spread: prior must be > 0 and prior_df >= 0, not {prior}, {prior_df}")
+    squares = prior * prior * prior_df
+    measured = 0
+    for rounds in races:
+        rows = [[_log_tps(v) for v in row] for row in rounds]
+        if len(rows) < 2:
+            continue
+        width = len(rows[0])
+        if width < 2 or any(len(row) != width for row in rows):
+            raise MeasurementError("blocked_spread: every round of a race needs the same configurations")
+        grand = statistics.fmean(x for row in rows for x in row)
+        row_means = [statistics.fmean(row) for row in rows]
+        column_means = [statistics.fmean(row[k] for row in rows) for k in range(width)]
+        squares += sum(
+            (x - row_means[i] - column_means[k] + grand) ** 2
+            for i, row in enumerate(rows)
+            for k, x in enumerate(row)
+        )
+        measured += (width - 1) * (len(rows) - 1)
+    df = prior_df + measured
+    if df <= 0:
+        raise MeasurementError("blocked_spread: no complete rounds and no prior weight")
+    return Spread(
+        relative=math.sqrt(squares / df),
+        df=df,
+        measured_df=measured,
+        method=(
+            f"SD of log TPS within interleaved rounds (round drift removed), {measured} df"
+            f" and a prior of {prior:.3f} weighted as {prior_df:g}"
+        ),
+    )
+
+
+def paired_speedup_interval(
+    pairs: Sequence[tuple[float, float]], *, spread: Spread, confidence: float = 0.95
+) -> Interval:
+    """Interval of a configuration's TPS over another's from figures measured side by side.
+
+    ``pairs``: (candidate, reference) TPS of the same round, in adjacent
+    fresh servers. The value is exp(mean log ratio); the interval is a
+    t-interval with the per-server ``spread`` (a ratio of two servers has
+    sqrt(2) times its SD) on ``spread.df`` degrees of freedom.
+    """
+    _check_confidence(confidence)
+    if not pairs:
+        raise MeasurementError("paired_speedup_interval: at least one pair is needed")
+    differences = [_log_tps(a) - _log_tps(b) for a, b in pairs]
+    mean = statistics.fmean(differences)
+    from scipy.stats import t as student_t
+
+    half = (
+        float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, spread.df))
+        * spread.relative
+        * math.sqrt(2.0 / len(differences))
+    )
+    return Interval(
+        value=math.exp(mean),
+        low=math.exp(mean - half),
+        high=math.exp(mean + half),
+        confidence=confidence,
+        method=(
+            f"mean log ratio over {len(differences)} interleaved pair(s) in fresh servers, "
+            f"t-interval with between-server spread {spread.relative:.1%} on {spread.df:g} df"
+        ),
+        samples=2 * len(differences),
+    )
+
+
 def _log_tps(value: float) -> float:
     if not value > 0 or not math.isfinite(value):
         raise MeasurementError(f"a TPS figure must be positive and finite, not {value}")

@@ -9,6 +9,8 @@ configuration comes in through the ``Evaluator`` seam.
 
 from sweeper.study._confirm import (
     CONFIRM_ROLE,
+    ClaimBasis,
+    confirmation_role,
     ConfirmSettings,
     Configuration,
     Decision,
@@ -50,6 +52,8 @@ from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
 
 __all__ = [
     "CONFIRM_ROLE",
+    "ClaimBasis",
+    "confirmation_role",
     "ConfirmSettings",
     "Configuration",
     "Decision",

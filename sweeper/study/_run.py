@@ -50,8 +50,6 @@ from storage import (
 from sweeper.serving import stop_servers_with_token
 from sweeper.errors import ServerStopError, StudyError
 from sweeper.study._confirm import (
-    CONFIRM_ROLE,
-    ROUND_ATTR_PREFIX,
     ConfirmSettings,
     is_confirmation,
     standing,
@@ -348,18 +346,23 @@ class Sweep:
         records = self.store.records(self.options.study_name)
         race = standing(records, self.options.confirm).race
         if race is not None and not self._confirmations_pending():  # a round at a time
-            marker = f"{ROUND_ATTR_PREFIX}{race.contender.first}:{race.round}"
+            marker = race.marker
             if not self.study._storage.get_study_user_attrs(self.study._study_id).get(marker):
                 self.study.set_user_attr(marker, True)
                 lineup = race.lineup()
                 for config in lineup:
-                    self.study.enqueue_trial(dict(config.params), user_attrs={ROLE_ATTR: CONFIRM_ROLE})
+                    self.study.enqueue_trial(
+                        dict(config.params),
+                        user_attrs={ROLE_ATTR: race.role},
+                    )
                 logger.info(
-                    "confirmation race, round %d: trial %d (%.2f tok/s as measured) against "
-                    "the incumbent, trial %d (%.2f): re-measuring %s",
+                    "%s, round %d: trial %d (%.2f tok/s as measured) against %s, trial %d (%.2f): "
+                    "re-measuring %s",
+                    "claim rounds" if race.claim else "confirmation race",
                     race.round,
                     race.contender.first,
                     race.contender.estimate,
+                    "the base" if race.claim else "the incumbent",
                     race.incumbent.first,
                     race.incumbent.estimate,
                     ", ".join(f"trial {c.first}" for c in lineup),
@@ -372,7 +375,7 @@ class Sweep:
             () if waiting_only else (optuna.trial.TrialState.RUNNING,)
         )
         return any(
-            t.state in states and t.user_attrs.get(ROLE_ATTR) == CONFIRM_ROLE
+            t.state in states and is_confirmation(str(t.user_attrs.get(ROLE_ATTR, "")))
             for t in self.study.get_trials(deepcopy=False)
         )
 

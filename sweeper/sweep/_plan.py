@@ -61,9 +61,10 @@ DEFAULT_NOISE = 0.10
 # on the H200, the GPU demo's configuration read 0.132 (SD of log TPS) across 3 fresh servers
 # at demo sizes and 0.095 at the challenge's 128 x 512 (docs/gpu.md, 2026-12-01)
 GPU_DEMO_NOISE = 0.13
-# rounds a confirmation race may take; the demo takes one, to stay near its 15 minutes on 2 cores
-CONFIRM_ROUNDS = 2
-DEMO_CONFIRM_ROUNDS = 1
+# rounds a confirmation race (and the claim rounds after it) may take; the demo fewer, to stay
+# near its 15 minutes on 2 cores
+CONFIRM_ROUNDS = 6
+DEMO_CONFIRM_ROUNDS = 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,7 @@ from sweeper.study import Measurement, StudyRecipe, run_study, save_recipe
 
 CAP = 2.30
 
-# label -> params; the base manifest (w32 ctk8 k3) is the baseline trial 0
+# label -> params; the base manifest (w32 ctk8 k1) is the baseline trial 0
 CONFIGS: dict[str, dict[str, int]] = {
     "A": {"sliding_window": 48, "centroid_top_k": 8, "num_speculative_tokens": 3},  # 147, 2.16
     "B": {"sliding_window": 40, "centroid_top_k": 8, "num_speculative_tokens": 5},  # 173, 2.24

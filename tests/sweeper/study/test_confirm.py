@@ -17,10 +17,12 @@ from sweeper.study import (
     CONFIRM_ROLE,
     ConfirmSettings,
     Measurement,
+    confirmation_role,
     distance_to_base,
     standing,
 )
-from sweeper.study._confirm import ConfirmSettingsError
+from sweeper.sweep._plan import CONFIRM_ROUNDS
+from sweeper.study._confirm import ConfirmSettingsError, claim_confidence, race_confidence
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
@@ -51,47 +53,104 @@ def test_a_contender_measured_faster_within_the_noise_is_raced_against_incumbent
     assert now.claim == "base" and not now.confirmed
 
 
-def test_a_contender_far_below_is_screened_and_one_far_above_is_confirmed_once_before_it_wins() -> None:
+def tagged(contender: int, round_number: int, *, claim: bool = False) -> str:
+    return confirmation_role(contender, round_number, claim=claim)
+
+
+def test_a_contender_far_below_is_screened_and_one_far_above_is_confirmed_on_its_rounds_alone() -> None:
     records = [
         record(0, BASE, 100.0, role="baseline"),
         record(1, {"c": 1}, 80.0),  # more than one standard error (14 %) below: not raced
-        record(2, {"c": 2}, 250.0),  # one figure a side on a 2-df prior: needs a ratio over 1.84
+        record(2, {"c": 2}, 250.0),  # fast in its first figure: raced, never claimed on it
     ]
     first = standing(records, RACING)
     assert [d.outcome for d in first.decisions] == ["screened", "racing"]
     assert first.incumbent.first == 0  # a single figure, however fast, is not yet a claim
-    records += [record(3, {"c": 2}, 250.0, role=CONFIRM_ROLE), record(4, BASE, 100.0, role=CONFIRM_ROLE)]
+    records += [record(3, {"c": 2}, 250.0, role=tagged(2, 1)), record(4, BASE, 100.0, role=tagged(2, 1))]
+    one_round = standing(records, RACING)
+    assert one_round.race is not None and one_round.race.round == 2  # the first look comes after 2 rounds
+    records += [record(5, {"c": 2}, 250.0, role=tagged(2, 2)), record(6, BASE, 100.0, role=tagged(2, 2))]
     now = standing(records, RACING)
     assert [d.outcome for d in now.decisions] == ["screened", "faster"]
     assert now.incumbent.first == 2 and now.race is None
-    # the stated speedup, written out: ratio 2.5, the spread pooled from the prior alone
-    # (the repeats agree exactly), t on 2 + 2 df, two figures a side
+    # written out: every figure of a configuration agrees, so the spread of all servers is
+    # the prior's alone, 0.10 as 2 df over 2 + 2 + 0 repeat df; the interleaved rounds show
+    # the prior over 2 + 1 df: the larger (never below what all servers show) is used
     from scipy.stats import t
 
-    spread = math.sqrt(0.10**2 * 2.0 / 4.0)
-    half = t.ppf(0.975, 4) * spread * math.sqrt(1 / 2 + 1 / 2)
+    pooled = math.sqrt(0.10**2 * 2.0 / (2.0 + 2 + 2))  # base 3 figures, contender 3, the screened one 1
+    blocked = math.sqrt(0.10**2 * 2.0 / 3.0)
+    assert now.spread.relative == pytest.approx(max(pooled, blocked))
+    assert now.spread.df == pytest.approx(6.0)
+    # the claim: the two rounds' pairs only (trial 2's own figure selected it), at 95 % for one race
+    half = t.ppf(0.975, 6.0) * blocked * math.sqrt(2.0 / 2)
+    assert now.basis.answer_trials == (3, 5) and now.basis.base_trials == (4, 6)
+    assert now.basis.excluded == (2,) and now.basis.races == 1
     assert now.speedup.value == pytest.approx(2.5)
     assert now.speedup.low == pytest.approx(2.5 * math.exp(-half))
     assert now.speedup.high == pytest.approx(2.5 * math.exp(half))
     assert now.claim == "faster"
-    assert "+150.0 % faster than the base manifest (95 % interval" in now.describe()
+    assert "+150.0 % faster than the base manifest (study-wise 95 % interval" in now.describe()
 
 
-def test_rounds_add_figures_and_the_race_ends_when_the_order_is_clear() -> None:
-    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 108.0)]
-    # rounds re-measure contender and base; the contender keeps reading 8-17 % faster
-    records += [record(2, {"c": 1}, 117.0, role=CONFIRM_ROLE), record(3, BASE, 99.0, role=CONFIRM_ROLE)]
-    after_one = standing(records, RACING)
-    assert after_one.race is not None and after_one.race.round == 2  # not clear after one round
-    records += [record(4, {"c": 1}, 116.0, role=CONFIRM_ROLE), record(5, BASE, 100.5, role=CONFIRM_ROLE)]
+def test_the_claim_rests_on_figures_after_selection_not_on_the_lucky_first_one() -> None:
+    records = [
+        record(0, BASE, 100.0, role="baseline"),
+        record(1, {"c": 1}, 160.0),  # a lucky first figure ...
+        record(2, {"c": 1}, 121.0, role=tagged(1, 1)), record(3, BASE, 99.0, role=tagged(1, 1)),
+        record(4, {"c": 1}, 119.0, role=tagged(1, 2)), record(5, BASE, 101.0, role=tagged(1, 2)),
+        record(6, {"c": 1}, 120.0, role=tagged(1, 3)), record(7, BASE, 100.0, role=tagged(1, 3)),
+    ]  # fmt: skip
+    now = standing(records, FIRM)
+    assert now.incumbent.first == 1 and now.claim == "faster"
+    expected = math.exp(statistics.fmean(math.log(a / b) for a, b in ((121, 99), (119, 101), (120, 100))))
+    assert now.speedup.value == pytest.approx(expected)  # about +20 %, not the +33 % of all figures
+    assert now.incumbent.estimate > 1.3 * 100.0 * 0.99  # the plain geometric mean keeps the lucky one
+    assert now.tps_interval(now.incumbent).value == pytest.approx(statistics.geometric_mean([121.0, 119.0, 120.0]))
+
+
+def test_a_contender_that_reads_no_faster_once_re_measured_is_not_raced_further() -> None:
+    records = [
+        record(0, BASE, 100.0, role="baseline"),
+        record(1, {"c": 1}, 118.0),
+        record(2, {"c": 1}, 97.0, role=tagged(1, 1)), record(3, BASE, 101.0, role=tagged(1, 1)),
+    ]  # fmt: skip
     now = standing(records, RACING)
-    contender = now.configuration_of(4)
-    assert contender.tps == (108.0, 117.0, 116.0)
-    assert contender.estimate == pytest.approx(statistics.geometric_mean([108.0, 117.0, 116.0]))
-    # the spread is pooled from the repeats: it shrank from the 10 % prior
-    assert now.spread.measured_df == 4 and now.spread.relative < 0.075
-    assert now.decisions[-1].outcome == "faster" and now.incumbent.first == 1
-    assert now.race is None and now.claim == "faster"
+    assert now.decisions[-1].outcome == "behind" and now.decisions[-1].pairs == 1
+    assert now.incumbent.first == 0 and now.race is None and now.claim == "base"
+
+
+def test_races_decide_on_a_one_sided_bound_and_the_claim_pays_for_every_race() -> None:
+    assert race_confidence(RACING) == pytest.approx(0.90)  # its lower bound: one-sided 95 %
+    assert claim_confidence(RACING, 1) == pytest.approx(0.95)
+    assert claim_confidence(RACING, 4) == pytest.approx(1 - 0.05 / 4)
+
+
+def test_a_claim_still_unclear_gets_claim_rounds_beside_the_base_until_it_is_clear() -> None:
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 130.0)]
+    records += [record(2, {"c": 1}, 128.0, role=tagged(1, 1)), record(3, BASE, 100.0, role=tagged(1, 1))]
+    records += [record(4, {"c": 1}, 131.0, role=tagged(1, 2)), record(5, BASE, 100.0, role=tagged(1, 2))]
+    won = standing(records, FIRM)
+    assert won.decisions[-1].outcome == "faster" and won.claim == "faster" and won.race is None
+    records += [record(6, {"c": 2}, 140.0)]  # a second race: the claim now pays for two
+    two = standing(records, FIRM)
+    assert two.race is not None and [c.first for c in two.race.lineup()] == [6, 1, 0]
+    assert two.race.role == tagged(6, 1)
+    records += [record(7, {"c": 2}, 120.0, role=tagged(6, 1)), record(8, {"c": 1}, 129.0, role=tagged(6, 1)),
+                record(9, BASE, 100.0, role=tagged(6, 1))]  # fmt: skip
+    after = standing(records, FIRM)
+    assert after.decisions[-1].outcome == "behind"
+    assert after.basis.races == 2 and after.basis.confidence == pytest.approx(0.975)
+    assert after.basis.answer_trials == (2, 4, 8) and after.basis.base_trials == (3, 5, 9)
+
+
+def test_untagged_rounds_of_older_studies_are_grouped_by_order() -> None:
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 130.0)]
+    records += [record(2, {"c": 1}, 131.0, role=CONFIRM_ROLE), record(3, BASE, 100.0, role=CONFIRM_ROLE)]
+    records += [record(4, {"c": 1}, 129.0, role=CONFIRM_ROLE), record(5, BASE, 99.0, role=CONFIRM_ROLE)]
+    now = standing(records, FIRM)
+    assert now.decisions[-1].rounds == 2 and now.decisions[-1].outcome == "faster"
+    assert now.basis.answer_trials == (2, 4)
 
 
 def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer_to_the_base() -> None:
@@ -101,26 +160,30 @@ def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer
     records = [
         record(0, base, 100.0, role="baseline"),
         record(1, far, 140.0),  # clearly faster than the base ...
-        record(2, far, 138.0, role=CONFIRM_ROLE),  # ... and confirmed: the incumbent
-        record(3, base, 99.0, role=CONFIRM_ROLE),
-        record(4, near, 141.0),  # then a contender that reads as fast
+        record(2, far, 138.0, role=tagged(1, 1)),  # ... and confirmed over two rounds: the incumbent
+        record(3, base, 99.0, role=tagged(1, 1)),
+        record(4, far, 141.0, role=tagged(1, 2)),
+        record(5, base, 100.0, role=tagged(1, 2)),
+        record(6, near, 141.0),  # then a contender that reads as fast
     ]
-    settled = standing(records[:4], FIRM)
+    settled = standing(records[:6], FIRM)
     assert settled.incumbent.first == 1 and settled.decisions[-1].outcome == "faster"
     now = standing(records, FIRM)
-    assert now.incumbent.first == 1 and now.race.contender.first == 4
-    # contender and incumbent; the base has as many figures as the incumbent already
-    assert [c.first for c in now.race.lineup()] == [4, 1]
+    assert now.incumbent.first == 1 and now.race.contender.first == 6
+    # contender, incumbent and the base, in every round
+    assert [c.first for c in now.race.lineup()] == [6, 1, 0]
     # two rounds that do not separate them
-    for round_start, (a, b) in zip((5, 8), ((137.0, 141.0), (139.0, 138.0))):
+    for round_number, start, (a, b) in ((1, 7, (140.0, 137.0)), (2, 10, (138.0, 140.0))):
         records += [
-            record(round_start, near, a, role=CONFIRM_ROLE),
-            record(round_start + 1, far, b, role=CONFIRM_ROLE),
-            record(round_start + 2, base, 101.0, role=CONFIRM_ROLE),
+            record(start, near, a, role=tagged(6, round_number)),
+            record(start + 1, far, b, role=tagged(6, round_number)),
+            record(start + 2, base, 101.0, role=tagged(6, round_number)),
         ]
     now = standing(records, FIRM)
     assert now.decisions[-1].outcome == "tie-won" and now.decisions[-1].rounds == 2
-    assert now.incumbent.first == 4 and now.race is None
+    assert now.incumbent.first == 6 and now.race is None
+    # the claim of the new incumbent: its own rounds beside the base's figures of those rounds
+    assert now.basis.answer_trials == (7, 10) and now.basis.base_trials == (9, 12)
     # the other way round: the incumbent is the nearer one and keeps its place
     swapped = [record(r.number, near if r.params == far else far if r.params == near else r.params, r.tps, role=r.role) for r in records]
     assert standing(swapped, FIRM).decisions[-1].outcome == "tie-kept"
@@ -174,21 +237,22 @@ def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
 
 def test_races_find_the_truly_best_where_the_single_best_figure_is_often_a_lucky_one(tmp_path: Path) -> None:
     seeds = range(12)
-    raced = [noisy_study(tmp_path, seed, rounds=2) for seed in seeds]
+    raced = [noisy_study(tmp_path, seed, rounds=CONFIRM_ROUNDS) for seed in seeds]
     plain = [noisy_study(tmp_path, seed, rounds=0) for seed in seeds]
     best = max(TRUE_TPS.values())
     raced_hits = sum(tps >= 0.99 * best for tps, _ in raced)
     plain_hits = sum(tps >= 0.99 * best for tps, _ in plain)
     assert all(trials == 11 for _, trials in plain)  # no race: the budget only
     assert all(trials > 11 for _, trials in raced)  # the races' trials come on top
-    # measured: 11 of 12 seeds with races, 8 of 12 from the single best figure
-    assert raced_hits >= 10, raced
+    # measured: 9 of 12 seeds with races (6 rounds, the claims on figures after selection
+    # only), 8 of 12 from the single best figure
+    assert raced_hits >= 9, raced
     assert plain_hits <= 9, plain
     assert raced_hits > plain_hits
 
 
 def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tmp_path: Path) -> None:
-    figures = {0: [100.0, 104.0, 97.0], 1: [109.0, 103.0, 106.0]}  # each config's figures in turn
+    figures = {0: [100.0, 104.0, 97.0], 1: [109.0, 110.0, 106.0]}  # each config's figures in turn
 
     def evaluate(params, context) -> Measurement:  # measures PPL only when none is known
         return Measurement(tps=figures[params["c"]].pop(0), ppl=None if context.known_ppl else 1.1)
@@ -200,8 +264,8 @@ def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tm
     trials = result.status.trials
     assert [(t.role, t.params["c"]) for t in trials] == [
         ("baseline", 0), ("enqueued-0", 1),
-        (CONFIRM_ROLE, 1), (CONFIRM_ROLE, 0),  # round 1: contender, then the base (the incumbent)
-        (CONFIRM_ROLE, 1), (CONFIRM_ROLE, 0),  # round 2, queued only once round 1 had run
+        (tagged(1, 1), 1), (tagged(1, 1), 0),  # round 1: contender, then the base (the incumbent)
+        (tagged(1, 2), 1), (tagged(1, 2), 0),  # round 2, queued only once round 1 had run
     ]  # fmt: skip
     # re-measurements are handed the PPL measured before for the same quality parameters
     # (none in this space: the base's), though reuse_quality is off here

@@ -1,0 +1,268 @@
+"""What the TPS parity benchmarks share: the prompts, the records of a run, the statistics.
+
+Kept free of HTTP and of the server so that the tests can check it on its
+own: the geometric mean of paired ratios with a t interval on their logs
+(the t quantile computed here, without scipy, since the GPU machine may not
+have it), the parsing of a ``bench_serving`` result line, the client-side
+gaps between requests, the server's ``/metrics`` counters, and the host's
+and a process tree's CPU time from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# the server's own counters and histogram sums, read before and after each run
+SERVER_COUNTERS = {
+    "requests": "vllm:e2e_request_latency_seconds_count",
+    "e2e_s": "vllm:e2e_request_latency_seconds_sum",
+    "queue_s": "vllm:request_queue_time_seconds_sum",
+    "prefill_s": "vllm:request_prefill_time_seconds_sum",
+    "decode_s": "vllm:request_decode_time_seconds_sum",
+    "inference_s": "vllm:request_inference_time_seconds_sum",
+    "ttft_s": "vllm:time_to_first_token_seconds_sum",
+    "itl_s": "vllm:inter_token_latency_seconds_sum",
+    "itl_count": "vllm:inter_token_latency_seconds_count",
+    "tpot_s": "vllm:request_time_per_output_token_seconds_sum",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "prefix_hits": "vllm:prefix_cache_hits_total",
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+}
+
+
+def counters_from_samples(samples: Mapping[str, Sequence[tuple[Mapping[str, str], float]]]) -> dict[str, float]:
+    """``SERVER_COUNTERS`` from parsed ``/metrics`` samples, summed over labels (engines); 0 when absent."""
+    return {key: float(sum(v for _, v in samples.get(name, []))) for key, name in SERVER_COUNTERS.items()}
+
+
+def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    return {key: after[key] - before[key] for key in before}
+
+
+# -- prompts -------------------------------------------------------------------------------------
+
+
+def sharegpt_records(prompts: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """(id, text) pairs as ShareGPT records the harness's loader keeps: it drops records of one turn."""
+    return [
+        {"id": pid, "conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "ok"}]}
+        for pid, text in prompts
+    ]
+
+
+def extend_prompts(prompts: Sequence[tuple[str, str]], count: int) -> list[tuple[str, str]]:
+    """``count`` distinct prompts from ``prompts``: the set, then its prompts with the words reversed.
+
+    The demo has 64 prompts (48 tuning, 16 held out) and the challenge's size
+    is 128. A copy of a prompt would be served from the prefix cache; its
+    words reversed are a prompt of the same length with another prefix.
+    """
+    chosen = list(prompts[:count])
+    passes = 1
+    while len(chosen) < count:
+        for pid, text in prompts:
+            if len(chosen) == count:
+                break
+            words = text.split()
+            variant = " ".join(reversed(words)) if passes % 2 == 1 else " ".join(words[1:] + words[:1])
+            chosen.append((f"{pid}-v{passes}", variant))
+        passes += 1
+        if passes > 8:
+            raise ValueError(f"cannot make {count} prompts from {len(prompts)}")
+    return chosen
+
+
+# -- a bench_serving run -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HarnessRun:
+    """What ``bench_serving --output-file F --output-details`` wrote (its last line)."""
+
+    tps: float
+    duration_s: float
+    completed: int
+    output_tokens: int
+    latencies_s: tuple[float, ...]
+    output_lens: tuple[int, ...]
+    input_lens: tuple[int, ...]
+    errors: tuple[str, ...]
+
+
+def parse_harness_result(text: str) -> HarnessRun:
+    """The last JSON line of a ``bench_serving`` output file.
+
+    With ``--disable-stream`` its ``ttfts`` are the requests' whole
+    latencies ("For non-streaming, TTFT = total latency" in its source).
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("the bench_serving output file is empty")
+    record = json.loads(lines[-1])
+    for field in ("output_throughput", "duration", "ttfts", "output_lens"):
+        if field not in record:
+            raise ValueError(f"the bench_serving result has no {field!r} (run it with --output-details)")
+    return HarnessRun(
+        tps=float(record["output_throughput"]),
+        duration_s=float(record["duration"]),
+        completed=int(record["completed"]),
+        output_tokens=int(record["total_output_tokens"]),
+        latencies_s=tuple(float(x) for x in record["ttfts"]),
+        output_lens=tuple(int(x) for x in record["output_lens"]),
+        input_lens=tuple(int(x) for x in record.get("input_lens", [])),
+        errors=tuple(e for e in record.get("errors", []) if e),
+    )
+
+
+def gap_summary(duration_s: float, latencies_s: Sequence[float]) -> dict[str, float]:
+    """Client-side time of a run outside its requests: the wall clock less the sum of latencies."""
+    total = duration_s - sum(latencies_s)
+    return {"gap_total_s": total, "gap_per_request_ms": total / max(len(latencies_s), 1) * 1000}
+
+
+def gaps_between(ends_s: Sequence[float], latencies_s: Sequence[float]) -> list[float]:
+    """The gaps between consecutive requests, from each request's end time and latency.
+
+    Request i started at ``ends[i] - latencies[i]``; the gap before request
+    i + 1 is its start less the end of request i.
+    """
+    if len(ends_s) != len(latencies_s):
+        raise ValueError(f"{len(ends_s)} end times for {len(latencies_s)} latencies")
+    return [(ends_s[i + 1] - latencies_s[i + 1]) - ends_s[i] for i in range(len(ends_s) - 1)]
+
+
+# -- CPU time from /proc -------------------------------------------------------------------------
+
+
+def host_cpu_jiffies(stat_text: str | None = None) -> tuple[int, int]:
+    """(busy, total) jiffies of the whole host from ``/proc/stat``'s first line."""
+    text = stat_text if stat_text is not None else Path("/proc/stat").read_text()
+    fields = [int(x) for x in text.splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def process_tree_cpu_s(root_pid: int) -> float:
+    """utime + stime (s) of a process and its live descendants, from ``/proc/<pid>/stat``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        rest = text[text.rfind(")") + 2 :].split()  # the name may hold spaces
+        parents[int(entry)] = int(rest[1])
+        cpu[int(entry)] = int(rest[11]) + int(rest[12])
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(cpu.get(pid, 0) for pid in tree) / ticks
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (Lentz's method)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for numerator in (m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
+                          -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))):  # fmt: skip
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t (bisection on ``t_cdf``)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, not p={p}, df={df}")
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RatioSummary:
+    """Geometric mean of paired ratios and its interval (t on the log ratios); None below 2 pairs."""
+
+    count: int
+    geometric_mean: float
+    low: float | None
+    high: float | None
+    log_sd: float | None
+    confidence: float
+
+    def describe(self) -> str:
+        if self.low is None:
+            return f"{self.geometric_mean:.4f} ({self.count} pair, no interval)"
+        return (f"{self.geometric_mean:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
+                f"{self.count} pairs, SD of the log ratio {self.log_sd:.4f})")  # fmt: skip
+
+
+def ratio_summary(ratios: Sequence[float], *, confidence: float = 0.95) -> RatioSummary:
+    if not ratios or any(not r > 0 for r in ratios):
+        raise ValueError(f"ratio_summary needs positive ratios, not {list(ratios)}")
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return RatioSummary(count=1, geometric_mean=math.exp(mean), low=None, high=None, log_sd=None,
+                            confidence=confidence)  # fmt: skip
+    sd = statistics.stdev(logs)
+    half = t_quantile(0.5 + confidence / 2.0, len(logs) - 1) * sd / math.sqrt(len(logs))
+    return RatioSummary(count=len(logs), geometric_mean=math.exp(mean), low=math.exp(mean - half),
+                        high=math.exp(mean + half), log_sd=sd, confidence=confidence)  # fmt: skip
+
+
+def round_order(index: int) -> tuple[str, str]:
+    """Who goes first in round ``index``: the harness in even rounds, ours in odd ones."""
+    return ("harness", "ours") if index % 2 == 0 else ("ours", "harness")
