@@ -20,9 +20,12 @@ gap can be placed in the server's work or on the way to and from it.
         [--manifest M] [--num-prompts 48] [--output-len 128] [--passes 2] [--json OUT.json]
 
 Where sglang's own dependencies cannot be installed (an offline GPU machine
-with vLLM's), ``--client-python python3 --bench-serving-file
-sglang/bench_serving.py`` (unpacked from the sglang 0.5.2 wheel) loads the
-module on its own; it needs only what vLLM already brings.
+with vLLM's), ``--client-script bench_serving.py`` (``--bench-serving-file``;
+unpacked from the sglang 0.5.2 wheel as ``tps_vs_harness_client.py``'s
+docstring says) loads the module on its own, in a child process of this
+interpreter (or ``--client-python``); it needs only what vLLM already
+brings. ``--base-url URL --model NAME`` measures a running server instead
+of starting one of ``--manifest``.
 
 The client venv is made as ``tps_vs_harness_client.py``'s docstring says.
 """
@@ -30,6 +33,8 @@ The client venv is made as ``tps_vs_harness_client.py``'s docstring says.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -94,6 +99,15 @@ def client_command(python: str) -> str:
     return os.path.abspath(python) if os.sep in python else (shutil.which(python) or python)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunningServer:
+    """A server started elsewhere (``--base-url``), with the fields used here."""
+
+    base_url: str
+    served_model_name: str
+    ready_seconds: float = 0.0
+
+
 def server_sums(client: httpx.Client) -> dict[str, float]:
     samples = parse_metrics(client.get("/metrics").text)
     return {key: sum(v for _, v in samples.get(name, [])) for key, name in SERVER_SUMS.items()}
@@ -110,24 +124,32 @@ def geometric_interval(ratios: list[float], *, resamples: int = 4000, seed: int 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--client-python", required=True, help="python of the venv with sglang 0.5.2")
+    parser.add_argument("--client-python", default=sys.executable,
+                        help="python of the venv with sglang 0.5.2, or the one that runs --client-script "
+                             "(default: this one)")
     parser.add_argument("--manifest", help="default: the bundled demo")
     parser.add_argument("--prompts", help="default: the demo's tuning prompts")
     parser.add_argument("--num-prompts", type=int, default=48)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
     parser.add_argument("--json", help="write every request's figures here")
-    parser.add_argument("--bench-serving-file",
+    parser.add_argument("--base-url", help="measure this running server instead of starting one")
+    parser.add_argument("--model", help="its served model name (with --base-url)")
+    parser.add_argument("--bench-serving-file", "--client-script", dest="bench_serving_file",
                         help="load the client's request function from this copy of sglang/bench_serving.py "
                              "(it needs only aiohttp, numpy, requests, tqdm and transformers), not from sglang")
     args = parser.parse_args()
+    if args.base_url and not args.model:
+        parser.error("--base-url needs --model")
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
     settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
     prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="per-request-") as folder:
-        with ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900) as server:
+        serving = (contextlib.nullcontext(RunningServer(args.base_url.rstrip("/"), args.model)) if args.base_url
+                   else ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900))
+        with serving as server:
             print(f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
                   f"{args.output_len} tokens, {args.passes} passes, the clients alternating", flush=True)
             child = subprocess.Popen(

@@ -1,214 +1,350 @@
-"""Our TPS against the challenge harness's own client, on one server, interleaved.
+"""Our TPS against the challenge harness's own client, whole runs, alternating on one server.
 
-The harness measures with ``sglang.bench_serving`` 0.5.2. This script runs
-it (from a separate venv: it pins its own transformers) and
-``evaluators.measure_tps`` against one ``sweeper serve`` of a manifest,
-alternating A B B A ..., and prints each figure, the ratio ours / theirs,
-the CPU seconds our client used, and whether both sides sent the same
-requests (count, prompts, output tokens). ``--given`` adds a third side:
-``measure_tps`` with the old protocol (prompts in file order, sequential
-full-length warm-up), for comparison.
+Each round runs the harness's client (sglang 0.5.2's ``bench_serving.py``,
+as a script, with the harness's flags) and ``evaluators.measure_tps`` (with
+its defaults, through ``tps_ours_client.py``), each in a process of its
+own as the harness runs its client: the harness first in even rounds, ours
+first in odd ones. For every run it records the TPS, the client-side time
+between requests (wall clock less the sum of the request latencies; ours
+also per gap, from measure_tps's per-request end times), the server's
+``/metrics`` counters before and after (requests, end-to-end, queue,
+prefill, decode and inter-token time sums, tokens, acceptance), the client
+process's CPU time (``os.wait4``), the server process tree's CPU time and
+the host's busy CPU. It prints a table per size and the geometric mean of
+ours / harness with a 95 % interval (t on the log ratios), and writes
+everything to ``--out`` (JSON, rewritten after every run).
 
-Make the client's venv once (no network needed beyond the package index)::
+The client's file, without installing sglang (it imports nothing of
+sglang; it needs aiohttp, numpy, requests, tqdm and transformers)::
 
-    python3 -m venv .harness-venv
-    .harness-venv/bin/pip install --no-deps sglang==0.5.2
-    .harness-venv/bin/pip install transformers==5.9.0 numpy aiohttp tqdm requests \\
-        IPython setproctitle pybase64 pydantic
+    python -m pip download --no-deps sglang==0.5.2 -d sglang-wheel
+    unzip -o -j sglang-wheel/sglang-0.5.2-py3-none-any.whl \\
+        sglang/bench_serving.py -d harness-client
 
 then::
 
-    python benchmarks/tps_vs_harness_client.py --client-python .harness-venv/bin/python \\
-        [--manifest M] [--num-prompts 48] [--output-len 128] [--rounds 3] [--given] \\
-        [--budget-s 500] [--json OUT.json]
+    python benchmarks/tps_vs_harness_client.py --client-script harness-client/bench_serving.py \\
+        [--manifest M | --base-url URL --model NAME] [--sizes 128x512,48x128] [--rounds 6] \\
+        [--budget-s 480] [--work-dir DIR] [--out OUT.json]
 
-The venv is kept out of git by a ``.gitignore`` holding ``*`` inside it
-(``echo '*' > .harness-venv/.gitignore``). The harness client is run with
-``HF_HUB_OFFLINE=1``: it looks the served model name up on the hub before
-it starts, which without a network costs about 50 s per run (outside its
-timer).
+Without ``--base-url`` it starts a server of ``--manifest`` (default: the
+bundled CPU demo) and stops it at the end; with it, it measures that
+server (``--server-pid`` for its CPU time). ``--client-python`` is the
+interpreter that runs the script (default: this one); without
+``--client-script`` it runs ``-m sglang.bench_serving`` in that
+interpreter (a venv with sglang installed). The client runs with
+``HF_HUB_OFFLINE=1`` and the model's local tokenizer.
 
 The harness's flags: ``--backend vllm-chat --disable-stream --dataset-name
 sharegpt --max-concurrency 1 --request-rate inf --warmup-requests 4 --seed 1
---extra-request-body '{"ignore_eos": true}'`` (plus the output length). Its
-ShareGPT loader keeps conversations of two turns or more, so the prompts
-are written out with an answer turn.
+--extra-request-body '{"ignore_eos": true}'`` (plus the sizes, and
+``--output-file --output-details`` for its per-request record). The
+prompts are the demo's, written as ShareGPT records with an answer turn
+(its loader drops records of one turn): the 48 tuning prompts up to 48, and
+for more the tuning and held-out prompts (64) and then the same with the
+words reversed (``parity.extend_prompts``). Both clients read the same file
+and send it in the same seeded order.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evaluators import TpsSettings, load_prompts, measure_tps
-from evaluators.spec_metrics import parse_metrics
-from evaluators.tps import select_prompts
-from sweeper.demo import demo_paths
-from sweeper.manifest import Manifest
-from sweeper.serving import ServerProcess
+import httpx  # noqa: E402
 
-# the server's own counters, read before and after each run: where a gap between
-# the clients sits (the server's work per request, or the way to and from it)
-SERVER_COUNTERS = {
-    "requests": "vllm:e2e_request_latency_seconds_count",
-    "e2e_s": "vllm:e2e_request_latency_seconds_sum",
-    "queue_s": "vllm:request_queue_time_seconds_sum",
-    "prefill_s": "vllm:request_prefill_time_seconds_sum",
-    "decode_s": "vllm:request_decode_time_seconds_sum",
-    "prompt_tokens": "vllm:prompt_tokens_total",
-    "generation_tokens": "vllm:generation_tokens_total",
-    "prefix_hits": "vllm:prefix_cache_hits_total",
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-}
+import parity  # noqa: E402
+from evaluators import TpsSettings, load_prompts  # noqa: E402
+from evaluators.spec_metrics import parse_metrics  # noqa: E402
+from evaluators.tps import select_prompts  # noqa: E402
+from sweeper.demo import demo_paths  # noqa: E402
+from sweeper.manifest import Manifest  # noqa: E402
+from sweeper.serving import ServerProcess  # noqa: E402
+
+OURS_CLIENT = Path(__file__).resolve().parent / "tps_ours_client.py"
+HARNESS_FLAGS = [
+    "--backend", "vllm-chat", "--dataset-name", "sharegpt", "--disable-stream",
+    "--max-concurrency", "1", "--request-rate", "inf", "--warmup-requests", "4", "--seed", "1",
+    "--extra-request-body", json.dumps({"ignore_eos": True}),
+]  # fmt: skip
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        prompts, tokens = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a size is PROMPTSxTOKENS (128x512), not {text!r}") from None
+    return prompts, tokens
 
 
 def server_counters(base_url: str) -> dict[str, float]:
-    import httpx
-
-    samples = parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text)
-    return {key: sum(v for _, v in samples.get(name, [])) for key, name in SERVER_COUNTERS.items()}
+    return parity.counters_from_samples(parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text))
 
 
-def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {key: after[key] - before[key] for key in before}
+def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str]) -> tuple[int, float, float]:
+    """Run ``command`` (output to ``log``); its exit code, wall seconds and CPU seconds (``os.wait4``)."""
+    began = time.perf_counter()
+    with log.open("w") as sink:
+        child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                child.kill()
+                pid, status, usage = os.wait4(child.pid, 0)
+                break
+            time.sleep(0.05)
+        child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, time.perf_counter() - began, usage.ru_utime + usage.ru_stime
 
 
-THROUGHPUT = re.compile(r"Output token throughput \(tok/s\):\s*([0-9.]+)")
+class Bench:
+    """One server, one size: runs a side and returns its record."""
+
+    def __init__(self, args: argparse.Namespace, base_url: str, model: str, server_pid: int | None,
+                 tokenizer: str, dataset: Path, size: tuple[int, int], workdir: Path) -> None:  # fmt: skip
+        self.args, self.base_url, self.model, self.server_pid = args, base_url, model, server_pid
+        self.tokenizer, self.dataset, self.workdir = tokenizer, dataset, workdir
+        self.num_prompts, self.output_len = size
+        self.timeout_s = 120 + self.num_prompts * (30 + 0.1 * self.output_len)
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+    def harness_command(self, result: Path) -> list[str]:
+        python = self.args.client_python or sys.executable
+        head = [python, self.args.client_script] if self.args.client_script else [python, "-m", "sglang.bench_serving"]
+        return [*head, *HARNESS_FLAGS, "--base-url", self.base_url, "--model", self.model,
+                "--tokenizer", self.tokenizer, "--dataset-path", str(self.dataset),
+                "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.output_len),
+                "--output-file", str(result), "--output-details", "--disable-tqdm"]  # fmt: skip
+
+    def ours_command(self, result: Path) -> list[str]:
+        return [sys.executable, str(OURS_CLIENT), "--base-url", self.base_url, "--model", self.model,
+                "--prompts", str(self.dataset), "--num-prompts", str(self.num_prompts),
+                "--output-len", str(self.output_len), "--out", str(result)]  # fmt: skip
+
+    def run(self, side: str, tag: str) -> dict[str, Any]:
+        result = self.workdir / f"{tag}-{side}.json"
+        result.unlink(missing_ok=True)
+        command = self.harness_command(result) if side == "harness" else self.ours_command(result)
+        counters = server_counters(self.base_url)
+        host = parity.host_cpu_jiffies()
+        server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
+        code, wall, cpu = run_child(command, self.workdir / f"{tag}-{side}.log", self.timeout_s, self.env)
+        host_after = parity.host_cpu_jiffies()
+        server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None
+        served = parity.counter_delta(counters, server_counters(self.base_url))
+        ticks = os.sysconf("SC_CLK_TCK")
+        row: dict[str, Any] = {
+            "side": side, "exit_code": code, "process_wall_s": wall, "client_cpu_s": cpu,
+            "server_cpu_s": server_cpu, "host_busy_cores": (host_after[0] - host[0]) / ticks / wall,
+            "host_busy_share": (host_after[0] - host[0]) / max(host_after[1] - host[1], 1),
+            "load": os.getloadavg()[0], "server": served, "command": command[1:],
+        }  # fmt: skip
+        if code != 0 or not result.exists():
+            tail = (self.workdir / f"{tag}-{side}.log").read_text()[-3000:]
+            return {**row, "ok": False, "error": f"exit code {code}: {tail}"}
+        if side == "harness":
+            run = parity.parse_harness_result(result.read_text())
+            row |= {"ok": run.completed == self.num_prompts and not run.errors, "tps": run.tps,
+                    "duration_s": run.duration_s, "latencies_s": list(run.latencies_s),
+                    "output_lens": list(run.output_lens), "input_lens": list(run.input_lens),
+                    "errors": list(run.errors)[:3]}  # fmt: skip
+        else:
+            data = json.loads(result.read_text())
+            measured = data["result"]
+            requests = measured["requests"]
+            latencies = [r["latency_s"] for r in requests]
+            gaps = parity.gaps_between(data["request_ends_s"], latencies) if len(data["request_ends_s"]) == len(
+                latencies) else []
+            row |= {"ok": measured["tps"] is not None, "tps": measured["tps"], "duration_s": measured["duration_s"],
+                    "latencies_s": latencies, "output_lens": [r["output_tokens"] for r in requests],
+                    "input_lens": [r["prompt_tokens"] for r in requests],
+                    "prompt_ids": [r["prompt_id"] for r in requests], "gaps_between_s": gaps,
+                    "child_self_cpu_s": data["self_cpu_s"], "child_process_s": data["process_s"]}  # fmt: skip
+        row |= parity.gap_summary(row["duration_s"], row["latencies_s"])
+        return row
 
 
-def harness_tps(client_python: str, server: ServerProcess, dataset: Path, tokenizer: str,
-                num_prompts: int, output_len: int, workdir: Path) -> tuple[float, dict]:
-    """The harness client's TPS and its per-request record (``--output-details``)."""
-    command = [
-        client_python, "-m", "sglang.bench_serving",
-        "--backend", "vllm-chat", "--base-url", server.base_url,
-        "--model", server.served_model_name, "--tokenizer", tokenizer,
-        "--dataset-name", "sharegpt", "--dataset-path", str(dataset),
-        "--num-prompts", str(num_prompts), "--sharegpt-output-len", str(output_len),
-        "--disable-stream", "--max-concurrency", "1", "--request-rate", "inf",
-        "--warmup-requests", "4", "--seed", "1",
-        "--extra-request-body", json.dumps({"ignore_eos": True}),
-        "--output-file", str(workdir / "harness.jsonl"), "--output-details", "--disable-tqdm",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=workdir, timeout=3600, env=env)
-    match = THROUGHPUT.search(done.stdout)
-    if done.returncode != 0 or match is None:
-        raise SystemExit(f"the harness client failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    lines = (workdir / "harness.jsonl").read_text().splitlines()
-    record = json.loads(lines[-1])
-    return float(match.group(1)), record
+def describe_run(row: dict[str, Any]) -> str:
+    if not row.get("ok") or row.get("tps") is None:
+        return f"  {row['side']:<8} FAILED: {row.get('error', 'not every request completed')[-600:]}"
+    served, n = row["server"], max(row["server"]["requests"], 1)
+    return (f"  {row['side']:<8} {row['tps']:8.2f} tok/s; {len(row['latencies_s'])} requests, "
+            f"{sum(row['output_lens'])} tokens in {row['duration_s']:.2f} s, between requests "
+            f"{row['gap_per_request_ms']:.2f} ms each; client CPU {row['client_cpu_s']:.2f} s of "
+            f"{row['process_wall_s']:.1f} s; server: {served['requests']:.0f} requests (warm-up included), "
+            f"e2e {served['e2e_s'] / n * 1000:.1f} ms, decode {served['decode_s'] / n * 1000:.1f} ms each, "
+            f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
+            f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores")  # fmt: skip
+
+
+def per_measured(row: dict[str, Any], key: str) -> float:
+    """A server time sum per request (ms), the warm-up's requests included in the count."""
+    return row["server"][key] / max(row["server"]["requests"], 1) * 1000
+
+
+def size_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    done = [r for r in rounds if r["ours"].get("ok") and r["harness"].get("ok")]
+    ratios = [r["ours"]["tps"] / r["harness"]["tps"] for r in done]
+    summary: dict[str, Any] = {"rounds": len(rounds), "complete_rounds": len(done), "ratios": ratios}
+    if ratios:
+        summary["ratio"] = parity.ratio_summary(ratios).__dict__
+        summary["same_tokens"] = all(sum(r["ours"]["output_lens"]) == sum(r["harness"]["output_lens"]) for r in done)
+        # the harness counts the raw prompt, ours the chat-templated one: the same prompts in the same
+        # order differ by one constant
+        offsets = {o - h for r in done for o, h in zip(r["ours"]["input_lens"], r["harness"]["input_lens"])}
+        summary["prompt_token_offsets"] = sorted(offsets)
+        for key in ("e2e_s", "decode_s"):
+            summary[f"server_{key}_ratio"] = parity.ratio_summary(
+                [per_measured(r["ours"], key) / per_measured(r["harness"], key) for r in done]).__dict__
+    return summary
+
+
+def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    print(f"\n{label}: ours / harness by round")
+    print(f"{'round':>5} {'first':<8} {'harness':>8} {'ours':>8} {'ratio':>6} | {'gap ms/req H':>12} {'O':>6} | "
+          f"{'srv e2e ms H':>12} {'O':>7} | {'decode ms H':>11} {'O':>7} | {'cli CPU s H':>11} {'O':>5} | "
+          f"{'host cores H':>12} {'O':>5}")  # fmt: skip
+    for r in rounds:
+        h, o = r["harness"], r["ours"]
+        if not (h.get("ok") and o.get("ok")):
+            print(f"{r['round']:>5} {r['first']:<8} failed")
+            continue
+        print(f"{r['round']:>5} {r['first']:<8} {h['tps']:8.2f} {o['tps']:8.2f} {o['tps'] / h['tps']:6.3f} | "
+              f"{h['gap_per_request_ms']:12.2f} {o['gap_per_request_ms']:6.2f} | "
+              f"{per_measured(h, 'e2e_s'):12.1f} {per_measured(o, 'e2e_s'):7.1f} | "
+              f"{per_measured(h, 'decode_s'):11.1f} {per_measured(o, 'decode_s'):7.1f} | "
+              f"{h['client_cpu_s']:11.2f} {o['client_cpu_s']:5.2f} | "
+              f"{h['host_busy_cores']:12.2f} {o['host_busy_cores']:5.2f}")  # fmt: skip
+    if "ratio" in summary:
+        ratio = parity.RatioSummary(**summary["ratio"])
+        print(f"geometric mean ours / harness: {ratio.describe()}")
+        print(f"the server's e2e time per request, ours / harness: "
+              f"{parity.RatioSummary(**summary['server_e2e_s_ratio']).describe()}")
+        print(f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
+              f"(ours - harness, per prompt): {summary['prompt_token_offsets']}")
+
+
+def demo_prompt_pairs(source: str | None, count: int) -> list[tuple[str, str]]:
+    demo = demo_paths()
+    if source:
+        return [(p.id, p.text) for p in load_prompts(source)][:count]
+    tuning = [(p.id, p.text) for p in load_prompts(demo.prompts_tuning)]
+    if count <= len(tuning):
+        return tuning[:count]
+    heldout = [(p.id, p.text) for p in load_prompts(demo.prompts_heldout)]
+    return parity.extend_prompts(tuning + heldout, count)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--client-python", required=True, help="python of the venv with sglang 0.5.2")
-    parser.add_argument("--manifest", help="default: the bundled demo")
-    parser.add_argument("--prompts", help="default: the demo's tuning prompts")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--client-script", help="the harness client's bench_serving.py (from the sglang 0.5.2 wheel)")
+    parser.add_argument("--client-python", help="the interpreter that runs the client (default: this one)")
+    parser.add_argument("--manifest", help="default: the bundled CPU demo")
+    parser.add_argument("--base-url", help="measure this running server instead of starting one")
+    parser.add_argument("--model", help="its served model name (with --base-url)")
+    parser.add_argument("--server-pid", type=int, help="its process id, for its CPU time (with --base-url)")
+    parser.add_argument("--prompts", help="a prompt file (default: the demo's, see above)")
     parser.add_argument("--tokenizer", help="model folder or hub id (default: the manifest's MODEL_ID)")
-    parser.add_argument("--num-prompts", type=int, default=48)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3, help="A B B A blocks")
-    parser.add_argument("--given", action="store_true",
-                        help="also measure with the old protocol (file order, sequential warm-up)")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="start no new block after this many seconds (a lock's time slot)")
-    parser.add_argument("--json", help="write every figure and per-request record here")
+    parser.add_argument("--sizes", default="48x128", help="PROMPTSxTOKENS[,...], each measured in turn (48x128)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of one run per client, per size (6)")
+    parser.add_argument("--budget-s", type=float, help="start no round that would end after this many seconds")
+    parser.add_argument("--work-dir", help="keep each run's output here (default: a temporary folder)")
+    parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
     args = parser.parse_args()
-    # absolute but not resolved: the venv's python is a link, and the client runs in a temporary folder
-    if os.sep in args.client_python:
+    if args.client_script:
+        args.client_script = os.path.abspath(args.client_script)
+        if not Path(args.client_script).is_file():
+            parser.error(f"--client-script {args.client_script}: no such file")
+    elif not args.client_python:
+        parser.error("give --client-script (bench_serving.py) or --client-python (a venv with sglang)")
+    if args.client_python and os.sep in args.client_python:  # absolute, not resolved: a venv's python is a link
         args.client_python = os.path.abspath(args.client_python)
+    if args.base_url and not args.model:
+        parser.error("--base-url needs --model")
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
     began = time.monotonic()
-    demo = demo_paths()
-    manifest = Manifest.load(args.manifest or demo.manifest)
-    prompts = load_prompts(args.prompts or demo.prompts_tuning).head(args.num_prompts)
+    manifest = Manifest.load(args.manifest or demo_paths().manifest)
     tokenizer = args.tokenizer or manifest.env.get("MODEL_ID") or manifest.model_id
     if (Path(manifest.folder) / tokenizer).is_dir():  # a folder beside the manifest
         tokenizer = str(Path(manifest.folder) / tokenizer)
-    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
-    old = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4,
-                      order="given", warmup="sequential")
-    sent_order = [p.id for p in select_prompts(prompts, settings)]
-    ours_sides = ("ours", "given") if args.given else ("ours",)
-    with tempfile.TemporaryDirectory(prefix="harness-bench-") as folder:
-        workdir = Path(folder)
-        dataset = workdir / "prompts_sharegpt.json"
-        dataset.write_text(json.dumps([
-            {"id": p.id, "conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "ok"}]}
-            for p in prompts
-        ]))  # fmt: skip
-        rows: list[dict] = []
-        with ServerProcess(manifest, log_path=workdir / "server.log", ready_timeout_s=900) as server:
-            print(f"server ready in {server.ready_seconds:.0f} s at {server.base_url}; "
-                  f"{args.num_prompts} prompts x {args.output_len} tokens", flush=True)
-            for block in range(args.rounds):
-                if args.budget_s is not None and time.monotonic() - began > args.budget_s:
-                    print(f"time budget spent after {block} blocks", flush=True)
+    report: dict[str, Any] = {"began": time.strftime("%Y-%m-%d %H:%M:%S"), "manifest": manifest.name,
+                              "host_cpus": os.cpu_count(), "sizes": {}}  # fmt: skip
+
+    def save() -> None:
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1))
+
+    with contextlib.ExitStack() as stack:
+        workdir = Path(args.work_dir) if args.work_dir else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="harness-parity-")))  # fmt: skip
+        workdir.mkdir(parents=True, exist_ok=True)
+        if args.base_url:
+            base_url, model, server_pid = args.base_url.rstrip("/"), args.model, args.server_pid
+            report["server"] = {"base_url": base_url, "started_here": False}
+        else:
+            server = stack.enter_context(ServerProcess(manifest, log_path=workdir / "server.log", ready_timeout_s=900))
+            base_url, model, server_pid = server.base_url, server.served_model_name, server.pid
+            report["server"] = {"base_url": base_url, "started_here": True, "ready_s": server.ready_seconds}
+            print(f"server ready in {server.ready_seconds:.0f} s at {base_url}", flush=True)
+        for size in sizes:
+            label = f"{size[0]}x{size[1]}"
+            dataset = workdir / f"prompts-{label}.json"
+            dataset.write_text(json.dumps(parity.sharegpt_records(demo_prompt_pairs(args.prompts, size[0]))))
+            expected = [p.id for p in select_prompts(load_prompts(dataset), TpsSettings(num_prompts=size[0]))]
+            bench = Bench(args, base_url, model, server_pid, tokenizer, dataset, size, workdir)
+            rounds: list[dict[str, Any]] = []
+            entry = report["sizes"][label] = {"rounds": rounds, "expected_order": expected}
+            print(f"{label}: {size[0]} prompts x {size[1]} tokens, {args.rounds} rounds", flush=True)
+            last_round_s = 0.0
+            for index in range(args.rounds):
+                elapsed = time.monotonic() - began
+                if args.budget_s is not None and elapsed + last_round_s > args.budget_s:
+                    print(f"  time budget: {elapsed:.0f} s spent, a round takes {last_round_s:.0f} s; "
+                          f"stopping after {index} rounds", flush=True)  # fmt: skip
+                    entry["stopped_by_budget"] = True
                     break
-                first = ("harness", *ours_sides)
-                order = (*first, *reversed(first)) if block % 2 == 0 else (*reversed(first), *first)
-                for side in order:
-                    cpu = time.process_time()
-                    counters = server_counters(server.base_url)
-                    if side == "harness":
-                        value, record = harness_tps(args.client_python, server, dataset, tokenizer,
-                                                    args.num_prompts, args.output_len, workdir)
-                        latencies, wall = list(record["ttfts"]), float(record["duration"])
-                        outputs, inputs = list(record["output_lens"]), list(record["input_lens"])
-                        ids = sent_order  # the harness's own order (checked: its sampler, seed 1)
-                    else:
-                        result = measure_tps(server.base_url, server.served_model_name, prompts,
-                                             settings if side == "ours" else old)
-                        value = result.tps
-                        latencies, wall = [r.latency_s for r in result.requests], result.duration_s
-                        outputs = [r.output_tokens for r in result.requests]
-                        inputs = [r.prompt_tokens for r in result.requests]
-                        ids = [r.prompt_id for r in result.requests]
-                    cpu = time.process_time() - cpu
-                    served = counter_delta(counters, server_counters(server.base_url))
-                    rows.append({"side": side, "tps": value, "duration_s": wall, "client_cpu_s": cpu,
-                                 "latencies_s": latencies, "output_lens": outputs, "input_lens": inputs,
-                                 "prompt_ids": ids, "load": os.getloadavg()[0],
-                                 "server": served})
-                    print(f"  {side:<8} {value:8.2f} tok/s; {len(latencies)} requests, {sum(outputs)} tokens, "
-                          f"{sum(latencies):7.2f} s of {wall:7.2f} s wall; median request "
-                          f"{statistics.median(latencies) * 1000:6.1f} ms; client CPU {cpu:5.2f} s "
-                          f"(ours only); load {os.getloadavg()[0]:.1f}", flush=True)
-                    n = max(served["requests"], 1)
-                    print(f"           server: {served['requests']:.0f} requests (warm-up included), "
-                          f"e2e {served['e2e_s'] / n * 1000:6.1f} ms, decode {served['decode_s'] / n * 1000:6.1f} ms, "
-                          f"prefill {served['prefill_s'] / n * 1000:5.1f} ms, queue {served['queue_s'] / n * 1000:5.1f} ms "
-                          f"per request; {served['prompt_tokens']:.0f} prompt tokens "
-                          f"({served['prefix_hits']:.0f} from cache), {served['generation_tokens']:.0f} generated, "
-                          f"{served['accepted'] / max(served['drafts'], 1):.3f} accepted per draft", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    theirs = [r for r in rows if r["side"] == "harness"]
-    for side in ours_sides:
-        ours = [r for r in rows if r["side"] == side]
-        pairs = [o["tps"] / t["tps"] for o, t in zip(ours, theirs)]
-        if not pairs:
-            continue
-        same = all(len(o["output_lens"]) == len(t["output_lens"]) and sum(o["output_lens"]) == sum(t["output_lens"])
-                   for o, t in zip(ours, theirs))  # fmt: skip
-        print(f"{side} / harness, paired in run order: {', '.join(f'{r:.3f}' for r in pairs)}; "
-              f"median {statistics.median(pairs):.3f}; same request count and tokens: {same}")
-        print(f"  {side} median {statistics.median(r['tps'] for r in ours):.1f}, harness median "
-              f"{statistics.median(r['tps'] for r in theirs):.1f} tok/s")
-    order_ours = next((r["prompt_ids"] for r in rows if r["side"] == "ours"), None)
-    if order_ours is not None:
-        print(f"ours sends the prompts in the harness's order: {order_ours == sent_order}")
+                round_began = time.monotonic()
+                first = parity.round_order(index)
+                record: dict[str, Any] = {"round": index, "first": first[0]}
+                for side in first:
+                    record[side] = bench.run(side, f"{label}-r{index}")
+                    print(describe_run(record[side]), flush=True)
+                record["ours"]["same_order"] = record["ours"].get("prompt_ids") == expected
+                rounds.append(record)
+                last_round_s = time.monotonic() - round_began
+                entry["summary"] = size_summary(rounds)
+                save()
+                if "ratio" in entry["summary"] and record["ours"].get("ok") and record["harness"].get("ok"):
+                    print(f"  round {index}: ours / harness {record['ours']['tps'] / record['harness']['tps']:.3f} "
+                          f"({last_round_s:.0f} s)", flush=True)  # fmt: skip
+            entry["summary"] = size_summary(rounds)
+            save()
+    report["seconds"] = time.monotonic() - began
+    save()
+    for label, entry in report["sizes"].items():
+        print_table(label, entry["rounds"], entry["summary"])
+        orders = [r["ours"].get("same_order") for r in entry["rounds"] if r["ours"].get("ok")]
+        print(f"ours sent the prompts in the harness's order: {all(orders) if orders else None}")
+    failed = [r for e in report["sizes"].values() for r in e["rounds"] if not (r["ours"].get("ok") and r["harness"].get("ok"))]
+    if failed:
+        raise SystemExit(f"{len(failed)} rounds had a failed run")
 
 
 if __name__ == "__main__":

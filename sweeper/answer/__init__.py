@@ -2,7 +2,9 @@
 
 ``study_answer`` picks what the study claims; ``verify_study`` re-measures
 the candidates on held-out data in fresh servers and ``judge`` decides;
-``export_answer`` writes the verified winner as a challenge manifest.
+``export_answer`` writes the verified winner as a challenge manifest;
+``rerun_against_base`` re-measures any exported answer beside its base, as
+the organizers' re-run would.
 """
 
 from sweeper.answer._candidates import (
@@ -32,6 +34,14 @@ from sweeper.answer._heldout import (
     heldout_settings,
     heldout_sources,
 )
+from sweeper.answer._rerun import (
+    RerunPair,
+    RerunResult,
+    RerunSettings,
+    RerunSettingsError,
+    paired_ratio_interval,
+    rerun_against_base,
+)
 from sweeper.answer._verify import (
     BaseConfiguration,
     VerifyEvent,
@@ -50,6 +60,10 @@ __all__ = [
     "HeldOutData",
     "HeldOutDataError",
     "NothingToExportError",
+    "RerunPair",
+    "RerunResult",
+    "RerunSettings",
+    "RerunSettingsError",
     "UnverifiedAnswerError",
     "Verdict",
     "VerifyEvent",
@@ -66,7 +80,9 @@ __all__ = [
     "heldout_sources",
     "heldout_speedup",
     "judge",
+    "paired_ratio_interval",
     "ranked_answers",
+    "rerun_against_base",
     "speedup_text",
     "study_answer",
     "verify_command",

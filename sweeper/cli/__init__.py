@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "verify": "sweeper.cli.verify_cmd",
     "report": "sweeper.cli.report_cmd",
     "export": "sweeper.cli.export_cmd",
+    "rerun": "sweeper.cli.rerun_cmd",
     "import": "sweeper.cli.import_cmd",
 }
 

@@ -271,10 +271,12 @@ def _clock(seconds: float) -> str:
 @click.option("--reuse-quality/--no-reuse-quality", default=True, show_default=True,
               help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.")
 @click.option("--confirm-rounds", type=int,
-              help="Rounds a confirmation race may take (default: 2; the demo 1): a trial measured "
-                   "faster than the best, but within the noise, is re-measured with the best and the "
-                   "base manifest, in fresh servers, before it is claimed; still unclear, it is a tie, "
-                   "and a tie goes to the configuration closer to the base (0: no races).")
+              help="Rounds a confirmation race may take (default: 6; the demo 4): a trial measured "
+                   "faster than the best, or within the noise of it, is re-measured with the best and the "
+                   "base manifest, side by side in fresh servers, and decided on those figures alone (its "
+                   "first figure only picked it); still unclear, it is a tie, and a tie goes to the "
+                   "configuration closer to the base. The claim over the base pays for every race run "
+                   "(study-wise error), and gets up to as many claim rounds while unclear (0: no races).")
 @click.option("--screen", metavar="PxT",
               help="Multi-fidelity: a short TPS screen (e.g. 16x128) before each new configuration's full "
                    "measurement, which is skipped when the screen reads clearly below the best's screen.")
@@ -392,10 +394,15 @@ def command(**options: Any) -> None:
         click.echo("no feasible configuration yet (see `sweeper status`)")
         raise SystemExit(1)
     best = now.incumbent
+    estimate = now.tps_interval(best)
+    servers = len(best.confirmed_tps) or len(best.tps)
     click.echo(
-        f"best: trial {best.first} {dict(best.params)}: {best.estimate:.1f} tok/s "
-        f"over {len(best.tps)} server(s) at PPL {best.ppl:.3f} (cap {best.ppl_cap:.3f})"
+        f"best: trial {best.first} {dict(best.params)}: {estimate.value:.1f} tok/s "
+        f"over {servers} server(s){' after selection' if best.confirmed_tps else ''} "
+        f"at PPL {best.ppl:.3f} (cap {best.ppl_cap:.3f})"
     )
     click.echo(f"claim: {now.describe()}")
+    if now.basis is not None:
+        click.echo(f"  the claim rests on {now.basis.describe()}")
     for record in result.pareto:
         click.echo(f"  pareto: trial {record.number} {dict(record.params)} tps={record.tps:.1f} ppl={record.ppl:.3f}")

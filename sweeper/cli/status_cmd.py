@@ -192,17 +192,24 @@ def standing_lines(now: Standing | None) -> list[str]:
         return []
     inc = now.incumbent
     figures = ", ".join(f"{value:.1f}" for value in inc.tps)
+    estimate = now.tps_interval(inc)
     servers = (
-        f"geometric mean of {len(inc.tps)} servers: {figures}" if len(inc.tps) > 1 else "one server"
+        f"geometric mean of {len(inc.confirmed_tps)} servers after selection"
+        if inc.confirmed_tps and len(inc.confirmed_tps) < len(inc.tps)
+        else f"geometric mean of {len(inc.tps)} servers"
+        if len(inc.tps) > 1
+        else "one server"
     )
     lines = [
-        f"best: trial {inc.first}: TPS {inc.estimate:.2f} ({servers}), PPL {inc.ppl:.4f} "
-        f"(cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
+        f"best: trial {inc.first}: TPS {estimate.value:.2f} ({servers}"
+        + (f"; every reading: {figures}), " if len(inc.tps) > 1 else "), ")
+        + 
+        f"PPL {inc.ppl:.4f} (cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
         f"claim: {now.describe()}",
-        f"noise: between-server spread {now.spread.relative:.1%} (SD of log TPS; "
-        f"{now.spread.measured_df} df from repeats, prior {now.settings.prior_spread:.0%} "
-        f"as {now.settings.prior_df:g} df)",
     ]
+    if now.basis is not None:
+        lines.append(f"claim rests on: {now.basis.describe()}")
+    lines.append(f"noise: between-server spread {now.spread.relative:.1%} (SD of log TPS; {now.spread.method})")
     if now.base is not None:
         base_figures = ", ".join(f"{value:.1f}" for value in now.base.tps)
         lines.append(f"base manifest: trial {now.base.first}: TPS {now.base.estimate:.2f} ({base_figures})")

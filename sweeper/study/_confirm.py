@@ -679,19 +679,22 @@ class _Replay:
             self.figures_until(last), prior=settings.prior_spread, prior_df=settings.prior_df
         )
         blocked = blocked_spread(self.blocks_until(last), prior=settings.prior_spread, prior_df=settings.prior_df)
+        prior = f"prior {settings.prior_spread:.0%} as {settings.prior_df:g} df"
         if blocked.relative > everything.relative:
             return dataclasses.replace(
                 blocked,
                 df=everything.df,
-                method=f"{blocked.method}, above the spread of all servers ({everything.relative:.1%})",
+                method=(
+                    f"{blocked.measured_df} df from interleaved rounds, round drift removed, {prior}; "
+                    f"not below all servers' {everything.relative:.1%} on {everything.df:g} df"
+                ),
             )
-        return dataclasses.replace(
-            everything,
-            method=(
-                f"{everything.method} (the interleaved rounds alone show "
-                f"{blocked.relative:.1%} on {blocked.measured_df} df: not used below it)"
-            ),
+        rounds = (
+            f"; interleaved rounds alone show {blocked.relative:.1%} on {blocked.measured_df} df"
+            if blocked.measured_df
+            else ""
         )
+        return dataclasses.replace(everything, method=f"{everything.measured_df} df from repeats, {prior}{rounds}")
 
     @staticmethod
     def pairs(rounds: Iterable[Round], a: Configuration, b: Configuration) -> list[tuple[tuple[int, float], tuple[int, float]]]:

@@ -111,13 +111,13 @@ def test_status_lists_the_races_that_ran_a_round_and_not_those_screened_at_once(
     from test_confirm import BASE, RACING, record
 
     from sweeper.cli.status_cmd import standing_lines
-    from sweeper.study import CONFIRM_ROLE, standing
+    from sweeper.study import confirmation_role, standing
 
     records = [
         record(0, BASE, 100.0, role="baseline"),
         record(1, {"c": 1}, 105.0),  # raced: within the noise of the base
-        record(2, {"c": 1}, 70.0, role=CONFIRM_ROLE),  # its round: far slower now
-        record(3, BASE, 102.0, role=CONFIRM_ROLE),
+        record(2, {"c": 1}, 70.0, role=confirmation_role(1, 1)),  # its round: far slower now
+        record(3, BASE, 102.0, role=confirmation_role(1, 1)),
         record(4, {"c": 2}, 60.0),  # far below at once: never raced
     ]
     now = standing(records, RACING)
@@ -125,3 +125,23 @@ def test_status_lists_the_races_that_ran_a_round_and_not_those_screened_at_once(
     assert outcomes[4] == ("screened", 0) and outcomes[1][1] == 1
     races = [line for line in standing_lines(now) if line.startswith("race: ")]
     assert races == [f"race: {d.describe()}" for d in now.decisions if d.contender == 1]
+    assert "1 pair after selection" in races[0] and "-31.4 %" in races[0]  # 70 / 102, its round alone
+
+
+def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made() -> None:
+    from test_confirm import BASE, FIRM, record
+
+    from sweeper.cli.status_cmd import standing_lines
+    from sweeper.study import confirmation_role, standing
+
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 160.0)]
+    for n, (a, b) in enumerate(((131.0, 100.0), (129.0, 99.0)), start=1):
+        role = confirmation_role(1, n)
+        records += [record(2 * n, {"c": 1}, a, role=role), record(2 * n + 1, BASE, b, role=role)]
+    lines = standing_lines(standing(records, FIRM))
+    assert lines[0].startswith("best: trial 1: TPS 130.00 (geometric mean of 2 servers after selection; "
+                               "every reading: 160.0, 131.0, 129.0)")  # fmt: skip
+    (basis,) = [line for line in lines if line.startswith("claim rests on: ")]
+    assert "2 round(s) after selection, answer/base trials 2/3, 4/5 (trial(s) 1 selected it" in basis
+    assert "at 95.00 %: the study-wise 95 % shared over its 1 race(s)" in basis
+    assert "study-wise 95 % interval" in lines[1]
