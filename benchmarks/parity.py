@@ -176,6 +176,29 @@ def process_tree_cpu_s(root_pid: int) -> float:
     return sum(cpu.get(pid, 0) for pid in tree) / ticks
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """utime + stime (s) of one live process, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = text[text.rfind(")") + 2 :].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_in_last(samples: Sequence[tuple[float, float]], end_s: float, window_s: float, total_s: float) -> float:
+    """CPU seconds a process used in its last ``window_s`` before ``end_s``.
+
+    ``samples`` are (time, CPU seconds so far) read while it ran, ``total_s``
+    its CPU time at the end. The window starts at the last sample at or
+    before ``end_s - window_s`` (so it may start up to one sampling interval
+    early); with none that early, the whole run counts.
+    """
+    start = end_s - window_s
+    before = [cpu for t, cpu in samples if t <= start]
+    return total_s - (before[-1] if before else 0.0)
+
+
 # -- statistics ----------------------------------------------------------------------------------
 
 

@@ -44,6 +44,7 @@ def main() -> None:
             ends.append(time.perf_counter())
         elif phase == "tps warm-up":
             marks["warmup_done"] = time.perf_counter()
+            marks["warmup_cpu"] = sum(os.times()[:2])
 
     result = measure_tps(args.base_url, args.model, prompts, settings, progress=progress)
     finished = time.perf_counter()
@@ -54,6 +55,8 @@ def main() -> None:
         "warmup_done_s": marks.get("warmup_done", started) - started,
         "process_s": finished - started,
         "self_cpu_s": times.user + times.system,
+        # from the warm-up's end (the 1 s pause, then the timed requests) to the end
+        "window_cpu_s": times.user + times.system - marks.get("warmup_cpu", 0.0),
     }))  # fmt: skip
     if not result.ok:
         print(f"measure_tps failed: {result.first_error}", file=sys.stderr)

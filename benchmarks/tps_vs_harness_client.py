@@ -8,22 +8,25 @@ first in odd ones. For every run it records the TPS, the client-side time
 between requests (wall clock less the sum of the request latencies; ours
 also per gap, from measure_tps's per-request end times), the server's
 ``/metrics`` counters before and after (requests, end-to-end, queue,
-prefill, decode and inter-token time sums, tokens, acceptance), the client
-process's CPU time (``os.wait4``), the server process tree's CPU time and
-the host's busy CPU. It prints a table per size and the geometric mean of
+prefill, decode and inter-token time sums, tokens, acceptance; the
+clients' 4 warm-up requests are inside), the client process's CPU time
+(all of it from ``os.wait4``, and that of its last ``duration`` seconds
+from ``/proc/<pid>/stat`` read every 0.25 s), the server process tree's
+CPU time and the host's busy CPU. It prints a table per size and the geometric mean of
 ours / harness with a 95 % interval (t on the log ratios), and writes
 everything to ``--out`` (JSON, rewritten after every run).
 
 The client's file, without installing sglang (it imports nothing of
 sglang; it needs aiohttp, numpy, requests, tqdm and transformers)::
 
-    python -m pip download --no-deps sglang==0.5.2 -d sglang-wheel
-    unzip -o -j sglang-wheel/sglang-0.5.2-py3-none-any.whl \\
-        sglang/bench_serving.py -d harness-client
+    wheel=$(mktemp -d)
+    python -m pip download --no-deps sglang==0.5.2 -d "$wheel"
+    unzip -o -j "$wheel"/sglang-0.5.2-py3-none-any.whl sglang/bench_serving.py -d .harness-client
+    echo /.harness-client/ >> .git/info/exclude   # another project's code: never committed
 
 then::
 
-    python benchmarks/tps_vs_harness_client.py --client-script harness-client/bench_serving.py \\
+    python benchmarks/tps_vs_harness_client.py --client-script .harness-client/bench_serving.py \\
         [--manifest M | --base-url URL --model NAME] [--sizes 128x512,48x128] [--rounds 6] \\
         [--budget-s 480] [--work-dir DIR] [--out OUT.json]
 
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -93,23 +97,42 @@ def server_counters(base_url: str) -> dict[str, float]:
     return parity.counters_from_samples(parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text))
 
 
-def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str]) -> tuple[int, float, float]:
-    """Run ``command`` (output to ``log``); its exit code, wall seconds and CPU seconds (``os.wait4``)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChildRun:
+    """A client process: exit code, wall and CPU seconds (``os.wait4``), CPU read every ~0.25 s."""
+
+    exit_code: int
+    wall_s: float
+    cpu_s: float
+    cpu_samples: tuple[tuple[float, float], ...]
+
+
+def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str]) -> ChildRun:
+    """Run ``command`` with its output to ``log``, reading its CPU time while it runs."""
     began = time.perf_counter()
+    samples: list[tuple[float, float]] = []
     with log.open("w") as sink:
         child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
         deadline = time.monotonic() + timeout_s
+        next_sample = 0.0
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
             if pid:
                 break
+            now = time.perf_counter() - began
+            if now >= next_sample:
+                cpu = parity.process_cpu_s(child.pid)
+                if cpu is not None:
+                    samples.append((now, cpu))
+                next_sample = now + 0.25
             if time.monotonic() > deadline:
                 child.kill()
                 pid, status, usage = os.wait4(child.pid, 0)
                 break
             time.sleep(0.05)
         child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, time.perf_counter() - began, usage.ru_utime + usage.ru_stime
+    return ChildRun(exit_code=child.returncode, wall_s=time.perf_counter() - began,
+                    cpu_s=usage.ru_utime + usage.ru_stime, cpu_samples=tuple(samples))  # fmt: skip
 
 
 class Bench:
@@ -143,7 +166,8 @@ class Bench:
         counters = server_counters(self.base_url)
         host = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
-        code, wall, cpu = run_child(command, self.workdir / f"{tag}-{side}.log", self.timeout_s, self.env)
+        child = run_child(command, self.workdir / f"{tag}-{side}.log", self.timeout_s, self.env)
+        code, wall, cpu = child.exit_code, child.wall_s, child.cpu_s
         host_after = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None
         served = parity.counter_delta(counters, server_counters(self.base_url))
@@ -153,6 +177,7 @@ class Bench:
             "server_cpu_s": server_cpu, "host_busy_cores": (host_after[0] - host[0]) / ticks / wall,
             "host_busy_share": (host_after[0] - host[0]) / max(host_after[1] - host[1], 1),
             "load": os.getloadavg()[0], "server": served, "command": command[1:],
+            "cpu_samples": [list(s) for s in child.cpu_samples],
         }  # fmt: skip
         if code != 0 or not result.exists():
             tail = (self.workdir / f"{tag}-{side}.log").read_text()[-3000:]
@@ -174,8 +199,12 @@ class Bench:
                     "latencies_s": latencies, "output_lens": [r["output_tokens"] for r in requests],
                     "input_lens": [r["prompt_tokens"] for r in requests],
                     "prompt_ids": [r["prompt_id"] for r in requests], "gaps_between_s": gaps,
-                    "child_self_cpu_s": data["self_cpu_s"], "child_process_s": data["process_s"]}  # fmt: skip
+                    "child_self_cpu_s": data["self_cpu_s"], "child_process_s": data["process_s"],
+                    "child_window_cpu_s": data.get("window_cpu_s")}  # fmt: skip
         row |= parity.gap_summary(row["duration_s"], row["latencies_s"])
+        # both sides alike: the CPU of the client's last `duration` seconds (its timed window and what it
+        # does after it: printing and writing its result)
+        row["client_window_cpu_s"] = parity.cpu_in_last(child.cpu_samples, wall, row["duration_s"], cpu)
         return row
 
 
@@ -185,8 +214,8 @@ def describe_run(row: dict[str, Any]) -> str:
     served, n = row["server"], max(row["server"]["requests"], 1)
     return (f"  {row['side']:<8} {row['tps']:8.2f} tok/s; {len(row['latencies_s'])} requests, "
             f"{sum(row['output_lens'])} tokens in {row['duration_s']:.2f} s, between requests "
-            f"{row['gap_per_request_ms']:.2f} ms each; client CPU {row['client_cpu_s']:.2f} s of "
-            f"{row['process_wall_s']:.1f} s; server: {served['requests']:.0f} requests (warm-up included), "
+            f"{row['gap_per_request_ms']:.2f} ms each; client CPU {row['client_cpu_s']:.2f} s in "
+            f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
             f"e2e {served['e2e_s'] / n * 1000:.1f} ms, decode {served['decode_s'] / n * 1000:.1f} ms each, "
             f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
             f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores")  # fmt: skip
@@ -217,7 +246,7 @@ def size_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     print(f"\n{label}: ours / harness by round")
     print(f"{'round':>5} {'first':<8} {'harness':>8} {'ours':>8} {'ratio':>6} | {'gap ms/req H':>12} {'O':>6} | "
-          f"{'srv e2e ms H':>12} {'O':>7} | {'decode ms H':>11} {'O':>7} | {'cli CPU s H':>11} {'O':>5} | "
+          f"{'srv e2e ms H':>12} {'O':>7} | {'decode ms H':>11} {'O':>7} | {'win CPU s H':>11} {'O':>5} | "
           f"{'host cores H':>12} {'O':>5}")  # fmt: skip
     for r in rounds:
         h, o = r["harness"], r["ours"]
@@ -228,7 +257,7 @@ def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any
               f"{h['gap_per_request_ms']:12.2f} {o['gap_per_request_ms']:6.2f} | "
               f"{per_measured(h, 'e2e_s'):12.1f} {per_measured(o, 'e2e_s'):7.1f} | "
               f"{per_measured(h, 'decode_s'):11.1f} {per_measured(o, 'decode_s'):7.1f} | "
-              f"{h['client_cpu_s']:11.2f} {o['client_cpu_s']:5.2f} | "
+              f"{h['client_window_cpu_s']:11.2f} {o['client_window_cpu_s']:5.2f} | "
               f"{h['host_busy_cores']:12.2f} {o['host_busy_cores']:5.2f}")  # fmt: skip
     if "ratio" in summary:
         ratio = parity.RatioSummary(**summary["ratio"])

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# TPS parity with the harness's client on the GPU: whole runs, alternating, two servers.
+#
+# On the GPU machine, from the repository root, with the project's bundle installed
+# (`source /tmp/site/env.sh`) and the client's file carried (see docs/measurement.md):
+#
+#   BENCH_SERVING=.harness-client/bench_serving.py benchmarks/gpu_parity.sh COMMAND
+#
+# COMMAND:
+#   plan          the parts and their expected durations (no GPU work)
+#   part1         server 1: BIG_ROUNDS rounds at 128x512, DEMO_ROUNDS at 48x128, then the
+#                 per-request benchmark (PER_REQUEST_PASSES passes of 48 x 128), on one server
+#   part2         server 2: DEMO_ROUNDS rounds at 48x128 (and BIG_ROUNDS at 128x512 first with
+#                 PART2_BIG=1), then the per-request benchmark, on one server
+#   smoke         a server, 1 round at 8x32 and a per-request pass of 8 x 32 (the wiring, ~2-3 min)
+#   start PART    run PART in the background (setsid nohup), return at once
+#   follow [S]    show the running part's log for up to S seconds (default 540), until it
+#                 ends; copy the results to $OUT; exit 0 when it has ended, 3 while it runs
+#   collect       copy the results to $OUT
+#
+# A part longer than one call (part1 is ~25 min) is started with `start part1; follow`
+# and followed with `follow` in the next calls: the machine is kept only ~30 s after a
+# call, so make the next call at once. Everything is logged, line by line, under
+# $PARITY_DIR (default: a gpu_parity folder in the temporary directory); `collect` packs it
+# into $OUT/gpu_parity.tar.gz and copies each part's log (at most 8 files come back).
+#
+# Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
+# sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
+# PER_REQUEST_PASSES=1, PART2_BIG=0, TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
+# (start no round that would end later than this many seconds after the part began, and no
+# per-request pass with less than 60 s left; unset: no limit).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 1
+PARITY_DIR=${PARITY_DIR:-${TMPDIR:-/tmp}/gpu_parity}
+MANIFEST=${MANIFEST:-sweeper/demo/data/manifest-gpu.json}
+PYTHON=${PYTHON:-python3}
+BIG_ROUNDS=${BIG_ROUNDS:-6}
+DEMO_ROUNDS=${DEMO_ROUNDS:-6}
+PER_REQUEST_PASSES=${PER_REQUEST_PASSES:-1}
+PART2_BIG=${PART2_BIG:-0}
+TPS_GUESS=${TPS_GUESS:-750}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+mkdir -p "$PARITY_DIR"
+
+need_client() {
+    if [ -z "${BENCH_SERVING:-}" ] || [ ! -f "$BENCH_SERVING" ]; then
+        echo "set BENCH_SERVING to the sglang 0.5.2 bench_serving.py (see docs/measurement.md)" >&2
+        exit 2
+    fi
+    BENCH_SERVING=$(cd "$(dirname "$BENCH_SERVING")" && pwd)/$(basename "$BENCH_SERVING")
+    export BENCH_SERVING
+}
+
+# the steps run against the server hold_server.py started (its URL, name and pid in the env)
+steps() {
+    local part=$1; shift
+    local dir="$PARITY_DIR/$part"
+    mkdir -p "$dir"
+    local status=0
+    for size_rounds in "$@"; do
+        local size=${size_rounds%:*} rounds=${size_rounds#*:} budget=()
+        if [ -n "${PART_DEADLINE:-}" ]; then budget=(--budget-s "$((PART_DEADLINE - $(date +%s)))"); fi
+        echo "== $part: whole runs at $size, $rounds rounds ($(date +%T)) ${budget[*]}"
+        "$PYTHON" benchmarks/tps_vs_harness_client.py "${budget[@]}" --client-script "$BENCH_SERVING" \
+            --manifest "$MANIFEST" --base-url "$PARITY_BASE_URL" --model "$PARITY_MODEL" \
+            --server-pid "$PARITY_SERVER_PID" --sizes "$size" --rounds "$rounds" \
+            --work-dir "$dir/runs-$size" --out "$dir/whole-$size.json" || status=1
+    done
+    local pr_prompts=48 pr_len=128
+    [ "$part" = smoke ] && pr_prompts=8 pr_len=32
+    if [ -n "${PART_DEADLINE:-}" ] && [ $((PART_DEADLINE - $(date +%s))) -lt 60 ]; then
+        echo "== $part: PART_BUDGET_S spent, no per-request pass"
+    elif [ "$PER_REQUEST_PASSES" -gt 0 ]; then
+        echo "== $part: per request, $PER_REQUEST_PASSES passes of $pr_prompts x $pr_len ($(date +%T))"
+        "$PYTHON" benchmarks/tps_client_per_request.py --client-script "$BENCH_SERVING" \
+            --base-url "$PARITY_BASE_URL" --model "$PARITY_MODEL" --manifest "$MANIFEST" \
+            --num-prompts "$pr_prompts" --output-len "$pr_len" --passes "$PER_REQUEST_PASSES" \
+            --json "$dir/per-request.json" || status=1
+    fi
+    echo "== $part: steps done ($(date +%T)), status $status"
+    return $status
+}
+
+run_part() {
+    local part=$1
+    need_client
+    local sizes
+    case $part in
+        part1) sizes=("128x512:$BIG_ROUNDS" "48x128:$DEMO_ROUNDS") ;;
+        part2) if [ "$PART2_BIG" = 1 ]; then sizes=("128x512:$BIG_ROUNDS" "48x128:$DEMO_ROUNDS")
+               else sizes=("48x128:$DEMO_ROUNDS"); fi ;;
+        smoke) sizes=("8x32:1") ;;
+        *) echo "unknown part $part" >&2; exit 2 ;;
+    esac
+    mkdir -p "$PARITY_DIR/$part"
+    rm -f "$PARITY_DIR/$part.done"
+    if [ -n "${PART_BUDGET_S:-}" ]; then export PART_DEADLINE=$(( $(date +%s) + PART_BUDGET_S )); fi
+    {
+        echo "== $part began $(date '+%F %T'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+        "$PYTHON" -c 'import vllm, sys; print("vllm", vllm.__version__, "python", sys.version.split()[0])' 2>&1
+        "$PYTHON" benchmarks/hold_server.py --manifest "$MANIFEST" --log "$PARITY_DIR/$part/server.log" \
+            -- bash "$0" _steps "$part" "${sizes[@]}"
+        local code=$?
+        echo "== $part ended $(date '+%F %T') with exit code $code"
+        echo "$code" > "$PARITY_DIR/$part.done"
+    } 2>&1 | tee -a "$PARITY_DIR/$part.log"
+}
+
+collect() {
+    [ -n "${OUT:-}" ] || { echo "OUT is not set: nothing collected (results stay in $PARITY_DIR)"; return 0; }
+    tar -czf "$OUT/gpu_parity.tar.gz" -C "$PARITY_DIR" . 2>/dev/null
+    for log in "$PARITY_DIR"/part1.log "$PARITY_DIR"/part2.log "$PARITY_DIR"/smoke.log; do
+        [ -f "$log" ] && cp "$log" "$OUT/"
+    done
+    echo "collected into \$OUT: $(ls "$OUT" | tr '\n' ' ')"
+}
+
+follow() {
+    local limit=${1:-540} part
+    part=$(cat "$PARITY_DIR/running" 2>/dev/null) || { echo "no part was started"; collect; return 0; }
+    local log="$PARITY_DIR/$part.log" shown=0 began=$SECONDS
+    while :; do
+        if [ -f "$log" ]; then
+            local lines; lines=$(wc -l < "$log")
+            if [ "$lines" -gt "$shown" ]; then tail -n +"$((shown + 1))" "$log" | head -n "$((lines - shown))"; shown=$lines; fi
+        fi
+        if [ -f "$PARITY_DIR/$part.done" ]; then echo "== $part has ended"; collect; return 0; fi
+        if [ $((SECONDS - began)) -ge "$limit" ]; then
+            echo "== $part still running after ${limit} s of following: call 'follow' again now"
+            collect; return 3
+        fi
+        sleep 5
+    done
+}
+
+plan() {
+    local big=$((128 * 512 / TPS_GUESS + 8)) demo=$((48 * 128 / TPS_GUESS + 8)) start=150
+    local per=$((PER_REQUEST_PASSES * 96 * 128 / TPS_GUESS + 20))
+    local p1=$((start + 2 * BIG_ROUNDS * big + 2 * DEMO_ROUNDS * demo + per))
+    local p2=$((start + 2 * DEMO_ROUNDS * demo + per))
+    [ "$PART2_BIG" = 1 ] && p2=$((p2 + 2 * BIG_ROUNDS * big))
+    echo "at about $TPS_GUESS tok/s, a server start of ~${start} s and ~8 s of client start-up per run:"
+    echo "  one run at 128x512 ~${big} s, at 48x128 ~${demo} s; per-request benchmark ~${per} s"
+    echo "  part1 ~$((p1 / 60)) min $((p1 % 60)) s  (start part1; follow; follow; ...: longer than one call)"
+    echo "  part2 ~$((p2 / 60)) min $((p2 % 60)) s"
+    echo "  smoke ~3 min"
+}
+
+case ${1:-} in
+    _steps) shift; steps "$@" ;;
+    part1|part2|smoke) run_part "$1" ;;
+    start)
+        part=${2:?start needs a part}
+        need_client
+        echo "$part" > "$PARITY_DIR/running"
+        rm -f "$PARITY_DIR/$part.done"
+        BENCH_SERVING=$BENCH_SERVING setsid nohup bash "$0" "$part" > "$PARITY_DIR/$part.nohup" 2>&1 < /dev/null &
+        echo "started $part in the background (pid $!); log $PARITY_DIR/$part.log"
+        ;;
+    follow) follow "${2:-540}" ;;
+    collect) collect ;;
+    plan) plan ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
+esac

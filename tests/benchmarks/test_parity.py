@@ -1,0 +1,208 @@
+"""The parity benchmarks' statistics and parsing (``benchmarks/parity.py``), and the wiring they rely on."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+DATA = Path(__file__).resolve().parent / "data"
+# a result file of sglang 0.5.2's bench_serving.py (--output-details), from a run of the
+# harness's flags at 8 prompts x 32 tokens against the CPU demo server
+CAPTURED = DATA / "bench_serving_8x32.jsonl"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def parity():
+    sys.path.insert(0, str(BENCHMARKS))
+    return _load("parity")
+
+
+# t quantiles of a printed table (97.5 %, by degrees of freedom)
+T_TABLE = {1: 12.7062047, 2: 4.3026527, 5: 2.5705818, 11: 2.2009852, 30: 2.0422725, 287: 1.9683}
+
+
+@pytest.mark.parametrize("df", sorted(T_TABLE))
+def test_t_quantile_matches_the_table(parity, df) -> None:
+    assert parity.t_quantile(0.975, df) == pytest.approx(T_TABLE[df], abs=2e-4 if df == 287 else 1e-6)
+    assert parity.t_quantile(0.025, df) == pytest.approx(-T_TABLE[df], abs=2e-4 if df == 287 else 1e-6)
+
+
+def test_t_quantile_matches_scipy(parity) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 3, 7, 19, 100):
+        for p in (0.9, 0.95, 0.975, 0.995):
+            assert parity.t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-8)
+
+
+def test_ratio_interval_is_t_on_the_log_ratios(parity) -> None:
+    ratios = [1.028, 1.038, 0.940, 0.962, 0.929, 0.910, 0.898, 0.953]  # the issue's rounds
+    logs = np.log(ratios)
+    mean, se = logs.mean(), logs.std(ddof=1) / math.sqrt(len(logs))
+    t = 2.3646243  # t(0.975, 7), from a table
+    summary = parity.ratio_summary(ratios)
+    assert summary.count == 8
+    assert summary.geometric_mean == pytest.approx(math.exp(mean), rel=1e-12)
+    assert summary.low == pytest.approx(math.exp(mean - t * se), rel=1e-6)
+    assert summary.high == pytest.approx(math.exp(mean + t * se), rel=1e-6)
+    assert summary.log_sd == pytest.approx(logs.std(ddof=1), rel=1e-12)
+    assert summary.geometric_mean == pytest.approx(0.9561, abs=1e-4)
+    assert summary.low < summary.geometric_mean < summary.high < 1.0
+
+
+def test_ratio_interval_covers_at_its_rate(parity) -> None:
+    rng = random.Random(3)
+    covered = 0
+    for _ in range(400):
+        ratios = [math.exp(rng.gauss(0.0, 0.05)) for _ in range(6)]
+        s = parity.ratio_summary(ratios)
+        covered += s.low <= 1.0 <= s.high
+    assert 0.91 <= covered / 400 <= 0.985
+
+
+def test_one_ratio_has_no_interval_and_bad_ratios_are_refused(parity) -> None:
+    s = parity.ratio_summary([1.1])
+    assert (s.count, s.low, s.high) == (1, None, None)
+    assert "no interval" in s.describe()
+    with pytest.raises(ValueError):
+        parity.ratio_summary([])
+    with pytest.raises(ValueError):
+        parity.ratio_summary([1.0, 0.0])
+
+
+def test_parse_a_captured_bench_serving_result(parity) -> None:
+    run = parity.parse_harness_result(CAPTURED.read_text())
+    assert run.tps == pytest.approx(97.17735075976188)
+    assert run.duration_s == pytest.approx(2.6343587060000573)
+    assert (run.completed, run.output_tokens) == (8, 256)
+    assert run.output_lens == (32,) * 8
+    assert run.input_lens == (62, 48, 203, 245, 111, 132, 84, 130)
+    assert run.errors == ()
+    # non-streaming: its "ttft" is each request's whole latency, and TPS is tokens / duration
+    assert len(run.latencies_s) == 8 and sum(run.latencies_s) < run.duration_s
+    assert sum(run.latencies_s) / 8 * 1000 == pytest.approx(328.8147683747411)
+    assert run.tps == pytest.approx(run.output_tokens / run.duration_s)
+    gaps = parity.gap_summary(run.duration_s, run.latencies_s)
+    assert gaps["gap_total_s"] == pytest.approx(run.duration_s - sum(run.latencies_s))
+    assert 0 < gaps["gap_per_request_ms"] < 5
+
+
+def test_a_result_without_details_is_refused(parity) -> None:
+    record = json.loads(CAPTURED.read_text().splitlines()[-1])
+    del record["ttfts"]
+    with pytest.raises(ValueError, match="output-details"):
+        parity.parse_harness_result(json.dumps(record))
+    with pytest.raises(ValueError, match="empty"):
+        parity.parse_harness_result("\n")
+
+
+def test_gaps_between_requests(parity) -> None:
+    # requests of 1.0, 2.0 and 0.5 s, with 10 ms and 30 ms between them
+    ends = [1.0, 3.01, 3.54]
+    assert parity.gaps_between(ends, [1.0, 2.0, 0.5]) == pytest.approx([0.01, 0.03])
+    with pytest.raises(ValueError):
+        parity.gaps_between([1.0], [1.0, 2.0])
+
+
+def test_cpu_in_the_last_window(parity) -> None:
+    samples = [(0.25 * i, 0.2 * i) for i in range(1, 40)]  # 0.8 CPU s per s
+    # ended at 10 s with 8.0 CPU s; the last 2 s start at the sample of 8.0 s (6.4 CPU s)
+    assert parity.cpu_in_last(samples, 10.0, 2.0, 8.0) == pytest.approx(1.6)
+    assert parity.cpu_in_last(samples, 10.0, 20.0, 8.0) == pytest.approx(8.0)
+
+
+def test_host_cpu_and_a_process_tree(parity) -> None:
+    busy, total = parity.host_cpu_jiffies("cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 1 2 3 4\n")
+    assert (busy, total) == (160, 980)
+    busy, total = parity.host_cpu_jiffies()
+    assert 0 <= busy <= total
+    assert parity.process_tree_cpu_s(os.getpid()) >= parity.process_cpu_s(os.getpid()) > 0
+    assert parity.process_cpu_s(2**22 + 12345) is None
+
+
+def test_extended_prompts_are_distinct_and_keep_the_set_first(parity) -> None:
+    base = [(f"p{i}", f"w{i} x{i} y{i} z") for i in range(64)]
+    chosen = parity.extend_prompts(base, 128)
+    assert len(chosen) == 128 and chosen[:64] == base
+    assert len({pid for pid, _ in chosen}) == 128 and len({text for _, text in chosen}) == 128
+    assert chosen[64] == ("p0-v1", "z y0 x0 w0")
+    assert parity.extend_prompts(base, 10) == base[:10]
+    records = parity.sharegpt_records(chosen[:2])
+    assert [len(r["conversations"]) for r in records] == [2, 2]
+
+
+def test_round_order_alternates(parity) -> None:
+    assert [parity.round_order(i)[0] for i in range(4)] == ["harness", "ours", "harness", "ours"]
+
+
+def test_counters_are_summed_over_engines(parity) -> None:
+    samples = {"vllm:e2e_request_latency_seconds_sum": [({"engine": "0"}, 1.5), ({"engine": "1"}, 0.5)]}
+    counters = parity.counters_from_samples(samples)
+    assert counters["e2e_s"] == 2.0 and counters["decode_s"] == 0.0
+    assert parity.counter_delta(counters, {**counters, "e2e_s": 3.0})["e2e_s"] == 1.0
+
+
+def test_size_summary_and_parse_size() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    bench = _load("tps_vs_harness_client")
+    assert bench.parse_size("128x512") == (128, 512)
+
+    def side(tps: float, offset: int) -> dict:
+        return {"ok": True, "tps": tps, "output_lens": [32, 32], "input_lens": [10 + offset, 20 + offset],
+                "server": {"requests": 6.0, "e2e_s": 6.0 / tps, "decode_s": 3.0 / tps}}
+
+    rounds = [{"ours": side(100.0, 6), "harness": side(98.0, 0)}, {"ours": side(101.0, 6), "harness": side(103.0, 0)}]
+    summary = bench.size_summary(rounds)
+    assert summary["ratios"] == pytest.approx([100 / 98, 101 / 103])
+    assert summary["ratio"]["geometric_mean"] == pytest.approx(math.sqrt(100 / 98 * 101 / 103))
+    assert summary["same_tokens"] is True and summary["prompt_token_offsets"] == [6]
+    assert summary["server_e2e_s_ratio"]["geometric_mean"] == pytest.approx(1 / summary["ratio"]["geometric_mean"])
+
+
+def _bench_serving_file() -> Path | None:
+    given = os.environ.get("BENCH_SERVING")
+    return Path(given) if given and Path(given).is_file() else None
+
+
+@pytest.mark.skipif(_bench_serving_file() is None,
+                    reason="set BENCH_SERVING to sglang 0.5.2's bench_serving.py (see docs/measurement.md)")
+def test_the_harness_client_samples_our_order(parity, tmp_path) -> None:
+    """Its ShareGPT sampler, seeded as its --seed 1 does, picks the prompts measure_tps sends, in order."""
+    pytest.importorskip("aiohttp")
+    spec = importlib.util.spec_from_file_location("bench_serving_under_test", _bench_serving_file())
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from transformers import AutoTokenizer
+
+    from evaluators import TpsSettings, load_prompts
+    from evaluators.tps import select_prompts
+    from sweeper.demo import demo_paths
+
+    demo = demo_paths()
+    pairs = [(p.id, p.text) for p in load_prompts(demo.prompts_tuning)]
+    pairs += [(p.id, p.text) for p in load_prompts(demo.prompts_heldout)]
+    dataset = tmp_path / "prompts.json"
+    dataset.write_text(json.dumps(parity.sharegpt_records(parity.extend_prompts(pairs, 128))))
+    tokenizer = AutoTokenizer.from_pretrained(str(demo.model))
+    for count in (8, 128):
+        random.seed(1)
+        np.random.seed(1)
+        rows = bench.sample_sharegpt_requests(str(dataset), count, tokenizer, fixed_output_len=32)
+        ours = select_prompts(load_prompts(dataset), TpsSettings(num_prompts=count))
+        assert [row.prompt for row in rows] == [p.text for p in ours]
