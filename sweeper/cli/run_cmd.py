@@ -255,7 +255,7 @@ def _clock(seconds: float) -> str:
 @click.option("--space", help=f"Search-space preset or YAML/TOML file (default: {DEMO_PRESET} for the demo, else the preset that fits the manifest).")
 @click.option("--study", "study_name", help="Study name (default: derived from manifest and space).")
 @click.option("--storage", default=DEMO_STORAGE, show_default=True, help="SQLAlchemy URL or SQLite path.")
-@click.option("--n-trials", type=int, help=f"Trials in the study, resumes count (default: {DEMO_TRIALS}; no limit with --timeout, except on the demo).")
+@click.option("--n-trials", type=int, help=f"Trials in the study, resumes count (default: 8; the demo {DEMO_TRIALS}; no limit with --timeout, except on the demo).")
 @click.option("--timeout", help="Stop starting new trials after this long (e.g. 8h, 90m).")
 @click.option("--mode", type=click.Choice(list(MODES)), default="tps", show_default=True)
 @click.option("--sampler", type=click.Choice(list(SAMPLERS)), help=f"Optuna sampler (default: {DEFAULT_SAMPLER}).")

@@ -131,8 +131,8 @@ def test_sizes_are_the_demo_preset_on_the_demo_and_the_challenges_elsewhere(user
 @pytest.mark.parametrize(
     ("is_demo", "n_trials", "timeout", "budget"),
     [
-        (True, None, None, 8),
-        (True, None, "8h", 8),  # the demo keeps its 8 trials
+        (True, None, None, 4),
+        (True, None, "8h", 4),  # the demo keeps its 4 trials
         (False, None, None, 8),
         (False, None, "8h", None),  # a night: until the timeout
         (False, 40, "8h", 40),
