@@ -183,7 +183,9 @@ def _configuration_pareto(status: StudyStatus, now: Standing | None) -> tuple[Tr
     if now is None:
         return status.pareto
     by_number = {r.number: r for r in status.trials}
-    return tuple(pareto_front(dataclasses.replace(by_number[c.first], tps=c.estimate) for c in now.configurations))
+    return tuple(
+        pareto_front(dataclasses.replace(by_number[c.first], tps=now.tps_interval(c).value) for c in now.configurations)
+    )
 
 
 def standing_lines(now: Standing | None) -> list[str]:

@@ -284,7 +284,7 @@ class TrialRunner:
                     feasible=record.feasible,
                     error=record.error_message,
                     best_number=best.first if best else None,
-                    best_tps=best.estimate if best else None,
+                    best_tps=now.tps_interval(best).value if best else None,
                     claim=now.describe(),
                     elapsed_s=time.monotonic() - start,
                 )
