@@ -296,10 +296,12 @@ class Answer:
             return "no feasible trial"
         r = self.record
         config = self.configuration
-        if config is not None and len(config.tps) > 1:
+        if config is not None and len(config.tps) > 1 and self.standing is not None:
+            figures = config.confirmed_tps or config.tps
+            after = " after selection" if config.confirmed_tps and len(figures) < len(config.tps) else ""
             text = (
-                f"trial #{r.number}: TPS {config.estimate:.2f} (geometric mean of {len(config.tps)} "
-                f"servers), PPL {r.ppl:.4f}"
+                f"trial #{r.number}: TPS {self.standing.tps_interval(config).value:.2f} (geometric mean of "
+                f"{len(figures)} servers{after}), PPL {r.ppl:.4f}"
             )
         else:
             text = f"trial #{r.number}: TPS {r.tps:.2f}, PPL {r.ppl:.4f}"
