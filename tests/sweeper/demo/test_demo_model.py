@@ -72,13 +72,18 @@ def test_drafter_accepted_and_centroid_top_k_lowers_acceptance(tiny_server, demo
     at_manifest_top_k = acceptance_length(tiny_server, demo)
     assert at_manifest_top_k >= 1.5
 
-    server = ServerProcess(
-        tiny_server.manifest,
-        overrides={"CENTROID_TOP_K": "1"},
-        log_path=tmp_path / "top-k-1.log",
-        ready_timeout_s=600,
-    )
-    with server:
-        at_top_k_1 = acceptance_length(server, demo)
+    # with 3 speculative tokens (1 accepts too few to tell the top-k apart): top-k 8 against 1
+    three = json.dumps({**json.loads(env["SPECULATIVE_CONFIG"]), "num_speculative_tokens": 3})
+    lengths = {}
+    for top_k in ("8", "1"):
+        server = ServerProcess(
+            tiny_server.manifest,
+            overrides={"SPECULATIVE_CONFIG": three, "CENTROID_TOP_K": top_k},
+            log_path=tmp_path / f"top-k-{top_k}.log",
+            ready_timeout_s=600,
+        )
+        with server:
+            lengths[top_k] = acceptance_length(server, demo)
+    at_manifest_top_k, at_top_k_1 = lengths["8"], lengths["1"]
     # measured: about 2.8 at top-k 8 and 2.2 at top-k 1 (docs/tiny-model.md)
     assert at_top_k_1 <= at_manifest_top_k - 0.2, (at_top_k_1, at_manifest_top_k)
