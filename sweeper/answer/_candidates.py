@@ -291,18 +291,23 @@ class Answer:
             else None
         )
 
+    def tps_estimate(self, servers: str = "servers") -> str | None:
+        """'X (geometric mean of N servers[ after selection])': the answer's TPS as the claim
+        counts it (None: a single figure, or no standing)."""
+        config = self.configuration
+        if config is None or len(config.tps) < 2 or self.standing is None:
+            return None
+        figures = config.confirmed_tps or config.tps
+        after = " after selection" if config.confirmed_tps and len(figures) < len(config.tps) else ""
+        return f"{self.standing.tps_interval(config).value:.2f} (geometric mean of {len(figures)} {servers}{after})"
+
     def describe(self) -> str:
         if self.record is None:
             return "no feasible trial"
         r = self.record
-        config = self.configuration
-        if config is not None and len(config.tps) > 1 and self.standing is not None:
-            figures = config.confirmed_tps or config.tps
-            after = " after selection" if config.confirmed_tps and len(figures) < len(config.tps) else ""
-            text = (
-                f"trial #{r.number}: TPS {self.standing.tps_interval(config).value:.2f} (geometric mean of "
-                f"{len(figures)} servers{after}), PPL {r.ppl:.4f}"
-            )
+        estimate = self.tps_estimate()
+        if estimate is not None:
+            text = f"trial #{r.number}: TPS {estimate}, PPL {r.ppl:.4f}"
         else:
             text = f"trial #{r.number}: TPS {r.tps:.2f}, PPL {r.ppl:.4f}"
         if self.verified and self.verification is not None:

@@ -95,16 +95,8 @@ def describe(answer: Answer, study_name: str, base: Manifest) -> str:
     record = answer.record
     assert record is not None
     params = ", ".join(f"{k}={v}" for k, v in record.params.items())
-    config = answer.configuration
-    if config is not None and len(config.tps) > 1 and answer.standing is not None:
-        figures = config.confirmed_tps or config.tps
-        after = " after selection" if config.confirmed_tps and len(figures) < len(config.tps) else ""
-        tuned = (
-            f"TPS {answer.standing.tps_interval(config).value:.2f} (geometric mean of "
-            f"{len(figures)} fresh servers{after})"
-        )
-    else:
-        tuned = f"TPS {record.tps:.2f}"
+    estimate = answer.tps_estimate("fresh servers")
+    tuned = f"TPS {estimate}" if estimate is not None else f"TPS {record.tps:.2f}"
     text = (
         f"Exported by sweeper from study '{study_name}', trial #{record.number} ({params}). "
         f"Tuned: {tuned}, PPL {record.ppl:.4f}"
