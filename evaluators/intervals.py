@@ -214,13 +214,10 @@ def tps_interval(figures: Sequence[float], *, spread: Spread, confidence: float 
     if not figures:
         raise MeasurementError("tps_interval: at least one TPS figure is needed")
     mean = statistics.fmean(map(_log_tps, figures))
-    from scipy.stats import t as student_t
-
-    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, spread.df)) * spread.relative / math.sqrt(len(figures))
-    return Interval(
-        value=math.exp(mean),
-        low=math.exp(mean - half),
-        high=math.exp(mean + half),
+    return _log_t_interval(
+        mean,
+        spread.relative / math.sqrt(len(figures)),
+        df=spread.df,
         confidence=confidence,
         method=(
             f"geometric mean of {len(figures)} fresh server(s), t-interval with between-server "
@@ -292,24 +289,33 @@ def paired_speedup_interval(
     if not pairs:
         raise MeasurementError("paired_speedup_interval: at least one pair is needed")
     differences = [_log_tps(a) - _log_tps(b) for a, b in pairs]
-    mean = statistics.fmean(differences)
-    from scipy.stats import t as student_t
-
-    half = (
-        float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, spread.df))
-        * spread.relative
-        * math.sqrt(2.0 / len(differences))
-    )
-    return Interval(
-        value=math.exp(mean),
-        low=math.exp(mean - half),
-        high=math.exp(mean + half),
+    return _log_t_interval(
+        statistics.fmean(differences),
+        spread.relative * math.sqrt(2.0 / len(differences)),
+        df=spread.df,
         confidence=confidence,
         method=(
             f"mean log ratio over {len(differences)} interleaved pair(s) in fresh servers, "
             f"t-interval with between-server spread {spread.relative:.1%} on {spread.df:g} df"
         ),
         samples=2 * len(differences),
+    )
+
+
+def _log_t_interval(
+    mean_log: float, standard_error: float, *, df: float, confidence: float, method: str, samples: int
+) -> Interval:
+    """exp(mean_log +- t_df * standard_error): a t-interval made on the log scale."""
+    from scipy.stats import t as student_t
+
+    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, df)) * standard_error
+    return Interval(
+        value=math.exp(mean_log),
+        low=math.exp(mean_log - half),
+        high=math.exp(mean_log + half),
+        confidence=confidence,
+        method=method,
+        samples=samples,
     )
 
 
