@@ -32,8 +32,9 @@ from typing import Any
 from storage import TrialRecord, study_status
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest, is_secret_name
-from sweeper.study import StudyRecipe, base_manifest_of, recipe_from_settings
+from sweeper.study import StudyRecipe, base_manifest_of, ppl_statement, recipe_from_settings
 from sweeper.answer._candidates import Answer, study_answer, verify_command
+from sweeper.answer._verify import heldout_statement, heldout_text
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +92,17 @@ def _value_text(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "", text.replace(".", "p").replace("-", "m")) or "x"
 
 
-def describe(answer: Answer, study_name: str, base: Manifest) -> str:
+def describe(
+    answer: Answer, study_name: str, base: Manifest, settings: Mapping[str, Any] | None = None
+) -> str:
+    """The exported manifest's description: figures, claim, verification, provenance.
+
+    ``settings``: the study's stored settings, for the PPL's re-run chance
+    (the gate's re-run size; under a relative cap the baseline's noise).
+    """
     record = answer.record
     assert record is not None
+    settings = settings or {}
     params = ", ".join(f"{k}={v}" for k, v in record.params.items())
     estimate = answer.tps_estimate("fresh servers")
     tuned = f"TPS {estimate}" if estimate is not None else f"TPS {record.tps:.2f}"
@@ -103,6 +112,10 @@ def describe(answer: Answer, study_name: str, base: Manifest) -> str:
         + (f" (cap {record.ppl_cap:.4f})" if record.ppl_cap is not None else "")
         + ". "
     )
+    tuned_ppl = ppl_statement(record.ppl, record.extras, record.ppl_cap, settings)
+    if tuned_ppl is not None and tuned_ppl.known:
+        chance = tuned_ppl.chance_text()
+        text += f"Tuned PPL: {tuned_ppl.interval_text()}" + (f"; {chance}" if chance else "") + ". "
     claim = answer.claim()
     if claim:
         text += f"Claim: {claim[0].upper()}{claim[1:]}. "
@@ -113,6 +126,9 @@ def describe(answer: Answer, study_name: str, base: Manifest) -> str:
             f"{len(verification.runs)} fresh servers, PPL at most {verification.max_ppl:.4f}, "
             f"tolerance {verification.tolerance:.0%}."
         )
+        heldout = heldout_statement(verification, settings)
+        if heldout is not None and heldout.known:
+            text += f" The {heldout_text(heldout)}."
     elif answer.status == "failed" and verification is not None:
         text += f"FAILED verification: {verification.reason}."
     else:
@@ -202,7 +218,8 @@ def export_answer(
             f"{path} is the base manifest itself: export the answer to another file (-o PATH)"
         )
     manifest, secrets, made_absolute = answer_manifest(
-        base, record, answer, study_name=study_name, output=path, recipe=recipe
+        base, record, answer, study_name=study_name, output=path, recipe=recipe,
+        settings=status.settings,
     )
     manifest.save(path)
     logger.info("exported trial %d of %s to %s", record.number, study_name, path)
@@ -223,6 +240,7 @@ def answer_manifest(
     study_name: str,
     output: Path,
     recipe: StudyRecipe | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[Manifest, tuple[str, ...], tuple[str, ...]]:
     """The exported manifest, the secret env names left out, the fields made absolute."""
     recipe = recipe or StudyRecipe()
@@ -242,7 +260,7 @@ def answer_manifest(
     env = {k: v for k, v in env.items() if not is_secret_name(k)}
     fields: dict[str, Any] = {
         "name": derived_name(base.name, record.params),
-        "description": describe(answer, study_name, base),
+        "description": describe(answer, study_name, base, settings),
     }
     made_absolute: list[str] = []
     serve = list(base.serve)

@@ -65,11 +65,14 @@ from sweeper.study import (
     ConfirmSettings,
     Evaluator,
     Measurement,
+    PplStatement,
     Standing,
     StudyRecipe,
     TimedPhases,
+    ppl_statement,
     recipe_from_settings,
     standing,
+    uncertainty_extras,
 )
 
 logger = logging.getLogger(__name__)
@@ -184,19 +187,62 @@ class VerifyEvent:
     message: str = ""
 
 
+def heldout_statement(
+    verification: VerificationRecord, settings: Mapping[str, Any]
+) -> PplStatement | None:
+    """The held-out PPL with its interval and the chance that a re-run passes the cap.
+
+    The highest held-out PPL of the candidate's repeats (the one the verdict
+    judges) with the standard error of its records; the re-run is on the
+    study's ``ppl_rerun_records`` new records (else as many as were scored),
+    under a relative cap with the baseline's record noise, as the gate
+    judges. ``within_noise``: the cap lies inside the held-out 95 %
+    interval, so a pass is no promise. None: no PPL measured.
+    """
+    runs = [r for r in verification.runs if r.state == "complete" and r.ppl is not None]
+    if not runs:
+        return None
+    run = max(runs, key=lambda r: r.ppl)
+    return ppl_statement(run.ppl, run.extras, verification.ppl_cap, settings)
+
+
+def heldout_text(statement: PplStatement) -> str:
+    """``held-out PPL 2.1600 (95 % interval ...); on 16 new records ...[; WITHIN NOISE ...]``."""
+    text = f"held-out {statement.text()}"
+    if statement.within_noise and statement.cap is not None:
+        over = statement.cap < statement.ppl
+        text += (
+            f"; WITHIN NOISE of the cap: {statement.cap:.4f} is inside the held-out interval, so "
+            + ("new records may well pass it" if over else "new records may put it over the cap")
+        )
+    return text
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VerifyResult:
     study_name: str
     verifications: tuple[VerificationRecord, ...]  # made by this call
     skipped: tuple[tuple[int, str], ...]  # (trial number, why) not verified again
     answer: Answer
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the study's
+    # the standing verification of each candidate skipped (already verified or failed)
+    previous: tuple[VerificationRecord, ...] = ()
+
+    def heldout_ppl(self, verification: VerificationRecord) -> PplStatement | None:
+        return heldout_statement(verification, self.settings)
 
     def to_dict(self) -> dict[str, Any]:
         answer = self.answer
+
+        def with_ppl(v: VerificationRecord) -> dict[str, Any]:
+            statement = self.heldout_ppl(v)
+            return {**v.to_dict(), "heldout_ppl": statement.to_dict() if statement else None}
+
         return {
             "study": self.study_name,
-            "verifications": [v.to_dict() for v in self.verifications],
+            "verifications": [with_ppl(v) for v in self.verifications],
             "skipped": [{"trial": n, "reason": why} for n, why in self.skipped],
+            "previous": [with_ppl(v) for v in self.previous],
             "answer": {
                 "trial": answer.record.number if answer.record else None,
                 "status": answer.status,
@@ -355,6 +401,8 @@ def verify_study(
         verifications=tuple(made),
         skipped=skipped,
         answer=study_answer(status.trials, latest, status.settings),
+        settings=dict(status.settings),
+        previous=tuple(latest[number] for number, _ in skipped if number in latest),
     )
 
 
@@ -614,6 +662,8 @@ def _measure(
         )
     # the evaluator's own timings, and those it reported through the context (start, teardown)
     phases = {**{k: float(v) for k, v in measurement.phases.items()}, **context.phases}
+    # the held-out PPL's standard error (records as the sampling unit), from its per-record rows
+    extras = {**measurement.extras, **uncertainty_extras(measurement.extras, measurement.requests)}
     return VerificationRun(
         repeat=repeat,
         subject=subject,
@@ -622,7 +672,7 @@ def _measure(
         ppl=math.inf if measurement.extras.get("ppl_infinite") else measurement.ppl,
         early_stopped=measurement.early_stopped,
         phases=phases,
-        extras=dict(measurement.extras),
+        extras=extras,
         log_tail=measurement.log_tail or context.log_tail or None,
         seconds=time.monotonic() - began,
     )

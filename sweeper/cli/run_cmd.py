@@ -18,7 +18,7 @@ from rich.table import Table
 from sweeper.demo import choose_demo_manifest, demo_paths
 from sweeper.devices import open_devices
 from sweeper.errors import UserInputError
-from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confirmation
+from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confirmation, ppl_statement
 from sweeper.sweep import (
     CHALLENGE_SIZES,
     DEFAULT_NOISE,
@@ -268,6 +268,14 @@ def _clock(seconds: float) -> str:
     show_default=True,
     help="Cap relative to the baseline PPL measured first (ignored with --ppl-cap).",
 )
+@click.option("--ppl-confidence", metavar="LEVEL",
+              help="Pass a configuration only when its PPL's upper bound at this level, on a re-run over "
+                   "--ppl-rerun-records new records of this kind, is under the cap (e.g. 0.9 or 90%); none: "
+                   "the point estimate. Default: 0.9 with --ppl-cap, none with --ppl-cap-rel; a resumed "
+                   "study keeps its own (docs/study.md, 'The gate').")
+@click.option("--ppl-rerun-records", type=int, metavar="N",
+              help="Records of the re-run the confidence gate promises to pass (default: the held-out "
+                   "PPL records verify scores).")
 @click.option("--reuse-quality/--no-reuse-quality", default=True, show_default=True,
               help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.")
 @click.option("--confirm-rounds", type=int,
@@ -367,6 +375,7 @@ def command(**options: Any) -> None:
                 f"{sizes.output_len} tokens, storage {plan.storage}",
                 err=True,
             )
+            click.echo(f"gate: {prepared.gate.describe()}", err=True)
         if several_workers(plan, prepared.manifest.env):  # --gpus: one process per worker
             click.echo(
                 f"{plan.gpus}: one worker per GPU group; their logs in "
@@ -401,6 +410,13 @@ def command(**options: Any) -> None:
         f"over {servers} server(s){' after selection' if best.confirmed_tps else ''} "
         f"at PPL {best.ppl:.3f} (cap {best.ppl_cap:.3f})"
     )
+    record = next((r for r in result.status.trials if r.number == best.first), None)
+    statement = (
+        None if record is None
+        else ppl_statement(record.ppl, record.extras, record.ppl_cap, result.status.settings)
+    )  # fmt: skip
+    if statement is not None and statement.known:
+        click.echo(f"  {statement.text()}")
     click.echo(f"claim: {now.describe()}")
     if now.basis is not None:
         click.echo(f"  the claim rests on {now.basis.describe()}")

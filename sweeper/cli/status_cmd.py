@@ -20,7 +20,7 @@ from storage import (
     pareto_front,
     study_status,
 )
-from sweeper.study import Standing
+from sweeper.study import PplStatement, Standing, ppl_statement, probability_text
 
 LOG_TAIL_LINES = 20
 
@@ -47,6 +47,12 @@ def _settings_line(status: StudyStatus) -> str:
         gate = f"PPL <= {settings['ppl_cap']:g}"
     else:
         gate = "no gate recorded"
+    if settings.get("ppl_confidence") is not None:  # judged on the upper bound, not the estimate
+        rerun = settings.get("ppl_rerun_records")
+        gate += (
+            f" at {settings['ppl_confidence'] * 100:g} % confidence on "
+            f"{f'{rerun} new records' if rerun else 'as many new records'}"
+        )
     return f"mode {settings.get('mode', '?')}, gate {gate}, space {settings.get('space', '?')}"
 
 
@@ -101,25 +107,54 @@ def recipe_lines(status: StudyStatus) -> list[str]:
     return lines
 
 
-def _trial_table(title: str, records: tuple[TrialRecord, ...]) -> Table:
+def _trial_table(
+    title: str, records: tuple[TrialRecord, ...], settings: dict[str, Any] | None = None
+) -> Table:
+    """Trials with TPS, PPL and cap; with the PPL's interval and re-run chance where known."""
+    statements = {
+        r.number: ppl_statement(r.ppl, r.extras, r.ppl_cap, settings or {}) for r in records
+    }
+    uncertain = any(s is not None and s.known for s in statements.values())
     table = Table(title=title, title_justify="left")
-    for name, justify in (
-        ("trial", "right"),
-        ("TPS", "right"),
-        ("PPL", "right"),
-        ("cap", "right"),
-        ("params", "left"),
-    ):
+    columns = [("trial", "right"), ("TPS", "right"), ("PPL", "right")]
+    if uncertain:
+        columns += [("PPL 95 %", "right"), ("P(pass)", "right")]
+    for name, justify in (*columns, ("cap", "right"), ("params", "left")):
         table.add_column(name, justify=justify)
     for record in records:
-        table.add_row(
-            str(record.number),
-            _number(record.tps, 2),
-            _number(record.ppl, 4),
-            _number(record.ppl_cap, 4),
-            _params(record.params),
+        row = [str(record.number), _number(record.tps, 2), _number(record.ppl, 4)]
+        if uncertain:
+            row += _uncertainty_cells(statements[record.number])
+        table.add_row(*row, _number(record.ppl_cap, 4), _params(record.params))
+    if uncertain:
+        reruns = sorted({s.rerun_records for s in statements.values() if s and s.rerun_records})
+        table.caption = (
+            "PPL 95 %: the interval of the records' PPL; P(pass): the chance that a re-run on "
+            f"{'/'.join(map(str, reruns)) or 'as many'} new records of this kind is under the cap"
         )
     return table
+
+
+def _uncertainty_cells(statement: PplStatement | None) -> list[str]:
+    if statement is None or not statement.known:
+        return ["-", "-"]
+    assert statement.low is not None and statement.high is not None
+    chance = statement.pass_probability
+    return [
+        f"{statement.low:.4f}-{statement.high:.4f}",
+        "-" if chance is None else probability_text(chance),
+    ]
+
+
+def answer_ppl_line(status: StudyStatus, number: int) -> str | None:
+    """``PPL of trial 3: PPL 2.1502 (95 % interval ...); on 16 new records ...`` (None: no figures)."""
+    record = next((r for r in status.trials if r.number == number), None)
+    if record is None:
+        return None
+    statement = ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)
+    if statement is None or not statement.known:
+        return None
+    return f"PPL of trial {number}: {statement.text()}"
 
 
 def running_devices(status: StudyStatus) -> list[str]:
@@ -158,17 +193,26 @@ def show_status(console: Console, status: StudyStatus) -> None:
     from sweeper.answer import study_answer
 
     answer = study_answer(status.trials, status.verifications, status.settings)
-    for line in standing_lines(answer.standing):
+    lines = standing_lines(answer.standing)
+    incumbent = answer.standing.incumbent if answer.standing is not None else None
+    ppl_line = answer_ppl_line(status, incumbent.first) if incumbent is not None else None
+    if ppl_line is not None:
+        lines.insert(1, ppl_line)  # right under the best
+    for line in lines:
         console.print(line, markup=False, highlight=False)
     pareto = _configuration_pareto(status, answer.standing)
-    console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing configurations)", pareto))
+    console.print(
+        _trial_table("Pareto set (TPS up, PPL down; gate-passing configurations)", pareto, status.settings)
+    )
     if status.verifications:  # sweeper verify: re-measured on held-out data
-        from sweeper.cli.verify_cmd import failure_lines, verification_table
+        from sweeper.cli.verify_cmd import failure_lines, heldout_ppl_lines, verification_table
 
         verifications = list(status.verifications.values())
         console.print(verification_table(verifications, title="verification on held-out data"))
         for line in failure_lines(verifications):
             console.print(line, markup=False)
+        for line in heldout_ppl_lines(verifications, status.settings):
+            console.print(line, markup=False, highlight=False)
         console.print(f"answer: {answer.describe()}")
 
 
@@ -223,7 +267,7 @@ def standing_lines(now: Standing | None) -> list[str]:
     return lines
 
 
-def show_trial(console: Console, record: TrialRecord) -> None:
+def show_trial(console: Console, record: TrialRecord, settings: dict[str, Any] | None = None) -> None:
     console.print(f"trial {record.number} of {record.study_name}: {record.state} ({record.role})")
     console.print(f"params: {_params(record.params)}")
     if record.overrides:
@@ -240,6 +284,9 @@ def show_trial(console: Console, record: TrialRecord) -> None:
             f"(cap {_number(record.ppl_cap, 4)}): {verdict}"
             + (f"; {'; '.join(extra)}" if extra else "")
         )
+        statement = ppl_statement(record.ppl, record.extras, record.ppl_cap, settings or {})
+        if statement is not None and statement.known:
+            console.print(statement.text(), markup=False, highlight=False)
         low, high = record.extras.get("tps_low"), record.extras.get("tps_high")
         if isinstance(low, (int, float)) and isinstance(high, (int, float)):
             console.print(
@@ -300,14 +347,21 @@ def command(study_name: str | None, storage: str, trial_number: int | None, as_j
             data["requests"] = len(record.requests)
             click.echo(json.dumps(data, default=str))
         else:
-            show_trial(console, record)
+            show_trial(console, record, status.settings)
         return
     if as_json:
         from sweeper.answer import study_answer
 
         data = status.to_dict()
-        now = study_answer(status.trials, status.verifications, status.settings).standing
+        answer = study_answer(status.trials, status.verifications, status.settings)
+        now = answer.standing
         data["standing"] = now.to_dict() if now is not None else None
+        record = answer.record
+        statement = (
+            None if record is None
+            else ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)
+        )  # fmt: skip
+        data["answer_ppl"] = statement.to_dict() if statement is not None else None
         click.echo(json.dumps(data, default=str))
         return
     show_status(console, status)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import click
 from rich.console import Console
@@ -100,8 +101,14 @@ def command(
             click.echo(line)
         for line in control_lines(result.verifications):
             click.echo(line)
+        for line in heldout_ppl_lines(result.verifications, result.settings):
+            click.echo(line)
+        previous = {v.trial_number: v for v in result.previous}
         for number, why in result.skipped:
             click.echo(f"trial #{number}: {why}")
+            if number in previous:
+                for line in heldout_ppl_lines([previous[number]], result.settings):
+                    click.echo(f"  {line}")
         click.echo(f"answer: {result.answer.describe()}")
     _exit_status(result)
 
@@ -163,6 +170,20 @@ def control_lines(verifications: Iterable[VerificationRecord]) -> list[str]:
             continue
         claim = "" if v.claimed_speedup else " (no speedup claimed)"
         lines.append(f"trial #{v.trial_number}: {text}{claim}")
+    return lines
+
+
+def heldout_ppl_lines(verifications: Iterable[VerificationRecord], settings: Mapping[str, Any]) -> list[str]:
+    """Each verification's held-out PPL with its interval and the re-run's chance (also used by
+    'sweeper status'); one within the noise of the cap is flagged even when it passed. A
+    verification without per-record figures (an evaluator of one's own) has no line."""
+    from sweeper.answer._verify import heldout_statement, heldout_text
+
+    lines = []
+    for v in verifications:
+        statement = heldout_statement(v, settings)
+        if statement is not None and statement.known:
+            lines.append(f"trial #{v.trial_number}: {heldout_text(statement)}")
     return lines
 
 

@@ -26,7 +26,7 @@ from storage import (
 )
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
-from sweeper.study import StudyRecipe, recipe_from_settings
+from sweeper.study import PplStatement, StudyRecipe, ppl_statement, recipe_from_settings
 from sweeper.answer import Answer, study_answer, verify_command
 
 logger = logging.getLogger(__name__)
@@ -177,6 +177,14 @@ class ReportData:
             f"{now.settings.prior_spread:.0%} as {now.settings.prior_df:g} df); "
             f"{sum(1 for d in now.decisions if d.outcome != 'screened')} race(s)"
         )
+
+    def winner_ppl(self) -> PplStatement | None:
+        """The winner's PPL with its interval and the re-run's chance (None: no interval known)."""
+        record = self.answer.record
+        if record is None:
+            return None
+        statement = ppl_statement(record.ppl, record.extras, record.ppl_cap, self.settings)
+        return statement if statement is not None and statement.known else None
 
     @property
     def unset_label(self) -> str:

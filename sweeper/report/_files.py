@@ -94,7 +94,8 @@ def summary_markdown(data: ReportData) -> str:
             "",
             f"- TPS {record.tps:.2f}, PPL {record.ppl:.4f} (cap {cap})",
         ]
-        claim, noise = data.answer.claim(), data.noise_line()
+        claim, noise, ppl = data.answer.claim(), data.noise_line(), data.winner_ppl()
+        lines += [f"- {ppl.text()}"] if ppl is not None else []
         lines += [f"- claim: {claim}"] if claim else []
         lines += [f"- noise: {noise}"] if noise else []
         lines += [f"- `{name}` = `{value}`" for name, value in record.params.items()]

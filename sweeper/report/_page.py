@@ -20,6 +20,7 @@ from plotly.offline import get_plotlyjs
 from sweeper.report._data import ReportData
 from sweeper.report._plotly import PLOT_CONFIG
 from sweeper.answer import verify_command
+from sweeper.study import probability_text
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +88,20 @@ def _cards(data: ReportData) -> str:
             ("winner", f"#{record.number}"),
             ("winner TPS", _num(record.tps, ".2f")),
             ("winner PPL", _num(record.ppl, ".4f")),
-            ("verification", f'<span class="{_e(status)}">{_e(status.upper())}</span>'),
         ]
+        statement = data.winner_ppl()
+        if statement is not None:
+            assert statement.low is not None and statement.high is not None
+            cards.append((
+                f"winner PPL, {statement.level * 100:.0f} % interval ({statement.records} records)",
+                f"{statement.low:.4f}-{statement.high:.4f}",
+            ))  # fmt: skip
+            if statement.pass_probability is not None:
+                cards.append((
+                    f"P(PPL under the cap on {statement.rerun_records} new records)",
+                    _e(probability_text(statement.pass_probability)),
+                ))  # fmt: skip
+        cards.append(("verification", f'<span class="{_e(status)}">{_e(status.upper())}</span>'))
         speedup = data.answer.standing.speedup if data.answer.is_the_claim else None
         if speedup is not None:
             cards.append((
@@ -120,6 +133,7 @@ def _winner_section(data: ReportData) -> str:
         f"<section><h2>Winner: trial #{record.number} "
         f'<span class="{_e(data.answer.status)}">{_e(data.answer.status.upper())}</span></h2>'
         f"<p>{_e(data.answer.describe())}</p>"
+        + (f"<p>{_e(data.winner_ppl().text())}</p>" if data.winner_ppl() is not None else "")
         + (f"<p>Noise: {_e(data.noise_line())}</p>" if data.noise_line() else "")
         + f"<ul>{params}</ul>"
         f"<h3>How its manifest differs from the base</h3>{changes}</section>"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -33,9 +34,11 @@ from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data
 from sweeper.measure import warmup_settings_from
 from sweeper.study import (
+    DEFAULT_CONFIDENCE,
     MODES,
     SAMPLERS,
     ConfirmSettings,
+    PplGate,
     StudyRecipe,
     StudyResult,
     TrialEvent,
@@ -72,6 +75,8 @@ GPU_DEMO_NOISE = 0.13
 # near its 15 minutes on 2 cores
 CONFIRM_ROUNDS = 6
 DEMO_CONFIRM_ROUNDS = 4
+# what --ppl-confidence takes for the point-estimate gate
+POINT_GATE_WORDS = ("none", "off", "point")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,6 +119,11 @@ class RunPlan:
     seed: int | None = 0
     ppl_cap: float | None = None
     ppl_cap_rel: float | None = 1.05
+    # the gate on the records' uncertainty (--ppl-confidence): a level such as 0.9 or "90%",
+    # "none" for the point estimate; None (not given) takes ``default_confidence`` for a new
+    # study and the stored level on resume. ``ppl_rerun_records`` None: the held-out set's size
+    ppl_confidence: float | str | None = None
+    ppl_rerun_records: int | None = None
     reuse_quality: bool = True
     max_consecutive_failures: int = 3
     # confirmation races (sweeper.study._confirm): rounds per race, and the between-server
@@ -177,6 +187,13 @@ class RunPlan:
             raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
         if self.ppl_cap_rel is not None and not (_number(self.ppl_cap_rel) and self.ppl_cap_rel >= 1.0):
             raise UserInputError(f"--ppl-cap-rel must be at least 1.0, not {self.ppl_cap_rel}")
+        _positive_int("--ppl-rerun-records", self.ppl_rerun_records)
+        point_given = self.ppl_confidence is not None and self.given_confidence() is None
+        if self.ppl_rerun_records is not None and point_given:
+            raise UserInputError(
+                "--ppl-rerun-records: only a confidence gate uses it, and --ppl-confidence is none "
+                "(the point estimate is judged as measured)"
+            )
         if self.mode not in MODES:
             raise UserInputError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.sampler is not None and self.sampler not in SAMPLERS:
@@ -196,6 +213,36 @@ class RunPlan:
         self.enqueued_configs()
         self.confirm_settings()
         self.screen_sizes()
+
+    def given_confidence(self) -> float | None:
+        """``--ppl-confidence`` as a level (None: the point estimate, or not given)."""
+        value = self.ppl_confidence
+        if value is None:
+            return None
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in POINT_GATE_WORDS:
+                return None
+            try:
+                level = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+            except ValueError:
+                level = math.nan
+        elif _number(value):
+            level = float(value)
+        else:
+            level = math.nan
+        if not 0.5 <= level < 1.0:
+            raise UserInputError(
+                f"--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for "
+                f"the point estimate, not {value!r}"
+            )
+        return level
+
+    @property
+    def default_confidence(self) -> float | None:
+        """A new study's level when none is given: ``DEFAULT_CONFIDENCE`` under an absolute
+        cap, the point estimate under a relative one (docs/study.md, "The gate")."""
+        return DEFAULT_CONFIDENCE if self.ppl_cap is not None else None
 
     def screen_sizes(self) -> tuple[int, int] | None:
         """``--screen PROMPTSxTOKENS`` as numbers (None: no screen)."""
@@ -268,6 +315,71 @@ class RunPlan:
         if self.manifest is None and self.space in (None, DEMO_PRESET):
             return DEMO_STUDY
         return f"{manifest.name}-{space.name}"
+
+
+def gate_settings(
+    plan: RunPlan, stored: PplGate | None, rerun_default: int | None, study_name: str
+) -> tuple[float | None, int | None]:
+    """The study's (confidence, re-run records): a resumed study keeps the ones it stored.
+
+    For a new study: the level given (``--ppl-confidence``) or
+    ``plan.default_confidence``, and the re-run size given or
+    ``rerun_default`` (the records verify scores on the held-out set). For a
+    study that stored its gate: its own, and a level or size given that
+    differs from it is a UserInputError (its trials were judged that way).
+    """
+    given = plan.ppl_confidence is not None
+    level = plan.given_confidence()
+    if stored is not None:
+        where = f"study {study_name!r} was started with the gate {stored.describe()}"
+        how = (
+            "resume it without the option (it keeps its own), or start another study with "
+            "--study NAME"
+        )
+        if given and level != stored.confidence:
+            text = "none" if level is None else f"{level:g}"
+            raise UserInputError(f"--ppl-confidence {text}: {where}: {how}")
+        if plan.ppl_rerun_records is not None and plan.ppl_rerun_records != stored.rerun_records:
+            raise UserInputError(f"--ppl-rerun-records {plan.ppl_rerun_records}: {where}: {how}")
+        return stored.confidence, stored.rerun_records
+    if not given:
+        level = plan.default_confidence
+    if level is None:
+        if plan.ppl_rerun_records is not None:
+            raise UserInputError(
+                "--ppl-rerun-records: only a confidence gate uses it; give --ppl-confidence "
+                "LEVEL too (the point estimate is judged as measured)"
+            )
+        return None, None
+    return level, plan.ppl_rerun_records or rerun_default
+
+
+def stored_gate(url: str, study_name: str) -> PplGate | None:
+    """The gate a study stored (None: no such study, or none stored yet). Creates no file."""
+    import optuna
+    from sqlalchemy.engine import make_url
+
+    from storage import STUDY_ATTR_PREFIX, optuna_storage
+
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        return None
+    storage = optuna_storage(url)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return None
+    finally:
+        storage.remove_session()
+    settings = {
+        key[len(STUDY_ATTR_PREFIX) :]: value
+        for key, value in study.user_attrs.items()
+        if key.startswith(STUDY_ATTR_PREFIX)
+    }
+    if settings.get("ppl_cap") is None and settings.get("ppl_cap_rel") is None:
+        return None
+    return PplGate.from_settings(settings)
 
 
 def _number(value: object) -> bool:
@@ -417,6 +529,18 @@ class PreparedRun:
     evaluator: ServerEvaluator
     recipe: StudyRecipe
     trials_done: int = 0  # the study's trials that count toward its budget, before this run
+    # the gate on the records' uncertainty (gate_settings): None is the point estimate
+    ppl_confidence: float | None = None
+    ppl_rerun_records: int | None = None
+
+    @property
+    def gate(self) -> PplGate:
+        return PplGate(
+            cap=self.plan.ppl_cap,
+            cap_rel=self.plan.ppl_cap_rel,
+            confidence=self.ppl_confidence,
+            rerun_records=self.ppl_rerun_records,
+        )
 
 
 def prepare(plan: RunPlan) -> PreparedRun:
@@ -472,6 +596,12 @@ def prepare(plan: RunPlan) -> PreparedRun:
             counts["prompts"], settings.tps.num_prompts, counts["prompts"],
         )  # fmt: skip
     _check_resume(plan.storage, study_name, recipe)
+    scored = counts["heldout_ppl_records"]  # what verify scores: the held-out set, --ppl-records at most
+    if scored and plan.sizes.ppl_records is not None:
+        scored = min(scored, plan.sizes.ppl_records)
+    confidence, rerun_records = gate_settings(
+        plan, stored_gate(plan.storage, study_name), scored or None, study_name
+    )
     if plan.server_venv:
         from sweeper.serving import server_venv
 
@@ -488,6 +618,8 @@ def prepare(plan: RunPlan) -> PreparedRun:
         evaluator=evaluator,
         recipe=recipe,
         trials_done=_trials_done(plan.storage, study_name),
+        ppl_confidence=confidence,
+        ppl_rerun_records=rerun_records,
     )
 
 
@@ -574,6 +706,8 @@ def execute(
         trial_timeout=plan.trial_timeout,
         ppl_cap=plan.ppl_cap,
         ppl_cap_rel=plan.ppl_cap_rel,
+        ppl_confidence=prepared.ppl_confidence,
+        ppl_rerun_records=prepared.ppl_rerun_records,
         sampler=plan.sampler,
         seed=plan.seed,
         mode=plan.mode,

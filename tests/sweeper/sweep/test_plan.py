@@ -189,6 +189,84 @@ def test_a_study_resumed_with_other_sizes_or_data_is_refused(synthetic, user_set
     )
 
 
+# -- the confidence gate: chosen for a new study, kept on resume -----------------------------------
+
+
+def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthetic, user_setup, tmp_path) -> None:
+    from search_spaces import load_preset
+    from sweeper.manifest import Manifest
+    from sweeper.study import run_study, save_recipe
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    heldout_records = len(user_setup.heldout_ppl_data.read_text().splitlines())
+
+    def plan(**options) -> RunPlan:
+        return RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup, heldout=True), **options)
+
+    def gate(**options) -> tuple[float | None, int | None]:
+        prepared = prepare(plan(**options))
+        return prepared.ppl_confidence, prepared.ppl_rerun_records
+
+    # a new study: 90 % under an absolute cap, on as many new records as verify scores
+    assert gate(ppl_cap=2.42) == (0.9, heldout_records)
+    assert gate(ppl_cap=2.42, ppl_max_records=4) == (0.9, 4)
+    assert gate(ppl_cap=2.42, ppl_confidence="95%", ppl_rerun_records=64) == (0.95, 64)
+    assert gate(ppl_cap=2.42, ppl_confidence="none") == (None, None)
+    assert gate() == (None, None)  # a relative cap: the point estimate (docs/study.md, "The gate")
+    assert gate(ppl_confidence=0.8) == (0.8, heldout_records)
+    with pytest.raises(UserInputError, match="^--ppl-rerun-records: only a confidence gate uses it; give"):
+        gate(ppl_rerun_records=16)
+    assert not (tmp_path / "study.db").exists()  # nothing is written before the study runs
+
+    # the study exists, gated at 95 % on 64 records: a resume keeps that
+    first = prepare(plan(ppl_cap=2.42, ppl_confidence=0.95, ppl_rerun_records=64))
+    space = load_preset("tiny-cpu").bind(Manifest.load(str(user_setup.manifest)).env)
+    run_study(space, synthetic.synthetic_evaluator(), study_name=first.study_name, storage=url, n_trials=1,
+              ppl_cap=2.42, ppl_confidence=first.ppl_confidence, ppl_rerun_records=first.ppl_rerun_records,
+              handle_signals=False)  # fmt: skip
+    save_recipe(url, first.study_name, first.recipe)
+    assert gate(ppl_cap=2.42) == (0.95, 64)
+    assert gate(ppl_cap=2.42, ppl_confidence="0.95", ppl_rerun_records=64) == (0.95, 64)
+    started = (
+        f"study {first.study_name!r} was started with the gate PPL <= 2.42 at 95% confidence on 64 "
+        "new records: resume it without the option (it keeps its own), or start another study with "
+        "--study NAME"
+    )
+    for options, given in (({"ppl_confidence": 0.9}, "--ppl-confidence 0.9"),
+                           ({"ppl_confidence": "none"}, "--ppl-confidence none"),
+                           ({"ppl_rerun_records": 16}, "--ppl-rerun-records 16")):  # fmt: skip
+        with pytest.raises(UserInputError) as refused:
+            gate(ppl_cap=2.42, **options)
+        assert str(refused.value) == f"{given}: {started}"
+
+    # a study gated on the point estimate (one made before there was a confidence gate) stays so
+    old = "point-gate"
+    run_study(space, synthetic.synthetic_evaluator(), study_name=old, storage=url, n_trials=1, ppl_cap=2.42,
+              handle_signals=False)  # fmt: skip
+    assert gate(ppl_cap=2.42, study_name=old) == (None, None)
+
+
+def test_run_refuses_another_confidence_on_resume_in_one_line(monkeypatch, capsys, synthetic, user_setup, tmp_path) -> None:
+    from search_spaces import load_preset
+    from sweeper.manifest import Manifest
+    from sweeper.study import run_study
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    space = load_preset("tiny-cpu").bind(Manifest.load(str(user_setup.manifest)).env)
+    run_study(space, synthetic.synthetic_evaluator(), study_name="mine", storage=url, n_trials=1, ppl_cap=2.42,
+              ppl_confidence=0.9, ppl_rerun_records=16, handle_signals=False)  # fmt: skip
+    args = ["run", "--manifest", str(user_setup.manifest), *user_setup.data_args(), "--study", "mine",
+            "--storage", url, "--run-dir", str(tmp_path / "runs"), "--ppl-cap", "2.42"]  # fmt: skip
+    code, out, err = sweeper(monkeypatch, capsys, *args, "--ppl-confidence", "0.95")
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: --ppl-confidence 0.95: study 'mine' was started with the gate PPL <= 2.42 at 90% "
+        "confidence on 16 new records: resume it without the option (it keeps its own), or start "
+        "another study with --study NAME\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 # -- the held-out split ---------------------------------------------------------------------------
 
 
@@ -294,6 +372,11 @@ def test_given_heldout_sets_are_recorded_and_must_not_be_the_tuning_sets(user_se
         (["--server-python", sys.executable, "--server-venv"], "--server-python and --server-venv: give one of them, not both"),
         (["--quiet", "--plain"], "--quiet and --plain: give one of them, not both"),
         (["--enqueue", "sliding_window"], "--enqueue 'sliding_window': expected name=value[,name=value...]"),
+        (["--ppl-confidence", "1.5"], "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not '1.5'"),
+        (["--ppl-confidence", "100%"], "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not '100%'"),
+        (["--ppl-confidence", "high"], "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not 'high'"),
+        (["--ppl-rerun-records", "0"], "--ppl-rerun-records must be a positive integer, not 0"),
+        (["--ppl-confidence", "none", "--ppl-rerun-records", "16"], "--ppl-rerun-records: only a confidence gate uses it, and --ppl-confidence is none (the point estimate is judged as measured)"),
     ],
 )  # fmt: skip
 def test_run_argument_errors_come_before_any_output(monkeypatch, capsys, tmp_path, args, message) -> None:
