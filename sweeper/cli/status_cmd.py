@@ -120,7 +120,8 @@ def _trial_table(
     if uncertain:
         columns += [("PPL 95 %", "right"), ("P(pass)", "right")]
     for name, justify in (*columns, ("cap", "right"), ("params", "left")):
-        table.add_column(name, justify=justify)
+        # a narrow terminal folds the params rather than cutting them off
+        table.add_column(name, justify=justify, overflow="fold" if name == "params" else "ellipsis")
     for record in records:
         row = [str(record.number), _number(record.tps, 2), _number(record.ppl, 4)]
         if uncertain:
