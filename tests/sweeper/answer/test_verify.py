@@ -202,3 +202,47 @@ def test_held_out_data_defaults_to_the_demo_sets_and_must_differ_from_tuning(dem
     with pytest.raises(HeldOutDataError, match="give the held-out data with --prompts and --ppl-data"):
         heldout_sources(own)
     assert issubclass(HeldOutDataError, UserInputError)
+
+
+def test_a_held_out_ppl_within_the_noise_of_the_cap_is_flagged_even_when_it_passes(synthetic, tmp_path) -> None:
+    """The repeats' per-record rows give the held-out standard error; the statement's figures
+    are those of the formulas written out here (records as the sampling unit)."""
+    import dataclasses
+
+    from click.testing import CliRunner
+    from scipy import stats
+
+    from sweeper.cli import app
+
+    study = synthetic.make_study(tmp_path)
+    plain = synthetic.synthetic_evaluator(ppl_shift=0.001)  # C: 2.281 held out, the cap 2.30
+    spread, m, tokens = 0.05, 8, 100  # each record's log PPL off the whole by +-spread
+
+    def with_records(params, context):
+        measured = plain(params, context)
+        log_ppl = math.log(measured.ppl)
+        rows = [{"kind": "ppl", "id": f"r{i}", "nll": tokens * (log_ppl + (spread if i % 2 else -spread)),
+                 "tokens": tokens} for i in range(m)]  # fmt: skip
+        return dataclasses.replace(measured, requests=rows)
+
+    result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=1, evaluate=with_records)
+    (verification,) = result.verifications
+    assert verification.verified  # 2.281 is under the cap 2.30 ...
+    se = spread * math.sqrt(m / (m - 1)) / math.sqrt(m)  # sqrt(sum r^2 / (m - 1) / m) / mean tokens
+    ppl, cap = verification.max_ppl, synthetic.CAP
+    low, high = ppl * math.exp(-stats.norm.ppf(0.975) * se), ppl * math.exp(stats.norm.ppf(0.975) * se)
+    chance = stats.norm.cdf(math.log(cap / ppl) / (se * math.sqrt(2)))  # on as many (8) new records
+    statement = result.heldout_ppl(verification)
+    assert (statement.low, statement.high) == pytest.approx((low, high), rel=1e-9)
+    assert statement.pass_probability == pytest.approx(chance, rel=1e-9)
+    assert low < cap < high and statement.within_noise  # ... but not clearly
+    expected = (
+        f"trial #{verification.trial_number}: held-out PPL {ppl:.4f} (95 % interval {low:.4f}-{high:.4f} "
+        f"over 8 records); on 8 new records of this kind, under {cap:.4f} with probability {chance:.2f}; "
+        f"WITHIN NOISE of the cap: {cap:.4f} is inside the held-out interval, so new records may put it "
+        "over the cap"
+    )
+    shown = CliRunner().invoke(app, ["status", "--storage", study.url, "--study", study.name])
+    assert shown.exit_code == 0, shown.output
+    assert expected in shown.output.splitlines()
+    assert result.to_dict()["verifications"][0]["heldout_ppl"]["within_noise"] is True
