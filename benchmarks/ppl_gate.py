@@ -4,9 +4,9 @@ Every run goes through ``sweeper.run_study`` (guided sampler, a fresh SQLite
 study) on the landscapes of ``landscape.py`` with the PPL curve moved so that
 one grid window reads just over the cap: its true PPL is ``cap + edge_offset``
 (2.421 against 2.42 by default), and every window under it is over the cap,
-every one above it under. Half the seeds put that window at 188, the
-window of the preset's known configuration (VIDRAFT W188), the others at a
-grid window drawn in the landscape's zone.
+every one above it under. Even landscapes put that window at 188, the
+window of the preset's known configuration (VIDRAFT W188), odd ones at the
+grid window nearest the landscape's own boundary (its zone: landscape % 3).
 
 **Record sampling** (``gate`` runs) is simulated from real per-record scores
 of the bundled demo model (its 48 PPL records, scored with transformers on
@@ -17,20 +17,28 @@ every configuration (its NLL per token is the configuration's log PPL plus
 the record's own offset), so the tuning set's luck moves every reading of a
 study the same way, as it does on real records. Each reading adds a reading
 noise of ``--ppl-noise`` (absolute, PPL units) and a TPS noise. The trial's
-``ppl_stderr_records`` is the tuning records' standard error.
+``ppl_stderr_records`` is the tuning records' standard error. Seed ``s`` is
+landscape ``s`` and its own record draw.
 
-The table: the share of answers whose true PPL is over the cap, the share
-that fails the private re-run, and the answer's true TPS against the best
-truly feasible one, for the point gate and the confidence gates.
+The table: the share of answers whose true PPL is over the cap and the
+share that fails the private re-run, each with its 95 % (Wilson) interval,
+and the answer's true TPS against the best truly feasible one, for the
+point gate and the confidence gates.
 
-**The trap** (``trap`` runs, no record sampling, the point gate): the most
-trials any window truly over the cap received, and the trials to a
-configuration within 1 % of the best feasible TPS (as
-``search_efficiency.py`` counts them), with and without the known
-configurations enqueued.
+**The trap** (``trap`` runs, no record sampling, the point gate): on each
+of ``--landscapes``, ``--seeds`` runs (their own TPS and PPL noise) with
+and without the preset's known configurations enqueued, at each of
+``--ppl-noises``: the most trials at the cap-edge window and at any window
+truly over the cap, and the trials to a configuration within 1 % of the
+best feasible TPS (as ``search_efficiency.py`` counts them).
 
-    python benchmarks/ppl_gate.py gate --seeds 200 --jobs 2
-    python benchmarks/ppl_gate.py trap --seeds 30 --ppl-noise 0.002
+Each study's result is appended to ``--log`` (JSONL, with the task that
+produced it) as soon as it ends; a run given a log that already holds some
+of its tasks runs only the others, so a cut run is resumed by running the
+same command again, and a finished one prints its table at once.
+
+    python benchmarks/ppl_gate.py gate --seeds 200 --confidences none,0.9 --log gate.jsonl
+    python benchmarks/ppl_gate.py trap --landscapes 0-5 --seeds 5 --log trap.jsonl
 """
 
 from __future__ import annotations
@@ -45,7 +53,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -69,6 +76,7 @@ BASE_ENV = {
     )
 }
 KNOWN_WINDOW = 188
+WILSON_Z = 1.959964  # 95 %
 
 
 def demo_record_scores(cache: Path | None = None) -> list[tuple[float, int]]:
@@ -92,7 +100,12 @@ def demo_record_scores(cache: Path | None = None) -> list[tuple[float, int]]:
 
 
 class EdgeLandscape(Landscape):
-    """A landscape whose PPL reads ``cap + edge_offset`` at one grid window (module docstring)."""
+    """A landscape whose PPL reads ``cap + edge_offset`` at one grid window (module docstring).
+
+    ``seed`` picks the landscape; ``run`` (default: the same number) the
+    noise of its readings and its record draw, so one landscape can be
+    searched by several runs.
+    """
 
     def __init__(
         self,
@@ -104,22 +117,27 @@ class EdgeLandscape(Landscape):
         scores: list[tuple[float, int]] | None = None,
         records: int = 128,
         rerun_records: int = 128,
+        run: int | None = None,
     ) -> None:
-        rng = np.random.default_rng([seed, 18])
-        s = super().__init__
+        run = seed if run is None else run
+        # seed == run keeps the streams of the one-run-per-landscape version
+        stream = [seed] if run == seed else [seed, run]
+        rng = np.random.default_rng([*stream, 18])
         self._edge = None
-        # the edge window: the known configuration's for even seeds, else a grid window
-        # near the landscape's own boundary
         self.edge_offset = edge_offset
         self.ppl_noise = ppl_noise
         self._probe = Landscape(seed, noise=noise)
+        # the edge window: the known configuration's for even landscapes, else the grid
+        # window nearest the landscape's own boundary
         if seed % 2 == 0:
             edge = KNOWN_WINDOW
         else:
             edge = int(WINDOWS[np.argmin(np.abs(WINDOWS - self._probe.shape.boundary))])
         self._edge = edge
-        s(seed, noise=noise)
-        self._ppl_rng = np.random.default_rng([seed, int(round(ppl_noise * 1e5)), 11])
+        super().__init__(seed, noise=noise)
+        if run != seed:
+            self._rng = np.random.default_rng([*stream, int(round(noise * 1e4)), 7])
+        self._ppl_rng = np.random.default_rng([*stream, int(round(ppl_noise * 1e5)), 11])
         self.tuning_shift, self.rerun_shift, self.stderr = 0.0, 0.0, None
         self.records = records
         if scores:
@@ -149,6 +167,10 @@ class EdgeLandscape(Landscape):
     def edge(self) -> int:
         return self._edge
 
+    def neighbour_margin(self) -> float:
+        """How far under the cap the next window on the safe side is (true PPL)."""
+        return PPL_CAP - float(self.ppl(self._edge + 4))
+
     def rerun_ppl(self, params) -> float:  # noqa: ANN001
         return float(self.ppl(params["sliding_window"])) * math.exp(self.rerun_shift)
 
@@ -167,6 +189,7 @@ class EdgeLandscape(Landscape):
 @dataclasses.dataclass(frozen=True)
 class Task:
     kind: str  # gate | trap
+    landscape: int
     seed: int
     confidence: float | None
     enqueue: bool
@@ -175,20 +198,30 @@ class Task:
     trials: int
     records: int
     rerun_records: int
-    folder: str
-    scores: tuple = ()
+    edge_offset: float
+    folder: str = dataclasses.field(default="", compare=False)
+    scores: tuple = dataclasses.field(default=(), compare=False, repr=False)
+
+    def key(self) -> str:
+        """What the result depends on, as the log stores it."""
+        fields = dataclasses.asdict(self)
+        fields.pop("folder"), fields.pop("scores")
+        return json.dumps(fields, sort_keys=True)
 
 
 def run_task(task: Task) -> dict:
     logging.basicConfig(level=logging.ERROR)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    started = time.monotonic()
     land = EdgeLandscape(
-        task.seed,
+        task.landscape,
         noise=task.noise,
         ppl_noise=task.ppl_noise,
+        edge_offset=task.edge_offset,
         scores=list(task.scores) or None,
         records=task.records,
         rerun_records=task.rerun_records,
+        run=task.seed,
     )
     seen: list[dict] = []
     reached: list[int] = []
@@ -200,7 +233,10 @@ def run_task(task: Task) -> dict:
         if not reached and land.is_near_best(event.params):
             reached.append(len(seen))
 
-    name = f"{task.kind}-{task.seed}-{task.confidence}-{task.enqueue}-{task.ppl_noise:g}"
+    name = (
+        f"{task.kind}-{task.landscape}-{task.seed}-{task.confidence}-{task.enqueue}"
+        f"-{task.ppl_noise:g}"
+    )
     result = sweeper.run_study(
         search_space().bind(BASE_ENV),
         land,
@@ -216,45 +252,168 @@ def run_task(task: Task) -> dict:
         handle_signals=False,
     )
     Path(task.folder, f"{name}.db").unlink(missing_ok=True)
+    windows = Counter(p["sliding_window"] for p in seen)
     over = Counter(p["sliding_window"] for p in seen if not land.is_feasible(p))
     best = result.best
     answer = dict(best.params) if best is not None else None
     return {
+        "trials": len(seen),
         "reached": reached[0] if reached else None,
+        "edge": land.edge,
+        "neighbour_margin": land.neighbour_margin(),
         "max_over": max(over.values()) if over else 0,
-        "at_edge": sum(p["sliding_window"] == land.edge for p in seen),
+        "at_edge": windows[land.edge],
+        "max_window": max(windows.values()) if windows else 0,
+        "windows": len(windows),
         "answer_over": None if answer is None else not land.is_feasible(answer),
         "rerun_fails": None if answer is None else land.rerun_ppl(answer) > PPL_CAP,
         "tps_ratio": None if answer is None else land.tps_of(answer) / land.best_tps,
-        "pass_probability": None
-        if best is None
-        else best.extras.get("ppl_pass_probability"),
+        "pass_probability": None if best is None else best.extras.get("ppl_pass_probability"),
+        "seconds": round(time.monotonic() - started, 2),
     }
 
 
+def wilson(successes: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
+    """The Wilson score interval of a binomial share (95 % by default)."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 def _share(values: list) -> str:
-    known = [v for v in values if v is not None]
-    return f"{sum(known) / len(known):.1%} ({sum(known)}/{len(known)})" if known else "-"
+    known = [bool(v) for v in values if v is not None]
+    if not known:
+        return "-"
+    low, high = wilson(sum(known), len(known))
+    return f"{sum(known)}/{len(known)} = {sum(known) / len(known):.1%} ({low:.1%}-{high:.1%})"
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return float(np.quantile(np.array(values, float), q)) if values else math.nan
+
+
+def _read_log(path: Path | None) -> dict[str, dict]:
+    """The results already in the log, by task key (lines of another format are passed over)."""
+    done: dict[str, dict] = {}
+    if path is None or not path.exists():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut off when the run was
+        if isinstance(row, dict) and "task" in row and "result" in row:
+            done[json.dumps(row["task"], sort_keys=True)] = row["result"]
+    return done
+
+
+def _ranges(text: str) -> list[int]:
+    """'0-3,7' -> [0, 1, 2, 3, 7]."""
+    values: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        values += range(int(low), int(high or low) + 1)
+    return values
+
+
+def gate_table(tasks: list[Task], results: dict[str, dict], levels: list) -> list[str]:
+    lines = [
+        "| gate | studies | answers truly over the cap (95 % interval) | answers failing the "
+        "private re-run (95 % interval) | stated pass probability (median) | TPS cost: 1 - answer "
+        "/ best feasible (median, 90th pct) | TPS cost against the point gate's answer, same seed "
+        "(median, 90th pct) |",
+    ]
+    lines.append("|---" * 7 + "|")
+    by_level = {c: {t.seed: results[t.key()] for t in tasks if t.confidence == c and t.key() in results} for c in levels}
+    point = by_level.get(None, {})
+    for c in levels:
+        chunk = list(by_level[c].values())
+        if not chunk:
+            continue
+        costs = [1 - r["tps_ratio"] for r in chunk if r["tps_ratio"] is not None]
+        probs = [r["pass_probability"] for r in chunk if r["pass_probability"] is not None]
+        paired = [
+            1 - r["tps_ratio"] / point[seed]["tps_ratio"]
+            for seed, r in by_level[c].items()
+            if seed in point and r["tps_ratio"] and point[seed]["tps_ratio"]
+        ]
+        label = "point estimate" if c is None else f"{c:.0%} confidence"
+        paired_text = (
+            "-" if c is None or not paired
+            else f"{_quantile(paired, 0.5):.2%}, {_quantile(paired, 0.9):.2%}"
+        )
+        lines.append(
+            f"| {label} | {len(chunk)} | {_share([r['answer_over'] for r in chunk])} | "
+            f"{_share([r['rerun_fails'] for r in chunk])} | "
+            f"{statistics.median(probs) if probs else math.nan:.3f} | "
+            f"{_quantile(costs, 0.5):.2%}, {_quantile(costs, 0.9):.2%} | {paired_text} |"
+        )
+    return lines
+
+
+def trap_table(tasks: list[Task], results: dict[str, dict], cap: int) -> list[str]:
+    lines = [
+        "| landscape (edge window, next window's margin) | PPL noise | known configs first | seeds "
+        "| most trials at the edge window | most trials at one window over the cap | median "
+        "trials to 1 % of best | reached |",
+    ]
+    lines.append("|---" * 8 + "|")
+    cells: dict[tuple, list[dict]] = {}
+    for t in tasks:
+        if t.key() in results:
+            cells.setdefault((t.ppl_noise, t.enqueue, t.landscape), []).append(results[t.key()])
+
+    def row(label: str, noise: float, enqueue: bool, chunk: list[dict]) -> str:
+        reached = [r["reached"] for r in chunk]
+        ranked = sorted(v if v is not None else cap + 1 for v in reached)
+        middle = statistics.median(ranked)
+        return (
+            f"| {label} | {noise:g} | {'yes' if enqueue else 'no'} | {len(chunk)} | "
+            f"{max(r['at_edge'] for r in chunk)} | {max(r['max_over'] for r in chunk)} | "
+            f"{f'{middle:g}' if middle <= cap else f'>{cap}'} | "
+            f"{sum(v is not None for v in reached)}/{len(chunk)} |"
+        )
+
+    for noise, enqueue in sorted({(k[0], k[1]) for k in cells}):
+        pooled = []
+        for landscape in sorted(k[2] for k in cells if k[:2] == (noise, enqueue)):
+            chunk = cells[(noise, enqueue, landscape)]
+            pooled += chunk
+            label = f"{landscape} (W{chunk[0]['edge']}, {chunk[0]['neighbour_margin']:.4f})"
+            lines.append(row(label, noise, enqueue, chunk))
+        lines.append(row("**all**", noise, enqueue, pooled))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=("gate", "trap"))
-    parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=200, help="gate: seeds (landscapes); trap: runs per landscape")
+    parser.add_argument("--landscapes", default="0-5", help="trap: landscape numbers, e.g. 0-5")
     parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=1, help="studies in parallel (default 1)")
     parser.add_argument("--noise", type=float, default=0.01, help="relative TPS noise")
-    parser.add_argument("--ppl-noise", type=float, default=0.002, help="PPL reading noise")
+    parser.add_argument("--ppl-noise", type=float, default=0.002, help="gate: PPL reading noise")
+    parser.add_argument("--ppl-noises", default="0.002,0.01", help="trap: PPL reading noises")
+    parser.add_argument("--edge-offset", type=float, default=0.001, help="edge window: cap + this")
     parser.add_argument("--records", type=int, default=128, help="tuning records")
     parser.add_argument("--rerun-records", type=int, default=128, help="private records")
     parser.add_argument(
         "--confidences", default="none,0.8,0.9,0.95", help="gate runs: 'none' is the point gate"
     )
     parser.add_argument("--scores-cache", type=Path, default=None)
-    parser.add_argument("--log", type=Path, default=None, help="append each study's result (JSONL)")
+    parser.add_argument(
+        "--log", type=Path, default=None, help="append each study's result (JSONL); resume from it"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
+    done = _read_log(args.log)
     with tempfile.TemporaryDirectory(prefix="sweeper-ppl-gate-") as tmp:
+        common = dict(noise=args.noise, trials=args.trials, records=args.records,
+                      rerun_records=args.rerun_records, edge_offset=args.edge_offset, folder=tmp)  # fmt: skip
         if args.kind == "gate":
             scores = tuple(demo_record_scores(args.scores_cache))
             nll = sum(n for n, _ in scores)
@@ -265,66 +424,55 @@ def main(argv: list[str] | None = None) -> int:
                 f"noise {args.ppl_noise:g}, TPS noise {args.noise:.0%}, {args.trials} trials, "
                 f"{args.seeds} seeds\n"
             )
-            rows = [None if c == "none" else float(c) for c in args.confidences.split(",")]
+            levels = [None if c == "none" else float(c) for c in args.confidences.split(",")]
             tasks = [
-                Task("gate", seed, c, True, args.noise, args.ppl_noise, args.trials,
-                     args.records, args.rerun_records, tmp, scores)  # fmt: skip
-                for c in rows
+                Task("gate", seed, seed, c, True, ppl_noise=args.ppl_noise, scores=scores, **common)
+                for seed in range(args.seeds)
+                for c in levels
+            ]
+        else:
+            noises = [float(v) for v in args.ppl_noises.split(",")]
+            tasks = [
+                Task("trap", landscape, seed, None, enqueue, ppl_noise=noise, **common)
+                for noise in noises
+                for enqueue in (False, True)
+                for landscape in _ranges(args.landscapes)
                 for seed in range(args.seeds)
             ]
-            tasks.sort(key=lambda t: t.seed)
-            header = (
-                "| gate | answers truly over the cap | answers failing the private re-run | "
-                "stated pass probability (median) | answer TPS / best feasible (median, 10th pct) |"
-            )
+        todo = [t for t in tasks if t.key() not in done]
+        print(f"{len(tasks) - len(todo)} of {len(tasks)} studies in the log; running {len(todo)}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        results = dict(done)
+
+        def record(task: Task, result: dict) -> None:
+            results[task.key()] = result
+            if args.log is not None:
+                with args.log.open("a", encoding="utf-8") as log:
+                    line = {"task": json.loads(task.key()), "result": result}
+                    log.write(json.dumps(line) + "\n")
+            count = len(results) - len(done)
+            if count % 10 == 0 or count == len(todo):
+                print(f"{count}/{len(todo)} studies, {time.monotonic() - started:.0f} s",
+                      file=sys.stderr, flush=True)  # fmt: skip
+
+        if args.jobs <= 1:
+            for task in todo:
+                record(task, run_task(task))
         else:
-            rows = [(False,), (True,)]
-            tasks = [
-                Task("trap", seed, None, e[0], args.noise, args.ppl_noise, args.trials,
-                     args.records, args.rerun_records, tmp)  # fmt: skip
-                for e in rows
-                for seed in range(args.seeds)
-            ]
-            header = (
-                f"| PPL noise | known configs first | seeds | most trials at one window over the cap "
-                f"(max over seeds) | median trials to 1 % of best | reached |"
-            )
-        context = multiprocessing.get_context("spawn")
-        results = []
-        with context.Pool(max(1, args.jobs), maxtasksperchild=10) as pool:
-            for result in pool.imap(run_task, tasks):
-                results.append(result)
-                if args.log is not None:
-                    with args.log.open("a", encoding="utf-8") as log:
-                        log.write(json.dumps(result) + "\n")
-    print(header)
-    print("|---" * (header.count("|") - 1) + "|")
-    for index, row in enumerate(rows):
-        if args.kind == "gate":
-            chunk = results[index :: len(rows)]
-        else:
-            chunk = results[index * args.seeds : (index + 1) * args.seeds]
-        if args.kind == "gate":
-            ratios = sorted(r["tps_ratio"] for r in chunk if r["tps_ratio"] is not None)
-            probs = [r["pass_probability"] for r in chunk if r["pass_probability"] is not None]
-            label = "point estimate" if row is None else f"{row:.0%} confidence"
-            print(
-                f"| {label} | {_share([r['answer_over'] for r in chunk])} | "
-                f"{_share([r['rerun_fails'] for r in chunk])} | "
-                f"{statistics.median(probs) if probs else float('nan'):.3f} | "
-                f"{statistics.median(ratios):.4f}, {ratios[len(ratios) // 10]:.4f} |"
-            )
-        else:
-            reached = [r["reached"] for r in chunk]
-            ranked = sorted(v if v is not None else args.trials + 1 for v in reached)
-            middle = statistics.median(ranked)
-            print(
-                f"| {args.ppl_noise:g} | {'yes' if row[0] else 'no'} | {args.seeds} | "
-                f"{max(r['max_over'] for r in chunk)} | "
-                f"{middle if middle <= args.trials else '>' + str(args.trials)} | "
-                f"{sum(v is not None for v in reached)}/{args.seeds} |"
-            )
-    print(f"\n{time.monotonic() - started:.0f} s")
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(args.jobs, maxtasksperchild=10) as pool:
+                for task, result in zip(todo, pool.imap(run_task, todo)):
+                    record(task, result)
+    if args.kind == "gate":
+        lines = gate_table(tasks, results, levels)
+    else:
+        lines = trap_table(tasks, results, args.trials)
+    print("\n".join(lines))
+    seconds = [results[t.key()]["seconds"] for t in tasks if t.key() in results]
+    print(
+        f"\n{time.monotonic() - started:.0f} s; {statistics.median(seconds):.1f} s per study "
+        f"(median over {len(seconds)})"
+    )
     return 0
 
 
