@@ -26,7 +26,8 @@
 #
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
-# PER_REQUEST_PASSES=1, PART2_BIG=0, TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
+# PER_REQUEST_PASSES=1, PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
+# the whole runs: harness or keep-alive; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
 # (start no round that would end later than this many seconds after the part began, and no
 # per-request pass with less than 60 s left; unset: no limit).
 set -uo pipefail
@@ -66,7 +67,8 @@ steps() {
         "$PYTHON" benchmarks/tps_vs_harness_client.py "${budget[@]}" --client-script "$BENCH_SERVING" \
             --manifest "$MANIFEST" --base-url "$PARITY_BASE_URL" --model "$PARITY_MODEL" \
             --server-pid "$PARITY_SERVER_PID" --sizes "$size" --rounds "$rounds" \
-            --work-dir "$dir/runs-$size" --out "$dir/whole-$size.json" || status=1
+            --work-dir "$dir/runs-$size" --out "$dir/whole-$size.json" \
+            ${OURS_CONNECTION:+--ours-connection "$OURS_CONNECTION"} || status=1
     done
     local pr_prompts=48 pr_len=128
     [ "$part" = smoke ] && pr_prompts=8 pr_len=32

@@ -2,7 +2,7 @@
 
 The parity benchmark (``tps_vs_harness_client.py``) runs this as a child,
 as the harness runs its client: a fresh interpreter per run. It measures
-with ``TpsSettings``'s defaults but for the size, and writes the result, each
+with ``TpsSettings``'s defaults but for the size (and ``--connection``), and writes the result, each
 request's end time (from the progress callback, ``time.perf_counter`` of
 this process) and this process's own CPU time to ``--out`` as JSON::
 
@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluators import TpsSettings, load_prompts, measure_tps  # noqa: E402
+from evaluators.tps import CONNECTIONS  # noqa: E402
 
 
 def main() -> None:
@@ -31,11 +32,13 @@ def main() -> None:
     parser.add_argument("--prompts", required=True, help="a ShareGPT JSON file")
     parser.add_argument("--num-prompts", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=512)
+    parser.add_argument("--connection", choices=CONNECTIONS, default=TpsSettings.connection,
+                        help="harness: a connection per request; keep-alive: one for the run")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     started = time.perf_counter()
     prompts = load_prompts(args.prompts)
-    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len)
+    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, connection=args.connection)
     ends: list[float] = []
     marks: dict[str, float] = {}
 

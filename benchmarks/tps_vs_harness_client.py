@@ -72,7 +72,7 @@ import httpx  # noqa: E402
 import parity  # noqa: E402
 from evaluators import TpsSettings, load_prompts  # noqa: E402
 from evaluators.spec_metrics import parse_metrics  # noqa: E402
-from evaluators.tps import select_prompts  # noqa: E402
+from evaluators.tps import CONNECTIONS, select_prompts  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
@@ -157,7 +157,8 @@ class Bench:
     def ours_command(self, result: Path) -> list[str]:
         return [sys.executable, str(OURS_CLIENT), "--base-url", self.base_url, "--model", self.model,
                 "--prompts", str(self.dataset), "--num-prompts", str(self.num_prompts),
-                "--output-len", str(self.output_len), "--out", str(result)]  # fmt: skip
+                "--output-len", str(self.output_len), "--connection", self.args.ours_connection,
+                "--out", str(result)]  # fmt: skip
 
     def run(self, side: str, tag: str) -> dict[str, Any]:
         result = self.workdir / f"{tag}-{side}.json"
@@ -295,6 +296,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one run per client, per size (6)")
     parser.add_argument("--budget-s", type=float, help="start no round that would end after this many seconds")
     parser.add_argument("--work-dir", help="keep each run's output here (default: a temporary folder)")
+    parser.add_argument("--ours-connection", choices=CONNECTIONS, default=TpsSettings.connection,
+                        help="measure_tps's connection protocol (default: its own default)")
     parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
     args = parser.parse_args()
     if args.client_script:
@@ -314,7 +317,8 @@ def main() -> None:
     if (Path(manifest.folder) / tokenizer).is_dir():  # a folder beside the manifest
         tokenizer = str(Path(manifest.folder) / tokenizer)
     report: dict[str, Any] = {"began": time.strftime("%Y-%m-%d %H:%M:%S"), "manifest": manifest.name,
-                              "host_cpus": os.cpu_count(), "sizes": {}}  # fmt: skip
+                              "host_cpus": os.cpu_count(), "ours_connection": args.ours_connection,
+                              "sizes": {}}  # fmt: skip
 
     def save() -> None:
         if args.out:

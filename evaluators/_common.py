@@ -37,12 +37,19 @@ def report(progress: ProgressCallback | None, phase: str, done: int, total: int)
         logger.exception("progress callback failed for phase %r", phase)
 
 
-def make_client(base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> httpx.Client:
-    """A keep-alive client for one server; the caller closes it."""
+def make_client(
+    base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, keep_alive: bool = True
+) -> httpx.Client:
+    """A client for one server; the caller closes it.
+
+    ``keep_alive`` False: no idle connection is kept, so every request opens
+    a connection of its own and it is closed once the answer is read.
+    """
     return httpx.Client(
         base_url=base_url.rstrip("/"),
         timeout=httpx.Timeout(timeout_s, connect=10.0),
         headers={"Content-Type": "application/json"},
+        limits=httpx.Limits() if keep_alive else httpx.Limits(max_keepalive_connections=0),
     )
 
 

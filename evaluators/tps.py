@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 WARMUP_STYLES = ("harness", "sequential")
 ORDERS = ("harness", "given")
+CONNECTIONS = ("harness", "keep-alive")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,9 @@ class TpsSettings:
     one at ``output_len``, no pause). ``order``: ``"harness"`` (the set
     shuffled by ``random.Random(seed)``, as the harness's sampler does with
     ``random.seed(seed)``, then the first ``num_prompts``) or ``"given"``.
+    ``connection``: ``"harness"`` (each request on a connection of its own,
+    closed after its answer, as the harness's client opens a session per
+    request) or ``"keep-alive"`` (one connection for the whole run).
 
     A request may take ``timeout_base_s + timeout_per_token_s * output_len``
     seconds (``request_timeout_s``; 81 s at 512 tokens: a server slower than
@@ -82,6 +86,7 @@ class TpsSettings:
     warmup_output_len: int = 32
     warmup_pause_s: float = 1.0
     order: str = "harness"
+    connection: str = "harness"
     seed: int = 1
     ignore_eos: bool = True
     temperature: float = 0.0
@@ -110,6 +115,10 @@ class TpsSettings:
             raise ValueError(f"TpsSettings.warmup must be one of {WARMUP_STYLES}, not {self.warmup!r}")
         if self.order not in ORDERS:
             raise ValueError(f"TpsSettings.order must be one of {ORDERS}, not {self.order!r}")
+        if self.connection not in CONNECTIONS:
+            raise ValueError(
+                f"TpsSettings.connection must be one of {CONNECTIONS}, not {self.connection!r}"
+            )
         for field in ("num_prompts", "output_len", "warmup_requests", "warmup_output_len", "seed"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -240,7 +249,8 @@ def measure_tps(
         raise MeasurementError("TPS measurement: the prompt set is empty")
     if len(chosen) < settings.num_prompts:
         logger.info("the prompt set has %d prompts; measuring all of them", len(chosen))
-    with make_client(base_url, settings.request_timeout_s) as client:
+    keep_alive = settings.connection == "keep-alive"
+    with make_client(base_url, settings.request_timeout_s, keep_alive=keep_alive) as client:
         warm_began = time.perf_counter()
         _warm_up(client, model, chosen, settings, progress)
         warmup_duration = time.perf_counter() - warm_began

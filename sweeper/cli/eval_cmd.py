@@ -19,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
+from evaluators.tps import CONNECTIONS
 from sweeper.errors import MeasurementError
 from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
 from sweeper.manifest import Manifest, parse_assignments
@@ -76,6 +77,14 @@ PHASE_LABELS = {
 @click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True)
 @click.option("--stream", is_flag=True, help="Stream TPS requests (records TTFT and ITL).")
 @click.option(
+    "--connection",
+    type=click.Choice(CONNECTIONS),
+    default=TpsSettings.connection,
+    show_default=True,
+    help="TPS requests: each on a connection of its own, as the harness's client sends them "
+    "(harness), or all on one (keep-alive).",
+)
+@click.option(
     "--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64)."
 )
 @click.option("--warmup-seed", type=int, help="Warm-up bridge seed (default: manifest or 42).")
@@ -101,6 +110,7 @@ def command(
     output_len: int,
     warmup_requests: int,
     stream: bool,
+    connection: str,
     warmup_prompts: int | None,
     warmup_seed: int | None,
     no_warmup: bool,
@@ -141,6 +151,7 @@ def command(
                 output_len=output_len,
                 warmup_requests=warmup_requests,
                 stream=stream,
+                connection=connection,
             )
             if both or want_tps
             else None,

@@ -69,6 +69,50 @@ def test_tps_counts_usage_tokens_with_ignore_eos(tiny_server, demo):
     assert spec.mean_acceptance_length == pytest.approx(1 + spec.accepted_tokens / spec.drafts)
 
 
+CLOSED_BY_THIS_SIDE = {"04", "05", "0B", "06"}  # FIN_WAIT1, FIN_WAIT2, CLOSING, TIME_WAIT
+
+
+def _closed_by_us(port: int) -> set[str] | None:
+    """This host's sockets to ``port`` that this side closed, by local address: in
+    FIN_WAIT1/2, CLOSING or TIME_WAIT (the kernel keeps each about a minute, so compare
+    sets, not counts); None where /proc/net/tcp is missing."""
+    found: set[str] | None = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        found = found or set()
+        for line in lines:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] in CLOSED_BY_THIS_SIDE:
+                found.add(fields[1])
+    return found
+
+
+def test_harness_connection_opens_one_connection_per_request(tiny_server, demo):
+    """connection="harness": every request on a connection of its own, closed by the
+    client after its answer (the harness's client opens a session per request);
+    "keep-alive": one connection for the run. Counted by the kernel's own table."""
+    if _closed_by_us(tiny_server.port) is None:
+        pytest.skip("no /proc/net/tcp on this system")
+    prompts = load_prompts(demo.prompts_tuning)
+    counts, tokens = {}, {}
+    for connection in ("harness", "keep-alive"):
+        settings = TpsSettings(num_prompts=4, output_len=16, warmup_requests=1, connection=connection)
+        before = _closed_by_us(tiny_server.port)
+        result = measure_tps(
+            tiny_server.base_url, tiny_server.served_model_name, prompts, settings, spec_metrics=False
+        )
+        counts[connection] = len(_closed_by_us(tiny_server.port) - before)
+        tokens[connection] = [r.output_tokens for r in result.requests]
+        assert result.ok
+    assert tokens["harness"] == tokens["keep-alive"] == [16] * 4
+    assert counts["harness"] == 4 + 1  # the 4 measured requests and the warm-up one
+    assert counts["keep-alive"] == 1  # one connection, closed when the client closes
+
+
 def test_streaming_records_ttft_and_itl(tiny_server, demo):
     prompts = load_prompts(demo.prompts_tuning)
     settings = TpsSettings(num_prompts=2, output_len=32, warmup_requests=0, stream=True)
