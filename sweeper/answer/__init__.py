@@ -49,6 +49,8 @@ from sweeper.answer._verify import (
     VerifySettings,
     VerifySettingsError,
     base_configuration,
+    heldout_statement,
+    heldout_text,
     verify_study,
 )
 
@@ -86,5 +88,7 @@ __all__ = [
     "speedup_text",
     "study_answer",
     "verify_command",
+    "heldout_statement",
+    "heldout_text",
     "verify_study",
 ]

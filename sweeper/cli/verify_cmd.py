@@ -177,7 +177,7 @@ def heldout_ppl_lines(verifications: Iterable[VerificationRecord], settings: Map
     """Each verification's held-out PPL with its interval and the re-run's chance (also used by
     'sweeper status'); one within the noise of the cap is flagged even when it passed. A
     verification without per-record figures (an evaluator of one's own) has no line."""
-    from sweeper.answer._verify import heldout_statement, heldout_text
+    from sweeper.answer import heldout_statement, heldout_text
 
     lines = []
     for v in verifications:
