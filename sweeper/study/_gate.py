@@ -11,10 +11,13 @@ its PPL at that level, on a re-run over ``rerun_records`` fresh records
 (default: as many as it was measured on), is at most the cap
 (``evaluators.ppl_uncertainty``). So a configuration the gate passes
 passes the organizers' re-run on their private records with at least that
-probability. Under a relative cap the baseline's own uncertainty is added:
-the bound is on ``PPL / baseline PPL`` with the two standard deviations
-added in quadrature (exact for independent record sets, cautious when the
-two are scored on the same records). The constraint Optuna sees is then
+probability. Under a relative cap the bound is on ``PPL / baseline PPL``,
+as the organizers' re-run scores both on the same private records: its
+standard error comes from the per-record differences of the two on the
+records both scored (``paired_stderr``), so what the records share cancels;
+where the two have no common per-record rows, the two standard deviations
+are added in quadrature (exact for independent record sets, cautious
+otherwise). The constraint Optuna sees is then
 ``bound - cap``. Without a standard error (an evaluator that stores no
 per-record scores) the point estimate stands in, with a warning.
 """
@@ -31,7 +34,7 @@ from typing import Any
 
 import optuna
 
-from evaluators.ppl_uncertainty import PplEstimate, record_stderr
+from evaluators.ppl_uncertainty import PplEstimate, predictive_sd, record_stderr
 from evaluators.ppl import RecordScore
 from storage import STUDY_ATTR_PREFIX
 from sweeper.errors import StudyError, UserInputError
@@ -138,11 +141,14 @@ class PplGate:
         stderr_log_ppl: float | None = None,
         records: int | None = None,
         reference: PplEstimate | None = None,
+        paired: tuple[float, int] | None = None,
     ) -> GateVerdict:
         """Whether ``ppl`` passes ``cap``, the PPL compared with it, and the re-run's pass chance.
 
         ``stderr_log_ppl`` and ``records``: the trial's (``measured_uncertainty``);
-        ``reference``: the baseline's, under a relative cap.
+        ``reference``: the baseline's, under a relative cap; ``paired``: the
+        standard error of log(PPL / baseline PPL) and its records from the
+        per-record differences (``paired_stderr``), used over ``reference``.
         """
         known = (
             stderr_log_ppl is not None
@@ -170,7 +176,9 @@ class PplGate:
         rerun = self.rerun_records or records
         estimate = PplEstimate(ppl=ppl, stderr_log_ppl=stderr_log_ppl, records=records)
         sd = estimate.sd(rerun)
-        if self.relative and reference is not None and reference.records >= 2:
+        if self.relative and paired is not None:
+            sd = predictive_sd(paired[0], paired[1], rerun)
+        elif self.relative and reference is not None and reference.records >= 2:
             sd = math.hypot(sd, reference.sd(rerun))
         margin = math.log(cap) - math.log(ppl)
         probability = (1.0 if margin >= 0 else 0.0) if sd == 0 else _NORMAL.cdf(margin / sd)
@@ -247,19 +255,46 @@ def measured_uncertainty(
     stderr, records = extras.get(STDERR_KEY), extras.get(RECORDS_KEY)
     if isinstance(stderr, (int, float)) and isinstance(records, int):
         return float(stderr), records
-    rows = [r for r in requests if r.get("kind") == "ppl"]
-    if len(rows) < 2:
+    scores = list(record_rows(requests).values())
+    if len(scores) < 2:
         return None, None
-    scores = []
-    for row in rows:
-        nll, tokens = row.get("nll"), row.get("tokens")
-        if not isinstance(tokens, int) or tokens <= 0:
-            return None, None
-        scores.append(
-            RecordScore(id=str(row.get("id")), nll=math.inf if nll is None else float(nll), tokens=tokens)
-        )
     stderr = record_stderr(scores)
     return (stderr, len(scores)) if math.isfinite(stderr) else (None, None)
+
+
+def record_rows(requests: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]:
+    """A measurement's per-record PPL rows (``kind: ppl``) by record id; empty when unusable."""
+    scores: dict[str, RecordScore] = {}
+    for row in requests:
+        if row.get("kind") != "ppl":
+            continue
+        nll, tokens = row.get("nll"), row.get("tokens")
+        if not isinstance(tokens, int) or tokens <= 0:
+            return {}
+        key = str(row.get("id"))
+        scores[key] = RecordScore(id=key, nll=math.inf if nll is None else float(nll), tokens=tokens)
+    return scores
+
+
+def paired_stderr(
+    trial: Mapping[str, RecordScore], baseline: Mapping[str, RecordScore]
+) -> tuple[float, int] | None:
+    """Standard error of log(PPL / baseline PPL) from the per-record differences, and the
+    records it rests on: the records both scored, each with the same scored tokens.
+
+    Over common records log PPL_a - log PPL_b = sum(nll_a - nll_b) / sum(tokens), a
+    ratio of record sums like log PPL itself, so ``record_stderr`` of the differences
+    is its standard error. None under 2 common records or with any other token count.
+    """
+    common = sorted(set(trial) & set(baseline))
+    if len(common) < 2 or any(trial[k].tokens != baseline[k].tokens for k in common):
+        return None
+    differences = [
+        RecordScore(id=k, nll=trial[k].nll - baseline[k].nll, tokens=trial[k].tokens) for k in common
+    ]
+    if not all(d.finite for d in differences):
+        return None
+    return record_stderr(differences), len(common)
 
 
 def uncertainty_extras(
@@ -297,6 +332,12 @@ def trial_pass_probability(
 def reference_ppl(study: optuna.Study) -> float | None:
     value = study._storage.get_study_user_attrs(study._study_id).get(REFERENCE_ATTR)
     return float(value) if value is not None else None
+
+
+def reference_trial(study: optuna.Study) -> int | None:
+    """The number of the trial that measured the baseline PPL (None: not yet)."""
+    value = study._storage.get_study_user_attrs(study._study_id).get(REFERENCE_TRIAL_ATTR)
+    return int(value) if value is not None else None
 
 
 def reference_estimate(study: optuna.Study) -> PplEstimate | None:

@@ -20,7 +20,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -36,7 +36,10 @@ from sweeper.study._gate import (
     CONSTRAINT,
     PplGate,
     measured_uncertainty,
+    paired_stderr,
+    record_rows,
     reference_estimate,
+    reference_trial,
     reference_ppl,
     set_reference,
     wait_for_reference,
@@ -187,6 +190,19 @@ class TrialRunner:
             return 0.0
         mean_log = sum(math.log(screen) for _, screen in pairs) / len(pairs)
         return math.exp(mean_log - 2.0 * now.spread.relative * math.sqrt(2.0))
+
+    def _paired_with_reference(
+        self, number: int, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[float, int] | None:
+        """log(PPL / baseline PPL)'s standard error from the two trials' per-record rows."""
+        reference = reference_trial(self.study)
+        if reference is None:
+            return None
+        if reference == number:
+            baseline_rows = rows
+        else:
+            baseline_rows = self.store.record(self.study.study_name, reference, details=True).requests
+        return paired_stderr(record_rows(rows), record_rows(baseline_rows))
 
     def _cap(
         self,
@@ -431,9 +447,11 @@ class TrialRunner:
                 raise MeasurementError("evaluate returned no PPL, and none could be reused")
             ppl, reused_from = context.known_ppl, context.known_ppl_trial
         uncertainty = measured_uncertainty(measurement.extras, measurement.requests)
+        rows: Sequence[Mapping[str, Any]] = measurement.requests
         if reused_from is not None:  # the PPL's figures are the measuring trial's
-            measured = self.store.record(self.study.study_name, reused_from, details=False)
+            measured = self.store.record(self.study.study_name, reused_from, details=self.gate.relative)
             uncertainty = measured_uncertainty(measured.extras)
+            rows = measured.requests
         cap = self._cap(role, ppl, trial.number, uncertainty)
         verdict = self.gate.judge(
             float(ppl),
@@ -441,6 +459,7 @@ class TrialRunner:
             stderr_log_ppl=uncertainty[0],
             records=uncertainty[1],
             reference=reference_estimate(self.study) if self.gate.relative else None,
+            paired=self._paired_with_reference(trial.number, rows) if self.gate.relative else None,
         )
         tps, imputed = measurement.tps, False
         if tps is None and measurement.screened:  # the screen's figure, scaled, stands in
