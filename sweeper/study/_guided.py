@@ -49,11 +49,20 @@ assumed until two readings of one window differ). A window is
 **feasible** when the upper bound of its mean at ``READING_CONFIDENCE`` is
 at most 0, **infeasible** when the lower bound is over 0, and **uncertain**
 otherwise. Only a feasible window is the boundary's feasible side or gets
-the speed trials; an uncertain one counts as failing for the bracket, so
-the plan moves to its neighbour on the safe side instead of spending its
-trials on a window that is a coin toss at the cap. A window truly over the
-cap is read as feasible with a chance of at most ``1 - READING_CONFIDENCE``
-once the noise is known, and gets readings only while so read.
+the speed trials. An uncertain window faster than every feasible one whose
+mean reads as passing is read again (the fastest first) until it has
+``MAX_UNCERTAIN_READINGS`` readings: a noise estimate from one pair of
+readings is wide, and without repeats the plan would step past every
+window near the cap, one reading each, to one far from it. After that
+(or when its mean is over the cap) an uncertain window counts as failing
+for the bracket, so the plan moves to its neighbour on the safe side
+instead of spending its trials on a window that is a coin toss at the cap.
+When nothing is feasible yet, the uncertain window with the lowest mean
+(usually the safe end) is read again rather than handing over to the
+fallback. A window truly over the cap is read as feasible with a chance of
+at most ``1 - READING_CONFIDENCE`` once the noise is known, and gets
+readings only while so read or while it has fewer than
+``MAX_UNCERTAIN_READINGS``.
 
 After ``MAX_PLAN_TRIALS`` trials, or when no untried setting is left at the
 window, the plan returns None, and the sampler hands over to a fallback
@@ -97,6 +106,7 @@ PRIOR_CHOICE = 0.3
 NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
 NOISE_DEFAULT = 0.03  # before there are residuals to estimate it from
 READING_CONFIDENCE = 0.95  # a window is feasible when its pooled gate's upper bound is <= 0
+MAX_UNCERTAIN_READINGS = 3  # readings of an uncertain window before it counts as failing
 FEASIBLE, INFEASIBLE, UNCERTAIN = "feasible", "infeasible", "uncertain"
 
 
@@ -191,14 +201,48 @@ class GuidedPlan:
         safe = b.snap(b.high if b.faster == "lower" else b.low)
         pooled = self.window_readings(observations)
         passing = [r.value for r in pooled.values() if r.state == FEASIBLE]
-        if not passing:
-            failing = {o.params.get(b.name) for o in observations}
-            return None if safe in failing else safe
+        if not passing and safe not in {o.params.get(b.name) for o in observations}:
+            return safe
         pending_q = [p[b.name] for p in pending if b.name in p]
+        again = self._read_again(pooled, pending_q)
+        if again is not None:
+            return again
+        if not passing:
+            # nothing passes with margin, but something may: read again the uncertain
+            # window most likely to pass (a first noise estimate from one pair of
+            # readings can leave even the safe end uncertain)
+            uncertain = [r for r in pooled.values() if r.state == UNCERTAIN]
+            return min(uncertain, key=lambda r: r.mean).value if uncertain else None
         probe = self._boundary_probe(observations, pending_q, b.boundary_resolution())
         if probe is not None:
             return probe
         return min(passing, key=self._oriented)
+
+    def _read_again(
+        self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]
+    ) -> Any | None:
+        """The fastest uncertain window that reads as passing on average and may be read again.
+
+        Only one faster than every feasible window, and read (or being read)
+        fewer than ``MAX_UNCERTAIN_READINGS`` times: a window the readings
+        cannot place is read again a few times, so that the noise estimate
+        gets degrees of freedom and the window a verdict, instead of the
+        plan stepping past it to the next window it cannot place either;
+        after that it counts as failing, so a window at the cap costs at most
+        that many trials while it is uncertain.
+        """
+        feasible = [u for u, r in pooled.items() if r.state == FEASIBLE]
+        hi = min(feasible) if feasible else math.inf
+        pending = [self._oriented(q) for q in pending_q]
+        candidates = [
+            u
+            for u, r in pooled.items()
+            if r.state == UNCERTAIN
+            and r.mean <= 0
+            and u < hi
+            and r.count + sum(abs(q - u) < 1e-12 for q in pending) < MAX_UNCERTAIN_READINGS
+        ]
+        return pooled[min(candidates)].value if candidates else None
 
     def _oriented(self, value: float) -> float:
         """Coordinates in which smaller is faster."""

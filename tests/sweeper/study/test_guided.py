@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -217,3 +218,83 @@ def test_contradictory_gate_results_do_not_break_the_plan() -> None:
     failing = Observation(number=1, params={"w": 8, "k": 3}, tps=185.0, gate=0.01)
     proposal = plan.propose([passing, failing])
     assert proposal is not None and proposal not in ({"w": 8, "k": 1}, {"w": 8, "k": 3})
+
+
+def edge_curve(edge: int, offset: float = 0.001, decay: float = 80.0, power: float = 1.0):
+    """A PPL curve that reads ``CAP + offset`` at the grid window ``edge``: a coin toss there."""
+    amplitude = (CAP + offset - 2.30) / math.exp(-(((edge - 128) / decay) ** power))
+    return lambda w: 2.30 + amplitude * math.exp(-(((w - 128) / decay) ** power))
+
+
+@pytest.mark.parametrize("ppl_noise", [0.002, 0.01])
+@pytest.mark.parametrize("known", [False, True])
+def test_a_window_within_noise_of_the_cap_does_not_trap_the_plan(ppl_noise, known) -> None:
+    """W188 reads the cap + 0.001 (every reading with noise), W192 is 0.005 under it.
+
+    The plan gives the edge window at most 5 trials, with or without a known
+    configuration there measured first, and spends its speed trials on a
+    window truly under the cap.
+    """
+    edge = 188
+    ppl = edge_curve(edge)
+    assert ppl(edge) > CAP > ppl(edge + 4) and CAP - ppl(edge + 4) > 0.004
+    for seed in range(3):
+        plan = GuidedPlan(SPACE)
+        rng = np.random.default_rng([seed, 18])
+        seen: list[Observation] = []
+        enqueued = [{"window": edge, "top_k": 49, "tokens": 7, "dead": 32}, SPACE.base_values()]
+        for number in range(30):
+            proposal = dict(enqueued[number]) if known and number < len(enqueued) else plan.propose(seen)
+            assert proposal is not None
+            tps = speed_tps(proposal) * (1 + 0.01 * rng.standard_normal())
+            reading = ppl(proposal["window"]) + ppl_noise * rng.standard_normal()
+            seen.append(
+                Observation(number=number, params=proposal, tps=tps, gate=reading - CAP)
+            )
+        windows = [o.params["window"] for o in seen]
+        over = [w for w in windows if ppl(w) > CAP]
+        assert max((over.count(w) for w in set(over)), default=0) <= 5, windows
+        # most of the trials are at windows truly under the cap, and near the edge
+        under = [w for w in windows if ppl(w) <= CAP]
+        assert len(under) >= 20, windows
+        assert statistics.median(under) <= edge + 24, windows
+
+
+def _read(number: int, window: int, gate: float) -> Observation:
+    params = {"window": window, "top_k": 40, "tokens": 5, "dead": 8 + number}
+    return Observation(number=number, params=params, tps=speed_tps(params), gate=gate)
+
+
+def test_an_uncertain_window_is_read_again_a_few_times_then_passed_over() -> None:
+    """One pair of readings (W192: -0.017 and +0.005) makes a wide noise estimate (one
+    degree of freedom): every window read once is uncertain. The plan reads W192 again
+    until it has three readings, then the next window with margin, instead of stepping
+    up the range one reading at a time."""
+    plan = GuidedPlan(SPACE)
+    seen = [
+        _read(0, 512, -0.127), _read(1, 324, -0.110), _read(2, 128, 0.190), _read(3, 136, 0.160),
+        _read(4, 204, -0.023), _read(5, 192, -0.017), _read(6, 184, 0.003), _read(7, 192, 0.005),
+    ]  # fmt: skip
+    states = {r.value: r.state for r in plan.window_readings(seen).values()}
+    assert states[192] == states[204] == "uncertain"
+    assert plan.next_window(seen) == 192
+    seen.append(_read(8, 192, 0.004))  # three readings, still uncertain: counted as failing
+    assert {r.value: r.state for r in plan.window_readings(seen).values()}[192] == "uncertain"
+    assert plan.next_window(seen) == 204
+    # another worker already reading W204 again: nothing to read again, the bracket goes on
+    assert plan.next_window(seen, pending=[{"window": 204}, {"window": 204}]) != 204
+
+
+def test_with_nothing_feasible_the_window_most_likely_to_pass_is_read_again() -> None:
+    """A wide pair of readings at W200 leaves the safe end, read under the cap, uncertain:
+    the plan reads it again instead of handing over to the fallback sampler, and goes
+    on doing so past three readings while nothing else may pass."""
+    plan = GuidedPlan(SPACE)
+    seen = [_read(0, 512, -0.05), _read(1, 200, 0.06), _read(2, 200, -0.05)]
+    assert all(r.state == "uncertain" for r in plan.window_readings(seen).values())
+    assert plan.next_window(seen) == 512  # W200 reads over the cap on average
+    seen += [_read(3, 512, -0.04), _read(4, 512, -0.06)]
+    pooled = {r.value: r for r in plan.window_readings(seen).values()}
+    assert pooled[512].count == 3 and pooled[512].state == "uncertain"
+    assert plan.next_window(seen) == 512
+    assert plan.propose(seen)["window"] == 512
