@@ -420,5 +420,10 @@ def command(**options: Any) -> None:
     click.echo(f"claim: {now.describe()}")
     if now.basis is not None:
         click.echo(f"  the claim rests on {now.basis.describe()}")
-    for record in result.pareto:
-        click.echo(f"  pareto: trial {record.number} {dict(record.params)} tps={record.tps:.1f} ppl={record.ppl:.3f}")
+    for config, interval in now.front():
+        after = " after selection" if config.confirmed_tps else ""
+        click.echo(
+            f"  pareto: trial {config.first} {dict(config.params)}: {interval.value:.1f} tok/s "
+            f"({interval.confidence * 100:.0f} % {interval.low:.1f}-{interval.high:.1f}, "
+            f"{len(config.confirmed_tps or config.tps)} server(s){after}), PPL {config.ppl:.3f}"
+        )

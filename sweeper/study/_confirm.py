@@ -330,6 +330,21 @@ class Standing:
         figures = config.confirmed_tps or config.tps
         return tps_interval(figures, spread=self.spread, confidence=self.settings.confidence)
 
+    def front(self) -> list[tuple[Configuration, Interval]]:
+        """The configurations no other beats on both TPS estimate (up) and PPL (down),
+        by PPL, each with ``tps_interval``: what a trade-off table shows, never the
+        reading that selected a configuration where figures after selection exist."""
+        estimated = [(c, self.tps_interval(c)) for c in self.configurations]
+        front = [
+            (c, i)
+            for c, i in estimated
+            if not any(
+                oi.value >= i.value and o.ppl <= c.ppl and (oi.value > i.value or o.ppl < c.ppl)
+                for o, oi in estimated
+            )
+        ]
+        return sorted(front, key=lambda pair: (pair[0].ppl, -pair[1].value))
+
     def configuration_of(self, number: int) -> Configuration | None:
         for config in self.configurations:
             if number in config.numbers:

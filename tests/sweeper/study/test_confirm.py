@@ -304,3 +304,24 @@ def test_a_screen_below_the_floor_skips_the_full_run_and_is_never_the_answer(tmp
     assert not close.tps_imputed and close.tps == 98.0  # above the floor: measured in full
     now = standing(result.status.trials, RACING)
     assert all(c.params["c"] != 1 for c in now.configurations)  # a screened trial is no answer
+
+
+def test_the_front_places_configurations_at_their_figures_after_selection() -> None:
+    """The trade-off table: a raced configuration at the geometric mean of its rounds
+    (not the reading that selected it), the others at their own figures, by PPL."""
+    records = [
+        record(0, BASE, 100.0, role="baseline", ppl=1.10),
+        record(1, {"c": 1}, 300.0, ppl=1.15),  # selected on a lucky reading
+        record(2, {"c": 1}, 150.0, role=tagged(1, 1), ppl=1.15),
+        record(3, BASE, 100.0, role=tagged(1, 1), ppl=1.10),
+        record(4, {"c": 1}, 160.0, role=tagged(1, 2), ppl=1.15),
+        record(5, BASE, 104.0, role=tagged(1, 2), ppl=1.10),
+        record(6, {"c": 2}, 90.0, ppl=1.12),  # slower than the base at a higher PPL: off the front
+    ]
+    now = standing(records, RACING)
+    front = now.front()
+    assert [c.first for c, _ in front] == [0, 1]
+    (base, base_tps), (raced, raced_tps) = front
+    assert raced_tps.value == pytest.approx(math.sqrt(150.0 * 160.0))
+    assert base_tps.value == pytest.approx((100.0 * 100.0 * 104.0) ** (1 / 3))
+    assert raced_tps.low < raced_tps.value < raced_tps.high
