@@ -245,11 +245,15 @@ class Race:
         return confirmation_role(self.contender.first, self.round, claim=self.claim)
 
     def lineup(self) -> list[Configuration]:
-        """Contender, incumbent, base: each once, in that order, in adjacent fresh servers.
+        """Contender, incumbent, base: each once, in adjacent fresh servers; in that
+        order in odd rounds and the reverse in even ones (A B, B A, ...).
 
         The base is in every round while the incumbent is another
         configuration: a claim over the base rests on the contender's
-        figures paired with the base's of the same rounds.
+        figures paired with the base's of the same rounds. The order turns
+        round by round, as ``sweeper rerun`` turns its pairs, so a server
+        that reads slower for following another (a teardown, a machine
+        warming up) weighs on both sides of the pairs alike.
         """
         seen: set[str] = set()
         lineup = []
@@ -257,7 +261,7 @@ class Race:
             if config is not None and config.key not in seen:
                 seen.add(config.key)
                 lineup.append(config)
-        return lineup
+        return lineup if self.round % 2 == 1 else lineup[::-1]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -505,7 +509,8 @@ def _round_of(role: str) -> tuple[bool, int, int] | None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Round:
-    """One round of a race: each configuration's confirmation trial, in the order they ran."""
+    """One round of a race: each configuration's confirmation trial, in the order they ran
+    (the lineup's, which turns round by round)."""
 
     contender: int  # the contender's first trial
     index: int  # from 1
@@ -678,7 +683,8 @@ class _Replay:
             for round_ in rounds:
                 if last is not None and round_.last > last:
                     continue
-                keys = [params_key(r.params) for r in round_.trials]
+                # the same column for a configuration in every round, whatever order it ran in
+                keys = sorted({params_key(r.params) for r in round_.trials})
                 values = [round_.figure(key) for key in keys]
                 if len(keys) >= 2 and all(v is not None for v in values):
                     complete.append(tuple(v[1] for v in values if v is not None))

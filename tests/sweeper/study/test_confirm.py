@@ -265,7 +265,7 @@ def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tm
     assert [(t.role, t.params["c"]) for t in trials] == [
         ("baseline", 0), ("enqueued-0", 1),
         (tagged(1, 1), 1), (tagged(1, 1), 0),  # round 1: contender, then the base (the incumbent)
-        (tagged(1, 2), 1), (tagged(1, 2), 0),  # round 2, queued only once round 1 had run
+        (tagged(1, 2), 0), (tagged(1, 2), 1),  # round 2, queued only once round 1 had run: turned
     ]  # fmt: skip
     # re-measurements are handed the PPL measured before for the same quality parameters
     # (none in this space: the base's), though reuse_quality is off here
