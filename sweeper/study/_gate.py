@@ -54,6 +54,8 @@ RECORDS_KEY = "ppl_records"
 BOUND_KEY = "ppl_bound"
 PASS_PROBABILITY_KEY = "ppl_pass_probability"
 RERUN_RECORDS_KEY = "ppl_rerun_records"
+# under a relative cap: log(PPL / baseline PPL)'s standard error from the per-record differences
+PAIRED_KEY = "ppl_paired_stderr"
 
 
 class GateError(UserInputError):
@@ -176,7 +178,8 @@ class PplGate:
         rerun = self.rerun_records or records
         estimate = PplEstimate(ppl=ppl, stderr_log_ppl=stderr_log_ppl, records=records)
         sd = estimate.sd(rerun)
-        if self.relative and paired is not None:
+        paired_used = self.relative and paired is not None
+        if paired_used:
             sd = predictive_sd(paired[0], paired[1], rerun)
         elif self.relative and reference is not None and reference.records >= 2:
             sd = math.hypot(sd, reference.sd(rerun))
@@ -193,6 +196,7 @@ class PplGate:
             stderr_log_ppl=stderr_log_ppl,
             records=records,
             rerun_records=rerun,
+            paired_stderr=paired[0] if paired_used else None,
         )
 
     def cap_for(self, reference_ppl: float | None) -> float | None:
@@ -229,6 +233,7 @@ class GateVerdict:
     stderr_log_ppl: float | None
     records: int | None
     rerun_records: int | None
+    paired_stderr: float | None = None  # the relative cap judged on the records both scored
 
     def extras(self) -> dict[str, Any]:
         """What the trial stores (``sweeper_trials.extras``)."""
@@ -240,6 +245,7 @@ class GateVerdict:
             BOUND_KEY: self.bound,
             PASS_PROBABILITY_KEY: self.pass_probability,
             RERUN_RECORDS_KEY: self.rerun_records,
+            **({} if self.paired_stderr is None else {PAIRED_KEY: self.paired_stderr}),
         }
 
 
@@ -405,7 +411,8 @@ class PplStatement:
     population PPL (None: no standard error, so no interval);
     ``pass_probability``: the chance that PPL on ``rerun_records`` fresh
     records of this kind is at most ``cap``; ``baseline_noise``: the
-    baseline's own record noise is in it (a relative cap, as the gate judges).
+    baseline's own record noise is in it (a relative cap, as the gate judges);
+    ``paired``: judged against the baseline on the records both scored.
     """
 
     ppl: float
@@ -417,6 +424,7 @@ class PplStatement:
     baseline_noise: bool
     rerun_records: int | None
     pass_probability: float | None
+    paired: bool = False
 
     @property
     def known(self) -> bool:
@@ -441,6 +449,8 @@ class PplStatement:
         if self.pass_probability is None or self.cap is None or self.rerun_records is None:
             return None
         noise = " (the baseline's record noise included)" if self.baseline_noise else ""
+        if self.paired:
+            noise = " (against the baseline on the same records)"
         return (
             f"on {self.rerun_records} new records of this kind, under {self.cap:.4f} with "
             f"probability {probability_text(self.pass_probability)}{noise}"
@@ -518,6 +528,8 @@ def ppl_statement(
     half = _NORMAL.inv_cdf(0.5 + level / 2) * estimate.stderr_log_ppl
     low, high = estimate.ppl * math.exp(-half), estimate.ppl * math.exp(half)
     stored_p, stored_k = extras.get(PASS_PROBABILITY_KEY), extras.get(RERUN_RECORDS_KEY)
+    paired = extras.get(PAIRED_KEY) if reference is not None else None
+    paired = float(paired) if isinstance(paired, (int, float)) and math.isfinite(paired) else None
     if (
         isinstance(stored_p, (int, float))
         and isinstance(stored_k, int)
@@ -529,11 +541,13 @@ def ppl_statement(
     else:
         rerun = new_records or settings.get("ppl_rerun_records") or estimate.records
         sd = estimate.sd(rerun)
-        if reference is not None:
+        if paired is not None:
+            sd = predictive_sd(paired, estimate.records, rerun)
+        elif reference is not None:
             sd = math.hypot(sd, reference.sd(rerun))
         margin = math.log(cap) - math.log(estimate.ppl)
         probability = (1.0 if margin >= 0 else 0.0) if sd == 0 else _NORMAL.cdf(margin / sd)
     return PplStatement(
         **empty, records=estimate.records, low=low, high=high, baseline_noise=reference is not None,
-        rerun_records=rerun, pass_probability=probability,
+        rerun_records=rerun, pass_probability=probability, paired=paired is not None,
     )  # fmt: skip

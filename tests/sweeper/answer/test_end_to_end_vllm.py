@@ -69,13 +69,20 @@ def record_figures(rows) -> tuple[float, float, int]:
     return math.exp(mean), se, m
 
 
-def expected_statement(ppl, se, m, cap, k, reference) -> dict[str, float]:
-    """The 95 % interval of the PPL, and the chance that k new records stay under the cap
-    with the baseline's (se, m) noise added (the relative cap)."""
+def expected_statement(ppl, se, m, cap, k, reference, paired_se=None) -> dict[str, float]:
+    """The 95 % interval of the PPL, and the chance that k new records stay under the cap:
+    with ``paired_se`` (the standard error of log(PPL / baseline PPL) from the per-record
+    differences, as the gate judges a trial under a relative cap) on it alone, else with
+    the baseline's (se, m) noise added (a held-out figure, scored apart from the baseline)."""
     z = stats.norm.ppf(0.975)
-    sd = math.hypot(se * math.sqrt(1 + m / k), reference[0] * math.sqrt(1 + reference[1] / k))
+    if paired_se is not None:
+        sd = paired_se * math.sqrt(1 + m / k)
+    else:
+        sd = math.hypot(se * math.sqrt(1 + m / k), reference[0] * math.sqrt(1 + reference[1] / k))
+    margin = math.log(cap / ppl)
+    p = (1.0 if margin >= 0 else 0.0) if sd == 0 else stats.norm.cdf(margin / sd)
     return {"ppl": ppl, "low": ppl * math.exp(-z * se), "high": ppl * math.exp(z * se), "m": m, "k": k,
-            "cap": cap, "p": stats.norm.cdf(math.log(cap / ppl) / sd)}  # fmt: skip
+            "cap": cap, "p": p}  # fmt: skip
 
 
 def assert_statement(text: str, want: dict[str, float], rel: float) -> None:
@@ -117,9 +124,14 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     store.close()
     ppl0, se0, m0 = record_figures(rows)
     assert m0 == PPL_RECORDS and ppl0 == pytest.approx(trials[0].ppl, rel=1e-9)
+    # both trials' PPL rows are the baseline's (trial 1 reused them): per record, no difference
+    differences = [{**row, "nll": row["nll"] - row["nll"]} for row in rows]
+    paired0 = record_figures(differences)[1]
+    assert paired0 == 0.0
     for trial in trials:
         assert trial.extras["ppl_stderr_records"] == pytest.approx(se0, rel=1e-9)
-        want = expected_statement(trial.ppl, se0, m0, trial.ppl_cap, PPL_RECORDS, (se0, m0))
+        assert trial.extras["ppl_paired_stderr"] == pytest.approx(paired0, abs=1e-12)
+        want = expected_statement(trial.ppl, se0, m0, trial.ppl_cap, PPL_RECORDS, (se0, m0), paired0)
         assert trial.extras["ppl_pass_probability"] == pytest.approx(want["p"], rel=1e-9)
     save_recipe(url, "e2e", StudyRecipe(
         base_manifest=str(demo.manifest), num_prompts=NUM_PROMPTS, output_len=OUTPUT_LEN,
@@ -172,7 +184,7 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert list(next(t for t in fig.data if t.name == "winner").customdata) == [winner.number]
     assert winner.number in next(t for t in fig.data if t.name == "verified on held-out data").customdata
     assert report.messages == ()
-    tuned = expected_statement(winner.ppl, se0, m0, winner.ppl_cap, PPL_RECORDS, (se0, m0))
+    tuned = expected_statement(winner.ppl, se0, m0, winner.ppl_cap, PPL_RECORDS, (se0, m0), paired0)
     summary = (tmp_path / "report" / "summary.md").read_text()
     (ppl_line,) = [line for line in summary.splitlines() if line.startswith("- PPL ")]
     assert_statement(ppl_line, tuned, rel=1e-9)
@@ -232,8 +244,8 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     number = int(shown[best].split()[2].rstrip(":"))
     assert shown[best + 1].startswith(f"PPL of trial {number}: PPL "), shown
     record = next(t for t in trials if t.number == number)
-    figures = expected_statement(record.ppl, se0, m0, record.ppl_cap, PPL_RECORDS, (se0, m0))
+    figures = expected_statement(record.ppl, se0, m0, record.ppl_cap, PPL_RECORDS, (se0, m0), paired0)
     assert_statement(shown[best + 1], figures, rel=1e-9)
-    assert shown[best + 1].endswith("(the baseline's record noise included)")
+    assert shown[best + 1].endswith("(against the baseline on the same records)")
     (status_line,) = [line for line in shown if line.startswith(f"trial #{winner.number}: held-out PPL ")]
     assert_statement(status_line, heldout, rel=1e-3)
