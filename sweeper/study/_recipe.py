@@ -220,9 +220,9 @@ def recipe_changes(stored: StudyRecipe, new: StudyRecipe) -> dict[str, tuple[Any
     }
 
 
-def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
-    """The recipe a study recorded; None for a study (or SQLite file) that does not exist yet,
-    or one without a recipe. Creates no file."""
+def existing_study_attrs(url: str | None, study_name: str) -> dict[str, Any] | None:
+    """A stored study's user attributes; None for a study (or SQLite file) that does not
+    exist yet. Creates no file."""
     import optuna
     from sqlalchemy.engine import make_url
 
@@ -237,7 +237,14 @@ def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
         return None
     finally:
         storage.remove_session()
-    value = study.user_attrs.get(RECIPE_ATTR)
+    return dict(study.user_attrs)
+
+
+def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
+    """The recipe a study recorded; None for a study (or SQLite file) that does not exist yet,
+    or one without a recipe. Creates no file."""
+    attrs = existing_study_attrs(url, study_name)
+    value = None if attrs is None else attrs.get(RECIPE_ATTR)
     return None if value is None else StudyRecipe.from_attr(value)
 
 

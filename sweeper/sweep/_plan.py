@@ -356,25 +356,15 @@ def gate_settings(
 
 def stored_gate(url: str, study_name: str) -> PplGate | None:
     """The gate a study stored (None: no such study, or none stored yet). Creates no file."""
-    import optuna
-    from sqlalchemy.engine import make_url
+    from storage import STUDY_ATTR_PREFIX
+    from sweeper.study._recipe import existing_study_attrs
 
-    from storage import STUDY_ATTR_PREFIX, optuna_storage
-
-    url = normalize_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+    attrs = existing_study_attrs(url, study_name)
+    if attrs is None:
         return None
-    storage = optuna_storage(url)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        return None
-    finally:
-        storage.remove_session()
     settings = {
         key[len(STUDY_ATTR_PREFIX) :]: value
-        for key, value in study.user_attrs.items()
+        for key, value in attrs.items()
         if key.startswith(STUDY_ATTR_PREFIX)
     }
     if settings.get("ppl_cap") is None and settings.get("ppl_cap_rel") is None:
