@@ -27,7 +27,8 @@
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
 # PER_REQUEST_PASSES=1, PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
-# the whole runs: harness or keep-alive; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
+# the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
+# round; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
 # (start no round that would end later than this many seconds after the part began, and no
 # per-request pass with less than 60 s left; unset: no limit).
 set -uo pipefail
@@ -140,10 +141,13 @@ follow() {
 plan() {
     local big=$((128 * 512 / TPS_GUESS + 8)) demo=$((48 * 128 / TPS_GUESS + 8)) start=150
     local per=$((PER_REQUEST_PASSES * 96 * 128 / TPS_GUESS + 20))
-    local p1=$((start + 2 * BIG_ROUNDS * big + 2 * DEMO_ROUNDS * demo + per))
-    local p2=$((start + 2 * DEMO_ROUNDS * demo + per))
-    [ "$PART2_BIG" = 1 ] && p2=$((p2 + 2 * BIG_ROUNDS * big))
-    echo "at about $TPS_GUESS tok/s, a server start of ~${start} s and ~8 s of client start-up per run:"
+    local commas=${OURS_CONNECTION:-x}; commas=${commas//[^,]/}
+    local runs=$((2 + ${#commas}))  # the harness and one run per protocol of ours, every round
+    local p1=$((start + runs * BIG_ROUNDS * big + runs * DEMO_ROUNDS * demo + per))
+    local p2=$((start + runs * DEMO_ROUNDS * demo + per))
+    [ "$PART2_BIG" = 1 ] && p2=$((p2 + runs * BIG_ROUNDS * big))
+    echo "at about $TPS_GUESS tok/s, a server start of ~${start} s and ~8 s of client start-up per run,"
+    echo "$runs runs a round:"
     echo "  one run at 128x512 ~${big} s, at 48x128 ~${demo} s; per-request benchmark ~${per} s"
     echo "  part1 ~$((p1 / 60)) min $((p1 % 60)) s  (start part1; follow; follow; ...: longer than one call)"
     echo "  part2 ~$((p2 / 60)) min $((p2 % 60)) s"

@@ -286,6 +286,11 @@ def ratio_summary(ratios: Sequence[float], *, confidence: float = 0.95) -> Ratio
                         high=math.exp(mean + half), log_sd=sd, confidence=confidence)  # fmt: skip
 
 
-def round_order(index: int) -> tuple[str, str]:
-    """Who goes first in round ``index``: the harness in even rounds, ours in odd ones."""
-    return ("harness", "ours") if index % 2 == 0 else ("ours", "harness")
+def round_order(index: int, sides: tuple[str, ...] = ("harness", "ours")) -> tuple[str, ...]:
+    """The order of round ``index``: ``sides`` turned by ``index`` places.
+
+    With two sides the harness goes first in even rounds and ours in odd ones; with
+    three, each side takes each place once in every three rounds.
+    """
+    turn = index % len(sides)
+    return tuple(sides[turn:]) + tuple(sides[:turn])

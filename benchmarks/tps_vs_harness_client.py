@@ -4,7 +4,10 @@ Each round runs the harness's client (sglang 0.5.2's ``bench_serving.py``,
 as a script, with the harness's flags) and ``evaluators.measure_tps`` (with
 its defaults, through ``tps_ours_client.py``), each in a process of its
 own as the harness runs its client: the harness first in even rounds, ours
-first in odd ones. For every run it records the TPS, the client-side time
+first in odd ones. With ``--ours-connection harness,keep-alive`` ours runs
+once per protocol in every round (sides ``ours`` and ``ours:keep-alive``),
+and the order turns one place a round, so each side takes each place once
+in three rounds. For every run it records the TPS, the client-side time
 between requests (wall clock less the sum of the request latencies; ours
 also per gap, from measure_tps's per-request end times), the server's
 ``/metrics`` counters before and after (requests, end-to-end, queue,
@@ -141,6 +144,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, base_url: str, model: str, server_pid: int | None,
                  tokenizer: str, dataset: Path, size: tuple[int, int], workdir: Path) -> None:  # fmt: skip
         self.args, self.base_url, self.model, self.server_pid = args, base_url, model, server_pid
+        self.connections = ours_sides(args.ours_connection)
         self.tokenizer, self.dataset, self.workdir = tokenizer, dataset, workdir
         self.num_prompts, self.output_len = size
         self.timeout_s = 120 + self.num_prompts * (30 + 0.1 * self.output_len)
@@ -154,20 +158,24 @@ class Bench:
                 "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.output_len),
                 "--output-file", str(result), "--output-details", "--disable-tqdm"]  # fmt: skip
 
-    def ours_command(self, result: Path) -> list[str]:
+    def ours_command(self, result: Path, connection: str) -> list[str]:
         return [sys.executable, str(OURS_CLIENT), "--base-url", self.base_url, "--model", self.model,
                 "--prompts", str(self.dataset), "--num-prompts", str(self.num_prompts),
-                "--output-len", str(self.output_len), "--connection", self.args.ours_connection,
+                "--output-len", str(self.output_len), "--connection", connection,
                 "--out", str(result)]  # fmt: skip
 
     def run(self, side: str, tag: str) -> dict[str, Any]:
-        result = self.workdir / f"{tag}-{side}.json"
+        result = self.workdir / f"{tag}-{side.replace(':', '-')}.json"
         result.unlink(missing_ok=True)
-        command = self.harness_command(result) if side == "harness" else self.ours_command(result)
+        if side == "harness":
+            command = self.harness_command(result)
+        else:
+            command = self.ours_command(result, self.connections[side])
         counters = server_counters(self.base_url)
         host = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
-        child = run_child(command, self.workdir / f"{tag}-{side}.log", self.timeout_s, self.env)
+        log = self.workdir / f"{tag}-{side.replace(':', '-')}.log"
+        child = run_child(command, log, self.timeout_s, self.env)
         code, wall, cpu = child.exit_code, child.wall_s, child.cpu_s
         host_after = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None
@@ -181,7 +189,7 @@ class Bench:
             "cpu_samples": [list(s) for s in child.cpu_samples],
         }  # fmt: skip
         if code != 0 or not result.exists():
-            tail = (self.workdir / f"{tag}-{side}.log").read_text()[-3000:]
+            tail = log.read_text()[-3000:]
             return {**row, "ok": False, "error": f"exit code {code}: {tail}"}
         if side == "harness":
             run = parity.parse_harness_result(result.read_text())
@@ -227,34 +235,46 @@ def per_measured(row: dict[str, Any], key: str) -> float:
     return row["server"][key] / max(row["server"]["requests"], 1) * 1000
 
 
-def size_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    done = [r for r in rounds if r["ours"].get("ok") and r["harness"].get("ok")]
-    ratios = [r["ours"]["tps"] / r["harness"]["tps"] for r in done]
+def ours_sides(connections: str) -> dict[str, str]:
+    """``harness,keep-alive`` -> {"ours": "harness", "ours:keep-alive": "keep-alive"}: side -> protocol."""
+    wanted = [c.strip() for c in connections.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in CONNECTIONS]
+    if not wanted or unknown or len(set(wanted)) < len(wanted):
+        raise argparse.ArgumentTypeError(
+            f"--ours-connection: one or more of {', '.join(CONNECTIONS)}, each once, not {connections!r}")
+    return {("ours" if i == 0 else f"ours:{c}"): c for i, c in enumerate(wanted)}
+
+
+def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str = "harness") -> dict[str, Any]:
+    """``side`` / ``against`` over the rounds where both completed (tok/s, the server's times, tokens)."""
+    done = [r for r in rounds if r.get(side, {}).get("ok") and r.get(against, {}).get("ok")]
+    ratios = [r[side]["tps"] / r[against]["tps"] for r in done]
     summary: dict[str, Any] = {"rounds": len(rounds), "complete_rounds": len(done), "ratios": ratios}
     if ratios:
         summary["ratio"] = parity.ratio_summary(ratios).__dict__
-        summary["same_tokens"] = all(sum(r["ours"]["output_lens"]) == sum(r["harness"]["output_lens"]) for r in done)
+        summary["same_tokens"] = all(sum(r[side]["output_lens"]) == sum(r[against]["output_lens"]) for r in done)
         # the harness counts the raw prompt, ours the chat-templated one: the same prompts in the same
         # order differ by one constant
-        offsets = {o - h for r in done for o, h in zip(r["ours"]["input_lens"], r["harness"]["input_lens"])}
+        offsets = {o - h for r in done for o, h in zip(r[side]["input_lens"], r[against]["input_lens"])}
         summary["prompt_token_offsets"] = sorted(offsets)
         for key in ("e2e_s", "decode_s"):
             summary[f"server_{key}_ratio"] = parity.ratio_summary(
-                [per_measured(r["ours"], key) / per_measured(r["harness"], key) for r in done]).__dict__
+                [per_measured(r[side], key) / per_measured(r[against], key) for r in done]).__dict__
     return summary
 
 
-def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    print(f"\n{label}: ours / harness by round")
-    print(f"{'round':>5} {'first':<8} {'harness':>8} {'ours':>8} {'ratio':>6} | {'gap ms/req H':>12} {'O':>6} | "
+def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any],
+                side: str = "ours", against: str = "harness") -> None:  # fmt: skip
+    print(f"\n{label}: {side} / {against} by round (H: {against}, O: {side})")
+    print(f"{'round':>5} {'first':<15} {'H':>8} {'O':>8} {'ratio':>6} | {'gap ms/req H':>12} {'O':>6} | "
           f"{'srv e2e ms H':>12} {'O':>7} | {'decode ms H':>11} {'O':>7} | {'win CPU s H':>11} {'O':>5} | "
           f"{'host cores H':>12} {'O':>5}")  # fmt: skip
     for r in rounds:
-        h, o = r["harness"], r["ours"]
+        h, o = r.get(against, {}), r.get(side, {})
         if not (h.get("ok") and o.get("ok")):
-            print(f"{r['round']:>5} {r['first']:<8} failed")
+            print(f"{r['round']:>5} {r['first']:<15} failed")
             continue
-        print(f"{r['round']:>5} {r['first']:<8} {h['tps']:8.2f} {o['tps']:8.2f} {o['tps'] / h['tps']:6.3f} | "
+        print(f"{r['round']:>5} {r['first']:<15} {h['tps']:8.2f} {o['tps']:8.2f} {o['tps'] / h['tps']:6.3f} | "
               f"{h['gap_per_request_ms']:12.2f} {o['gap_per_request_ms']:6.2f} | "
               f"{per_measured(h, 'e2e_s'):12.1f} {per_measured(o, 'e2e_s'):7.1f} | "
               f"{per_measured(h, 'decode_s'):11.1f} {per_measured(o, 'decode_s'):7.1f} | "
@@ -262,11 +282,19 @@ def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any
               f"{h['host_busy_cores']:12.2f} {o['host_busy_cores']:5.2f}")  # fmt: skip
     if "ratio" in summary:
         ratio = parity.RatioSummary(**summary["ratio"])
-        print(f"geometric mean ours / harness: {ratio.describe()}")
-        print(f"the server's e2e time per request, ours / harness: "
+        print(f"geometric mean {side} / {against}: {ratio.describe()}")
+        print(f"the server's e2e time per request, {side} / {against}: "
               f"{parity.RatioSummary(**summary['server_e2e_s_ratio']).describe()}")
         print(f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
-              f"(ours - harness, per prompt): {summary['prompt_token_offsets']}")
+              f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}")
+
+
+def summarize(entry: dict[str, Any], rounds: list[dict[str, Any]], sides: tuple[str, ...]) -> None:
+    """``summary``: ours / harness; ``pairs``: every ours side against the harness and against ``ours``."""
+    entry["summary"] = size_summary(rounds)
+    pairs = {f"{side} / harness": size_summary(rounds, side) for side in sides[1:]}
+    pairs |= {f"{side} / ours": size_summary(rounds, side, "ours") for side in sides[2:]}
+    entry["pairs"] = pairs
 
 
 def demo_prompt_pairs(source: str | None, count: int) -> list[tuple[str, str]]:
@@ -296,8 +324,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one run per client, per size (6)")
     parser.add_argument("--budget-s", type=float, help="start no round that would end after this many seconds")
     parser.add_argument("--work-dir", help="keep each run's output here (default: a temporary folder)")
-    parser.add_argument("--ours-connection", choices=CONNECTIONS, default=TpsSettings.connection,
-                        help="measure_tps's connection protocol (default: its own default)")
+    parser.add_argument("--ours-connection", default=TpsSettings.connection,
+                        help="measure_tps's connection protocol, or several, comma-separated, each run in "
+                             f"every round ({', '.join(CONNECTIONS)}; default: its own default, "
+                             f"{TpsSettings.connection})")  # fmt: skip
     parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
     args = parser.parse_args()
     if args.client_script:
@@ -310,6 +340,10 @@ def main() -> None:
         args.client_python = os.path.abspath(args.client_python)
     if args.base_url and not args.model:
         parser.error("--base-url needs --model")
+    try:
+        sides = ("harness", *ours_sides(args.ours_connection))
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     began = time.monotonic()
     manifest = Manifest.load(args.manifest or demo_paths().manifest)
@@ -354,28 +388,33 @@ def main() -> None:
                     entry["stopped_by_budget"] = True
                     break
                 round_began = time.monotonic()
-                first = parity.round_order(index)
-                record: dict[str, Any] = {"round": index, "first": first[0]}
-                for side in first:
+                order = parity.round_order(index, sides)
+                record: dict[str, Any] = {"round": index, "first": order[0], "order": list(order)}
+                for side in order:
                     record[side] = bench.run(side, f"{label}-r{index}")
                     print(describe_run(record[side]), flush=True)
-                record["ours"]["same_order"] = record["ours"].get("prompt_ids") == expected
+                for side in sides[1:]:
+                    record[side]["same_order"] = record[side].get("prompt_ids") == expected
                 rounds.append(record)
                 last_round_s = time.monotonic() - round_began
-                entry["summary"] = size_summary(rounds)
+                summarize(entry, rounds, sides)
                 save()
-                if "ratio" in entry["summary"] and record["ours"].get("ok") and record["harness"].get("ok"):
-                    print(f"  round {index}: ours / harness {record['ours']['tps'] / record['harness']['tps']:.3f} "
-                          f"({last_round_s:.0f} s)", flush=True)  # fmt: skip
-            entry["summary"] = size_summary(rounds)
+                for side in sides[1:]:
+                    if record[side].get("ok") and record["harness"].get("ok"):
+                        print(f"  round {index}: {side} / harness "
+                              f"{record[side]['tps'] / record['harness']['tps']:.3f} ({last_round_s:.0f} s)",
+                              flush=True)  # fmt: skip
+            summarize(entry, rounds, sides)
             save()
     report["seconds"] = time.monotonic() - began
     save()
     for label, entry in report["sizes"].items():
-        print_table(label, entry["rounds"], entry["summary"])
-        orders = [r["ours"].get("same_order") for r in entry["rounds"] if r["ours"].get("ok")]
+        for pair, summary in entry["pairs"].items():
+            side, against = pair.split(" / ")
+            print_table(label, entry["rounds"], summary, side, against)
+        orders = [r[s].get("same_order") for r in entry["rounds"] for s in sides[1:] if r[s].get("ok")]
         print(f"ours sent the prompts in the harness's order: {all(orders) if orders else None}")
-    failed = [r for e in report["sizes"].values() for r in e["rounds"] if not (r["ours"].get("ok") and r["harness"].get("ok"))]
+    failed = [r for e in report["sizes"].values() for r in e["rounds"] if not all(r[s].get("ok") for s in sides)]
     if failed:
         raise SystemExit(f"{len(failed)} rounds had a failed run")
 

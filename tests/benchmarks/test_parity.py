@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -149,6 +150,16 @@ def test_extended_prompts_are_distinct_and_keep_the_set_first(parity) -> None:
 
 def test_round_order_alternates(parity) -> None:
     assert [parity.round_order(i)[0] for i in range(4)] == ["harness", "ours", "harness", "ours"]
+    assert parity.round_order(1) == ("ours", "harness")
+
+
+def test_round_order_with_three_sides_puts_each_side_in_each_place(parity) -> None:
+    sides = ("harness", "ours", "ours:keep-alive")
+    orders = [parity.round_order(i, sides) for i in range(6)]
+    assert orders[1] == ("ours", "ours:keep-alive", "harness")
+    for place in range(3):
+        assert sorted(o[place] for o in orders[:3]) == sorted(sides)
+    assert orders[3:] == orders[:3]
 
 
 def test_counters_are_summed_over_engines(parity) -> None:
@@ -173,6 +184,34 @@ def test_size_summary_and_parse_size() -> None:
     assert summary["ratio"]["geometric_mean"] == pytest.approx(math.sqrt(100 / 98 * 101 / 103))
     assert summary["same_tokens"] is True and summary["prompt_token_offsets"] == [6]
     assert summary["server_e2e_s_ratio"]["geometric_mean"] == pytest.approx(1 / summary["ratio"]["geometric_mean"])
+
+
+def test_ours_sides_and_a_summary_against_another_side() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    bench = _load("tps_vs_harness_client")
+    assert bench.ours_sides("harness") == {"ours": "harness"}
+    assert bench.ours_sides("harness, keep-alive") == {"ours": "harness", "ours:keep-alive": "keep-alive"}
+    for bad in ("", "harness,harness", "pipelined"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--ours-connection"):
+            bench.ours_sides(bad)
+
+    def side(tps: float) -> dict:
+        return {"ok": True, "tps": tps, "output_lens": [32], "input_lens": [16],
+                "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps}}
+
+    rounds = [{"harness": side(100.0), "ours": side(99.0), "ours:keep-alive": side(93.0)},
+              {"harness": side(104.0), "ours": {"ok": False}, "ours:keep-alive": side(95.0)},
+              {"harness": side(102.0), "ours": side(103.0), "ours:keep-alive": side(96.0)}]
+    kept = bench.size_summary(rounds, "ours:keep-alive")
+    assert kept["complete_rounds"] == 3
+    assert kept["ratios"] == pytest.approx([0.93, 95 / 104, 96 / 102])
+    against_ours = bench.size_summary(rounds, "ours:keep-alive", "ours")
+    assert against_ours["complete_rounds"] == 2 and against_ours["ratios"] == pytest.approx([93 / 99, 96 / 103])
+    assert against_ours["prompt_token_offsets"] == [0]
+    entry: dict = {}
+    bench.summarize(entry, rounds, ("harness", "ours", "ours:keep-alive"))
+    assert set(entry["pairs"]) == {"ours / harness", "ours:keep-alive / harness", "ours:keep-alive / ours"}
+    assert entry["summary"]["ratios"] == pytest.approx([0.99, 103 / 102])
 
 
 def _bench_serving_file() -> Path | None:
