@@ -294,3 +294,27 @@ def round_order(index: int, sides: tuple[str, ...] = ("harness", "ours")) -> tup
     """
     turn = index % len(sides)
     return tuple(sides[turn:]) + tuple(sides[:turn])
+
+
+def relative_speed_by_request(runs: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each request's time per token over that request's median across ``runs``.
+
+    Every run sends the same prompts in the same order, so position i is one prompt in
+    every run, and the ratio removes what the prompt itself costs (its length, how many
+    drafted tokens it accepts): what is left is the server's speed at the time. A run of
+    values near 1.4 among values near 1.0 is the server in a slower state for a while,
+    whichever client drove it.
+    """
+    if not runs or len({len(run) for run in runs}) != 1:
+        raise ValueError("the runs must have the same number of requests, in the same order")
+    medians = [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
+    return [[value / median for value, median in zip(run, medians)] for run in runs]
+
+
+def pairs_for_interval(sd_log_ratio: float, half_width: float, *, confidence: float = 0.95) -> int:
+    """The pairs a geometric-mean ratio needs for its interval to lie within 1 +- ``half_width``."""
+    target = math.log1p(half_width)
+    for pairs in range(2, 100_000):
+        if t_quantile(0.5 + confidence / 2, pairs - 1) * sd_log_ratio / math.sqrt(pairs) <= target:
+            return pairs
+    raise ValueError(f"no sample size under 100000 pairs for SD {sd_log_ratio} and +-{half_width}")

@@ -289,6 +289,29 @@ def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any
               f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}")
 
 
+def print_speed_map(label: str, rounds: list[dict[str, Any]]) -> None:
+    """Each run's requests, in order, as the server's speed at the time (``parity.relative_speed_by_request``).
+
+    One character a request: ``.`` under 0.9 of that prompt's median time per token over all
+    runs, ``-`` up to 1.1, ``+`` up to 1.3, ``#`` above; runs in the order they ran.
+    """
+    runs = [(r["round"], side, r[side]) for r in rounds for side in r.get("order", ("harness", "ours"))
+            if r.get(side, {}).get("ok")]  # fmt: skip
+    if len(runs) < 2:
+        return
+    per_token = [[lat / max(n, 1) for lat, n in zip(row["latencies_s"], row["output_lens"])] for _, _, row in runs]
+    try:
+        relative = parity.relative_speed_by_request(per_token)
+    except ValueError:
+        return
+    print(f"\n{label}: time per token of each request over that prompt's median over all runs "
+          f"('.' < 0.9 <= '-' < 1.1 <= '+' < 1.3 <= '#'), runs in the order they ran")  # fmt: skip
+    for (index, side, row), values in zip(runs, relative):
+        strip = "".join("." if v < 0.9 else "-" if v < 1.1 else "+" if v < 1.3 else "#" for v in values)
+        slow = sum(v >= 1.1 for v in values) / len(values)
+        print(f"{index:>3} {side:<16} {row['tps']:8.2f} slow {slow:4.0%} {strip}")
+
+
 def summarize(entry: dict[str, Any], rounds: list[dict[str, Any]], sides: tuple[str, ...]) -> None:
     """``summary``: ours / harness; ``pairs``: every ours side against the harness and against ``ours``."""
     entry["summary"] = size_summary(rounds)
@@ -412,6 +435,12 @@ def main() -> None:
         for pair, summary in entry["pairs"].items():
             side, against = pair.split(" / ")
             print_table(label, entry["rounds"], summary, side, against)
+        print_speed_map(label, entry["rounds"])
+        for pair, summary in entry["pairs"].items():
+            sd = summary.get("ratio", {}).get("log_sd")
+            if sd:
+                print(f"{label}, {pair}: at this spread (SD of the log ratio {sd:.4f}) an interval within "
+                      f"0.98-1.02 needs about {parity.pairs_for_interval(sd, 0.02)} pairs")  # fmt: skip
         orders = [r[s].get("same_order") for r in entry["rounds"] for s in sides[1:] if r[s].get("ok")]
         print(f"ours sent the prompts in the harness's order: {all(orders) if orders else None}")
     failed = [r for e in report["sizes"].values() for r in e["rounds"] if not all(r[s].get("ok") for s in sides)]

@@ -245,3 +245,27 @@ def test_the_harness_client_samples_our_order(parity, tmp_path) -> None:
         rows = bench.sample_sharegpt_requests(str(dataset), count, tokenizer, fixed_output_len=32)
         ours = select_prompts(load_prompts(dataset), TpsSettings(num_prompts=count))
         assert [row.prompt for row in rows] == [p.text for p in ours]
+
+
+def test_relative_speed_by_request_removes_the_prompt_and_keeps_the_state(parity) -> None:
+    prompt_cost = [1.0, 2.0, 0.5, 3.0]
+    fast = [c * 1.0 for c in prompt_cost]
+    slow_tail = [c * (1.0 if i < 2 else 1.5) for i, c in enumerate(prompt_cost)]
+    relative = parity.relative_speed_by_request([fast, fast, slow_tail])
+    assert relative[0] == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert relative[2] == pytest.approx([1.0, 1.0, 1.5, 1.5])
+    with pytest.raises(ValueError, match="same number of requests"):
+        parity.relative_speed_by_request([fast, fast[:3]])
+
+
+def test_pairs_for_interval_matches_the_t_interval(parity) -> None:
+    sd = 0.077
+    pairs = parity.pairs_for_interval(sd, 0.02)
+    # the interval of that many pairs with a mean log ratio of 0 lies within 0.98-1.02, one pair fewer does not
+    rng = np.random.default_rng(3)
+    for n, inside in ((pairs, True), (pairs - 1, False)):
+        logs = rng.standard_normal(n)
+        logs = (logs - logs.mean()) / logs.std(ddof=1) * sd  # exactly mean 0, SD sd
+        summary = parity.ratio_summary(list(np.exp(logs)))
+        assert (summary.low >= 1 / 1.02 and summary.high <= 1.02) is inside
+    assert 55 <= pairs <= 65  # (1.96 * 0.077 / log 1.02) ** 2 = 58 by the normal, a little more by t
