@@ -30,7 +30,8 @@
 # the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
 # round; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
 # (start no round that would end later than this many seconds after the part began, and no
-# per-request pass with less than 60 s left; unset: no limit).
+# per-request pass with less than 60 s left; unset: no limit), SERVER_CPUS / CLIENT_CPUS (a CPU
+# list such as 2-5: the server's processes, or the clients, on those CPUs only; unset: anywhere).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -103,7 +104,10 @@ run_part() {
     {
         echo "== $part began $(date '+%F %T'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
         "$PYTHON" -c 'import vllm, sys; print("vllm", vllm.__version__, "python", sys.version.split()[0])' 2>&1
+        echo "== CPUs: $(nproc) online; SMT siblings: $(cat /sys/devices/system/cpu/cpu*/topology/thread_siblings_list 2>/dev/null | sort -u | tr '\n' ' ')"
+        echo "== NUMA: $(lscpu 2>/dev/null | grep -i 'numa node.*cpu' | tr -s ' ' | tr '\n' ';')"
         "$PYTHON" benchmarks/hold_server.py --manifest "$MANIFEST" --log "$PARITY_DIR/$part/server.log" \
+            ${SERVER_CPUS:+--server-cpus "$SERVER_CPUS"} ${CLIENT_CPUS:+--client-cpus "$CLIENT_CPUS"} \
             -- bash "$0" _steps "$part" "${sizes[@]}"
         local code=$?
         echo "== $part ended $(date '+%F %T') with exit code $code"

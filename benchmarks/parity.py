@@ -153,19 +153,19 @@ def host_cpu_jiffies(stat_text: str | None = None) -> tuple[int, int]:
 
 def process_tree_cpu_s(root_pid: int) -> float:
     """utime + stime (s) of a process and its live descendants, from ``/proc/<pid>/stat``."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(process_cpu_s(pid) or 0.0 for pid in process_tree(root_pid))
+
+
+def process_tree(root_pid: int) -> set[int]:
+    """A process and its live descendants."""
     parents: dict[int, int] = {}
-    cpu: dict[int, int] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        rest = text[text.rfind(")") + 2 :].split()  # the name may hold spaces
-        parents[int(entry)] = int(rest[1])
-        cpu[int(entry)] = int(rest[11]) + int(rest[12])
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(text[text.rfind(")") + 2 :].split()[1])
     tree, frontier = {root_pid}, [root_pid]
     while frontier:
         parent = frontier.pop()
@@ -173,7 +173,52 @@ def process_tree_cpu_s(root_pid: int) -> float:
             if ppid == parent and pid not in tree:
                 tree.add(pid)
                 frontier.append(pid)
-    return sum(cpu.get(pid, 0) for pid in tree) / ticks
+    return tree
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ThreadState:
+    """One thread at one moment: who it is, the CPU it last ran on, its CPU time so far (s)."""
+
+    pid: int
+    tid: int
+    name: str
+    processor: int
+    cpu_s: float
+
+
+def thread_states(pids: set[int]) -> list[ThreadState]:
+    """Every thread of ``pids``, from ``/proc/<pid>/task/<tid>/stat`` (field 39: the CPU it last ran on)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    states = []
+    for pid in sorted(pids):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            name = text[text.find("(") + 1 : text.rfind(")")]
+            rest = text[text.rfind(")") + 2 :].split()
+            states.append(ThreadState(pid=pid, tid=int(tid), name=name, processor=int(rest[36]),
+                                      cpu_s=(int(rest[11]) + int(rest[12])) / ticks))  # fmt: skip
+    return states
+
+
+def core_mhz(cpuinfo_text: str | None = None) -> dict[int, float]:
+    """Each CPU's current clock (MHz) from ``/proc/cpuinfo`` ({} where it says none)."""
+    text = cpuinfo_text if cpuinfo_text is not None else Path("/proc/cpuinfo").read_text()
+    clocks, processor = {}, None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "processor":
+            processor = int(value)
+        elif key.strip() == "cpu MHz" and processor is not None:
+            clocks[processor] = float(value)
+    return clocks
 
 
 def process_cpu_s(pid: int) -> float | None:

@@ -110,14 +110,66 @@ class ChildRun:
     cpu_samples: tuple[tuple[float, float], ...]
 
 
-def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str]) -> ChildRun:
-    """Run ``command`` with its output to ``log``, reading its CPU time while it runs."""
+class ServerWatch:
+    """The server's busy threads while a client runs: the CPU each ran on, its share of it, that CPU's clock.
+
+    Called about once a second; a thread counts as busy in an interval when it used at
+    least 5 % of a core. A slow stretch of the server (``print_speed_map``) can then be
+    laid beside where its threads ran and how fast those cores were clocked.
+    """
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.server_pid = server_pid
+        self.samples: list[dict[str, Any]] = []
+        self._last: tuple[float, dict[int, float]] | None = None
+        self._pids: set[int] = set()
+
+    def __call__(self, now: float) -> None:
+        if self.server_pid is None:
+            return
+        if not self._pids or len(self.samples) % 30 == 0:  # the tree rarely changes: rescan now and then
+            self._pids = parity.process_tree(self.server_pid)
+        states = parity.thread_states(self._pids)
+        clocks = parity.core_mhz()
+        cpu = {t.tid: t.cpu_s for t in states}
+        if self._last is not None:
+            then, before = self._last
+            busy = []
+            for t in states:
+                share = (t.cpu_s - before.get(t.tid, t.cpu_s)) / max(now - then, 1e-6)
+                if share >= 0.05:
+                    busy.append([t.tid, t.name, t.processor, round(share, 3), clocks.get(t.processor)])
+            self.samples.append({"t": round(now, 2), "busy": busy})
+        self._last = (now, cpu)
+
+    def summary(self) -> dict[str, Any]:
+        """The busiest thread: its name, the CPUs it ran on (share of samples each), its median clock."""
+        totals: dict[int, float] = {}
+        for sample in self.samples:
+            for tid, _, _, share, _ in sample["busy"]:
+                totals[tid] = totals.get(tid, 0.0) + share
+        if not totals:
+            return {}
+        top = max(totals, key=totals.__getitem__)
+        seen = [b for sample in self.samples for b in sample["busy"] if b[0] == top]
+        cores: dict[int, int] = {}
+        for b in seen:
+            cores[b[2]] = cores.get(b[2], 0) + 1
+        clocks = [b[4] for b in seen if b[4] is not None]
+        return {"tid": top, "name": seen[0][1], "mean_share": totals[top] / max(len(self.samples), 1),
+                "cores": {str(c): n / len(seen) for c, n in sorted(cores.items())},
+                "median_mhz": statistics.median(clocks) if clocks else None}  # fmt: skip
+
+
+def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str],
+              watch: ServerWatch | None = None) -> ChildRun:  # fmt: skip
+    """Run ``command`` with its output to ``log``, reading its CPU time (and ``watch``, ~1/s) while it runs."""
     began = time.perf_counter()
     samples: list[tuple[float, float]] = []
     with log.open("w") as sink:
         child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
         deadline = time.monotonic() + timeout_s
-        next_sample = 0.0
+        next_sample = next_watch = 0.0
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
             if pid:
@@ -128,6 +180,9 @@ def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, st
                 if cpu is not None:
                     samples.append((now, cpu))
                 next_sample = now + 0.25
+            if watch is not None and now >= next_watch:
+                watch(now)
+                next_watch = now + 1.0
             if time.monotonic() > deadline:
                 child.kill()
                 pid, status, usage = os.wait4(child.pid, 0)
@@ -175,7 +230,8 @@ class Bench:
         host = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
         log = self.workdir / f"{tag}-{side.replace(':', '-')}.log"
-        child = run_child(command, log, self.timeout_s, self.env)
+        watch = ServerWatch(self.server_pid)
+        child = run_child(command, log, self.timeout_s, self.env, watch)
         code, wall, cpu = child.exit_code, child.wall_s, child.cpu_s
         host_after = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None
@@ -187,6 +243,7 @@ class Bench:
             "host_busy_share": (host_after[0] - host[0]) / max(host_after[1] - host[1], 1),
             "load": os.getloadavg()[0], "server": served, "command": command[1:],
             "cpu_samples": [list(s) for s in child.cpu_samples],
+            "server_threads": watch.samples, "server_busiest_thread": watch.summary(),
         }  # fmt: skip
         if code != 0 or not result.exists():
             tail = log.read_text()[-3000:]
@@ -227,7 +284,16 @@ def describe_run(row: dict[str, Any]) -> str:
             f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
             f"e2e {served['e2e_s'] / n * 1000:.1f} ms, decode {served['decode_s'] / n * 1000:.1f} ms each, "
             f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
-            f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores")  # fmt: skip
+            f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}")  # fmt: skip
+
+
+def describe_thread(row: dict[str, Any]) -> str:
+    top = row.get("server_busiest_thread") or {}
+    if not top:
+        return ""
+    cores = ", ".join(f"{c}: {share:.0%}" for c, share in sorted(top["cores"].items(), key=lambda kv: -kv[1])[:4])
+    clock = f", {top['median_mhz']:.0f} MHz" if top.get("median_mhz") else ""
+    return f"; server's busiest thread {top['name']} ({top['mean_share']:.2f} of a core) on CPU {cores}{clock}"
 
 
 def per_measured(row: dict[str, Any], key: str) -> float:

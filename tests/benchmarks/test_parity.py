@@ -269,3 +269,51 @@ def test_pairs_for_interval_matches_the_t_interval(parity) -> None:
         summary = parity.ratio_summary(list(np.exp(logs)))
         assert (summary.low >= 1 / 1.02 and summary.high <= 1.02) is inside
     assert 55 <= pairs <= 65  # (1.96 * 0.077 / log 1.02) ** 2 = 58 by the normal, a little more by t
+
+
+def test_core_mhz_reads_each_processor(parity) -> None:
+    text = "processor\t: 0\ncpu MHz\t\t: 2596.1\n\nprocessor\t: 1\nmodel name\t: x\ncpu MHz\t\t: 3100.5\n"
+    assert parity.core_mhz(text) == {0: 2596.1, 1: 3100.5}
+    assert parity.core_mhz("processor\t: 0\n") == {}
+
+
+def test_server_watch_finds_a_busy_thread_of_a_process_tree(tmp_path) -> None:
+    """A real process tree: a parent that sleeps and a child that spins; the watch names the spinning one."""
+    sys.path.insert(0, str(BENCHMARKS))
+    bench = _load("tps_vs_harness_client")
+    import subprocess
+    import time
+
+    spin = "import time\nend = time.time() + 4\nwhile time.time() < end: pass\n"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"])
+    try:
+        watch = bench.ServerWatch(parent.pid)
+        began = time.perf_counter()
+        time.sleep(0.5)  # the child has started
+        while time.perf_counter() - began < 3.0:
+            watch(time.perf_counter() - began)
+            time.sleep(0.5)
+        top = watch.summary()
+    finally:
+        parent.wait(timeout=30)
+    assert top["name"].startswith("python")
+    assert top["tid"] != parent.pid  # the child's thread, not the sleeping parent's
+    assert 0.5 < top["mean_share"] <= 1.05
+    assert abs(sum(top["cores"].values()) - 1.0) < 1e-9
+    assert all(0 <= int(c) < os.cpu_count() for c in top["cores"])
+    assert "on CPU" in bench.describe_thread({"server_busiest_thread": top})
+    assert bench.ServerWatch(None).summary() == {}
+
+
+def test_hold_server_cpu_list() -> None:
+    hold = _load("hold_server")
+    allowed = sorted(os.sched_getaffinity(0))
+    assert hold.cpu_list(str(allowed[0])) == {allowed[0]}
+    assert hold.cpu_list(f"{allowed[0]}-{allowed[0]}") == {allowed[0]}
+    if len(allowed) > 1 and allowed[1] == allowed[0] + 1:
+        assert hold.cpu_list(f"{allowed[0]}-{allowed[1]}") == {allowed[0], allowed[1]}
+    assert hold.cpu_list(",".join(map(str, allowed))) == set(allowed)
+    for bad in ("x", "1-", "", "3-1", str(max(allowed) + 64)):
+        with pytest.raises(argparse.ArgumentTypeError):
+            hold.cpu_list(bad)
