@@ -24,6 +24,10 @@
 # $PARITY_DIR (default: a gpu_parity folder in the temporary directory); `collect` packs it
 # into $OUT/gpu_parity.tar.gz and copies each part's log (at most 8 files come back).
 #
+# Each part also logs the GPU's SM and memory clocks, load, power, temperature and throttle
+# reasons once a second (nvidia-smi) into gpu.csv beside its runs, whose records carry their
+# unix start and end times.
+#
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
 # PER_REQUEST_PASSES=1, PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
@@ -106,10 +110,18 @@ run_part() {
         "$PYTHON" -c 'import vllm, sys; print("vllm", vllm.__version__, "python", sys.version.split()[0])' 2>&1
         echo "== CPUs: $(nproc) online; SMT siblings: $(cat /sys/devices/system/cpu/cpu*/topology/thread_siblings_list 2>/dev/null | sort -u | tr '\n' ' ')"
         echo "== NUMA: $(lscpu 2>/dev/null | grep -i 'numa node.*cpu' | tr -s ' ' | tr '\n' ';')"
+        # the GPU's clocks, load, power and throttle reasons once a second, beside the runs' unix times
+        local smi_pid=""
+        if command -v nvidia-smi > /dev/null; then
+            nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+                --format=csv -lms 1000 > "$PARITY_DIR/$part/gpu.csv" 2>&1 &
+            smi_pid=$!
+        fi
         "$PYTHON" benchmarks/hold_server.py --manifest "$MANIFEST" --log "$PARITY_DIR/$part/server.log" \
             ${SERVER_CPUS:+--server-cpus "$SERVER_CPUS"} ${CLIENT_CPUS:+--client-cpus "$CLIENT_CPUS"} \
             -- bash "$0" _steps "$part" "${sizes[@]}"
         local code=$?
+        [ -n "$smi_pid" ] && kill "$smi_pid" 2> /dev/null
         echo "== $part ended $(date '+%F %T') with exit code $code"
         echo "$code" > "$PARITY_DIR/$part.done"
     } 2>&1 | tee -a "$PARITY_DIR/$part.log"

@@ -227,6 +227,7 @@ class Bench:
         else:
             command = self.ours_command(result, self.connections[side])
         counters = server_counters(self.base_url)
+        started_at = time.time()
         host = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
         log = self.workdir / f"{tag}-{side.replace(':', '-')}.log"
@@ -238,7 +239,8 @@ class Bench:
         served = parity.counter_delta(counters, server_counters(self.base_url))
         ticks = os.sysconf("SC_CLK_TCK")
         row: dict[str, Any] = {
-            "side": side, "exit_code": code, "process_wall_s": wall, "client_cpu_s": cpu,
+            "side": side, "started_at": started_at, "ended_at": time.time(),
+            "exit_code": code, "process_wall_s": wall, "client_cpu_s": cpu,
             "server_cpu_s": server_cpu, "host_busy_cores": (host_after[0] - host[0]) / ticks / wall,
             "host_busy_share": (host_after[0] - host[0]) / max(host_after[1] - host[1], 1),
             "load": os.getloadavg()[0], "server": served, "command": command[1:],
