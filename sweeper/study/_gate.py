@@ -27,14 +27,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
 
-from evaluators.ppl_uncertainty import PplEstimate, predictive_sd, record_stderr
+from evaluators.ppl_uncertainty import PplEstimate, record_stderr, rerun_spread
 from evaluators.ppl import RecordScore
 from storage import STUDY_ATTR_PREFIX
 from sweeper.errors import StudyError, UserInputError
@@ -56,6 +55,16 @@ PASS_PROBABILITY_KEY = "ppl_pass_probability"
 RERUN_RECORDS_KEY = "ppl_rerun_records"
 # under a relative cap: log(PPL / baseline PPL)'s standard error from the per-record differences
 PAIRED_KEY = "ppl_paired_stderr"
+PAIRED_RECORDS_KEY = "ppl_paired_records"  # the records both scored, that standard error rests on
+
+
+def study_settings(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """sweeper's settings among a study's user attributes, without their prefix."""
+    return {
+        key[len(STUDY_ATTR_PREFIX) :]: value
+        for key, value in attrs.items()
+        if key.startswith(STUDY_ATTR_PREFIX)
+    }
 
 
 class GateError(UserInputError):
@@ -116,7 +125,7 @@ class PplGate:
         if self.confidence is None:
             return text
         rerun = f"{self.rerun_records} new records" if self.rerun_records else "as many new records"
-        return f"{text} at {self.confidence:.0%} confidence on {rerun}"
+        return f"{text} at {100 * self.confidence:g} % confidence on {rerun}"
 
     def to_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {"ppl_cap": self.cap, "ppl_cap_rel": self.cap_rel}
@@ -124,6 +133,14 @@ class PplGate:
             settings["ppl_confidence"] = self.confidence
             settings["ppl_rerun_records"] = self.rerun_records
         return settings
+
+    @classmethod
+    def from_study_attrs(cls, attrs: Mapping[str, Any]) -> PplGate | None:
+        """The gate a study stored in its user attributes (None: none stored yet)."""
+        settings = study_settings(attrs)
+        if settings.get("ppl_cap") is None and settings.get("ppl_cap_rel") is None:
+            return None
+        return cls.from_settings(settings)
 
     @classmethod
     def from_settings(cls, stored: dict[str, Any]) -> PplGate:
@@ -177,18 +194,15 @@ class PplGate:
             )
         rerun = self.rerun_records or records
         estimate = PplEstimate(ppl=ppl, stderr_log_ppl=stderr_log_ppl, records=records)
-        sd = estimate.sd(rerun)
-        paired_used = self.relative and paired is not None
-        if paired_used:
-            sd = predictive_sd(paired[0], paired[1], rerun)
-        elif self.relative and reference is not None and reference.records >= 2:
-            sd = math.hypot(sd, reference.sd(rerun))
-        margin = math.log(cap) - math.log(ppl)
-        probability = (1.0 if margin >= 0 else 0.0) if sd == 0 else _NORMAL.cdf(margin / sd)
+        paired_used = paired if self.relative else None
+        spread = rerun_spread(
+            estimate, rerun, paired=paired_used, reference=reference if self.relative else None
+        )
+        probability = spread.probability_within(math.log(cap) - math.log(ppl))
         if self.confidence is None:
             bound = ppl
         else:
-            bound = math.exp(math.log(ppl) + _NORMAL.inv_cdf(self.confidence) * sd)
+            bound = math.exp(math.log(ppl) + spread.quantile(self.confidence))
         return GateVerdict(
             passes=bound <= cap,
             bound=bound,
@@ -196,7 +210,8 @@ class PplGate:
             stderr_log_ppl=stderr_log_ppl,
             records=records,
             rerun_records=rerun,
-            paired_stderr=paired[0] if paired_used else None,
+            paired_stderr=paired_used[0] if paired_used else None,
+            paired_records=paired_used[1] if paired_used else None,
         )
 
     def cap_for(self, reference_ppl: float | None) -> float | None:
@@ -216,9 +231,6 @@ class PplGate:
         return cls.model_ppl(ppl, cap) - cap
 
 
-_NORMAL = statistics.NormalDist()
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GateVerdict:
     """One trial judged: ``bound`` is the PPL compared with the cap (the point or the upper bound).
@@ -234,6 +246,7 @@ class GateVerdict:
     records: int | None
     rerun_records: int | None
     paired_stderr: float | None = None  # the relative cap judged on the records both scored
+    paired_records: int | None = None  # how many records that was
 
     def extras(self) -> dict[str, Any]:
         """What the trial stores (``sweeper_trials.extras``)."""
@@ -245,7 +258,11 @@ class GateVerdict:
             BOUND_KEY: self.bound,
             PASS_PROBABILITY_KEY: self.pass_probability,
             RERUN_RECORDS_KEY: self.rerun_records,
-            **({} if self.paired_stderr is None else {PAIRED_KEY: self.paired_stderr}),
+            **(
+                {}
+                if self.paired_stderr is None
+                else {PAIRED_KEY: self.paired_stderr, PAIRED_RECORDS_KEY: self.paired_records}
+            ),
         }
 
 
@@ -261,25 +278,47 @@ def measured_uncertainty(
     stderr, records = extras.get(STDERR_KEY), extras.get(RECORDS_KEY)
     if isinstance(stderr, (int, float)) and isinstance(records, int):
         return float(stderr), records
-    scores = list(record_rows(requests).values())
+    scores = _ppl_scores(requests)
     if len(scores) < 2:
         return None, None
     stderr = record_stderr(scores)
     return (stderr, len(scores)) if math.isfinite(stderr) else (None, None)
 
 
-def record_rows(requests: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]:
-    """A measurement's per-record PPL rows (``kind: ppl``) by record id; empty when unusable."""
-    scores: dict[str, RecordScore] = {}
+def _ppl_scores(requests: Sequence[Mapping[str, Any]]) -> list[RecordScore]:
+    """A measurement's per-record PPL rows (``kind: ppl``) in order; empty when unusable."""
+    scores = []
     for row in requests:
         if row.get("kind") != "ppl":
             continue
         nll, tokens = row.get("nll"), row.get("tokens")
         if not isinstance(tokens, int) or tokens <= 0:
-            return {}
-        key = str(row.get("id"))
-        scores[key] = RecordScore(id=key, nll=math.inf if nll is None else float(nll), tokens=tokens)
+            return []
+        ident = row.get("id")
+        scores.append(RecordScore(
+            id="" if ident is None else str(ident),
+            nll=math.inf if nll is None else float(nll),
+            tokens=tokens,
+        ))  # fmt: skip
     return scores
+
+
+def record_rows(requests: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]:
+    """A measurement's per-record PPL rows by record id, to pair with another measurement's.
+
+    Empty when unusable for pairing: a row without an id, or an id twice (records
+    cannot be matched then; ``measured_uncertainty`` still uses the rows).
+    """
+    scores = _ppl_scores(requests)
+    by_id = {s.id: s for s in scores}
+    if any(not s.id for s in scores) or len(by_id) < len(scores):
+        if scores:
+            logger.warning(
+                "per-record PPL rows without ids or with an id twice: they cannot be paired "
+                "with the baseline's"
+            )
+        return {}
+    return by_id
 
 
 def paired_stderr(
@@ -425,6 +464,10 @@ class PplStatement:
     rerun_records: int | None
     pass_probability: float | None
     paired: bool = False
+    # under a relative cap judged on common records: the interval of the PPL against the
+    # baseline on those records, the one ``within_noise`` tests (None: ``low``-``high``)
+    noise_low: float | None = None
+    noise_high: float | None = None
 
     @property
     def known(self) -> bool:
@@ -433,8 +476,15 @@ class PplStatement:
 
     @property
     def within_noise(self) -> bool:
-        """Is the cap inside the interval: can the records not tell whether the PPL is under it?"""
-        return self.known and self.cap is not None and self.low <= self.cap <= self.high
+        """Is the cap inside the interval: can the records not tell whether the PPL is under it?
+
+        Under a relative cap judged on common records, the interval is the paired one: the
+        baseline's own PPL, which moves with the same records, leaves it."""
+        if not self.known or self.cap is None:
+            return False
+        if self.noise_low is not None and self.noise_high is not None:
+            return self.noise_low < self.cap < self.noise_high
+        return self.low <= self.cap <= self.high
 
     def interval_text(self) -> str:
         """``95 % interval 2.3800-2.4200 over 32 records`` (or why there is none)."""
@@ -525,11 +575,13 @@ def ppl_statement(
             **empty, records=None, low=None, high=None, baseline_noise=False,
             rerun_records=None, pass_probability=None,
         )  # fmt: skip
-    half = _NORMAL.inv_cdf(0.5 + level / 2) * estimate.stderr_log_ppl
-    low, high = estimate.ppl * math.exp(-half), estimate.ppl * math.exp(half)
+    low, high = estimate.interval(level)
     stored_p, stored_k = extras.get(PASS_PROBABILITY_KEY), extras.get(RERUN_RECORDS_KEY)
-    paired = extras.get(PAIRED_KEY) if reference is not None else None
-    paired = float(paired) if isinstance(paired, (int, float)) and math.isfinite(paired) else None
+    paired = _stored_paired(extras, estimate.records) if reference is not None else None
+    noise_low = noise_high = None
+    if paired is not None:  # the interval the cap is judged in: the paired one, against the baseline
+        half = rerun_spread(estimate, None, paired=paired).quantile(0.5 + level / 2)
+        noise_low, noise_high = estimate.ppl * math.exp(-half), estimate.ppl * math.exp(half)
     if (
         isinstance(stored_p, (int, float))
         and isinstance(stored_k, int)
@@ -540,14 +592,18 @@ def ppl_statement(
         probability, rerun = None, None
     else:
         rerun = new_records or settings.get("ppl_rerun_records") or estimate.records
-        sd = estimate.sd(rerun)
-        if paired is not None:
-            sd = predictive_sd(paired, estimate.records, rerun)
-        elif reference is not None:
-            sd = math.hypot(sd, reference.sd(rerun))
-        margin = math.log(cap) - math.log(estimate.ppl)
-        probability = (1.0 if margin >= 0 else 0.0) if sd == 0 else _NORMAL.cdf(margin / sd)
+        spread = rerun_spread(estimate, rerun, paired=paired, reference=reference)
+        probability = spread.probability_within(math.log(cap) - math.log(estimate.ppl))
     return PplStatement(
         **empty, records=estimate.records, low=low, high=high, baseline_noise=reference is not None,
         rerun_records=rerun, pass_probability=probability, paired=paired is not None,
+        noise_low=noise_low, noise_high=noise_high,
     )  # fmt: skip
+
+
+def _stored_paired(extras: Mapping[str, Any], records: int) -> tuple[float, int] | None:
+    """The paired standard error a trial was judged on and its records (older trials: their own)."""
+    stderr, common = extras.get(PAIRED_KEY), extras.get(PAIRED_RECORDS_KEY)
+    if not isinstance(stderr, (int, float)) or not math.isfinite(stderr) or stderr < 0:
+        return None
+    return float(stderr), common if isinstance(common, int) and common >= 2 else records

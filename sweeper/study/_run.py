@@ -54,7 +54,7 @@ from sweeper.study._confirm import (
     is_confirmation,
     standing,
 )
-from sweeper.study._gate import PplGate, reference_ppl
+from sweeper.study._gate import PplGate, reference_ppl, study_settings
 from sweeper.study._evaluator import TrialEvent
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
 from sweeper.study._sampling import make_sampler
@@ -268,17 +268,14 @@ class Sweep:
 
     def _check_resumed(self, study: optuna.Study) -> PplGate:
         opts = self.options
-        stored = {
-            key[len(STUDY_ATTR_PREFIX) :]: value
-            for key, value in study.user_attrs.items()
-            if key.startswith(STUDY_ATTR_PREFIX)
-        }
+        stored = study_settings(study.user_attrs)
         if stored.get("mode", opts.mode) != opts.mode:
             raise StudyError(
                 f"study {opts.study_name!r} runs in mode {stored['mode']!r}, not {opts.mode!r}: "
                 f"use the same mode or another study name"
             )
-        if stored.get("ppl_cap") is None and stored.get("ppl_cap_rel") is None:
+        stored_gate = PplGate.from_study_attrs(study.user_attrs)
+        if stored_gate is None:
             # created by a run that died before writing its settings
             if opts.gate is None:
                 raise StudyError(f"study {opts.study_name!r} has no gate stored: give a PPL cap")
@@ -286,7 +283,6 @@ class Sweep:
                 study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
             study.set_user_attr(ENQUEUED_ATTR, True)
             return opts.gate
-        stored_gate = PplGate.from_settings(stored)
         if opts.gate is not None and opts.gate != stored_gate:
             raise StudyError(
                 f"study {opts.study_name!r} was started with the gate {stored_gate.describe()}, "

@@ -27,7 +27,7 @@ import optuna
 
 from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
-from sweeper.errors import MeasurementError, ServerError, StudyError, SweeperError
+from sweeper.errors import MeasurementError, ServerError, StorageError, StudyError, SweeperError
 from sweeper.serving import FailureKind, classify
 from sweeper.versions import software_versions
 from sweeper.study._confirm import Standing, is_confirmation, standing
@@ -50,6 +50,8 @@ from sweeper.study._options import StudyOptions
 from sweeper.study._watchdog import TrialTimedOut, TrialWatchdog
 
 logger = logging.getLogger(__name__)
+# how long a trial waits for the baseline's per-record PPL rows to pair its own with
+PAIRING_WAIT_S = 30.0
 
 REFUSED = FailureKind.REFUSED.value
 REFUSED_ATTR = "sweeper:refused"
@@ -194,15 +196,44 @@ class TrialRunner:
     def _paired_with_reference(
         self, number: int, rows: Sequence[Mapping[str, Any]]
     ) -> tuple[float, int] | None:
-        """log(PPL / baseline PPL)'s standard error from the two trials' per-record rows."""
+        """log(PPL / baseline PPL)'s standard error from the two trials' per-record rows.
+
+        The baseline sets the reference PPL before its own record is stored, so another
+        worker may get here first: it waits up to ``PAIRING_WAIT_S`` for the baseline's
+        rows. Without them (or without common records) the gate adds the two standard
+        errors in quadrature, and says so.
+        """
         reference = reference_trial(self.study)
         if reference is None:
             return None
-        if reference == number:
-            baseline_rows = rows
-        else:
-            baseline_rows = self.store.record(self.study.study_name, reference, details=True).requests
-        return paired_stderr(record_rows(rows), record_rows(baseline_rows))
+        own = record_rows(rows)
+        if not own:  # no per-record rows of its own: nothing to pair (the gate says why)
+            return None
+        baseline_rows = rows if reference == number else self._baseline_ppl_rows(reference)
+        paired = paired_stderr(own, record_rows(baseline_rows))
+        if paired is None:
+            logger.warning(
+                "trial %d: no per-record PPL rows in common with the baseline (trial %d): the "
+                "relative cap adds the two standard errors in quadrature",
+                number,
+                reference,
+            )
+        return paired
+
+    def _baseline_ppl_rows(self, reference: int) -> Sequence[Mapping[str, Any]]:
+        deadline = time.monotonic() + PAIRING_WAIT_S
+        while True:
+            try:
+                record = self.store.record(self.study.study_name, reference, details=True)
+            except StorageError:  # not recorded yet
+                record = None
+            if record is not None and (
+                record.state != "running" or any(r.get("kind") == "ppl" for r in record.requests)
+            ):
+                return record.requests
+            if time.monotonic() >= deadline or self.stop_event.is_set():
+                return record.requests if record is not None else []
+            time.sleep(1.0)
 
     def _cap(
         self,

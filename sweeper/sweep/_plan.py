@@ -42,6 +42,7 @@ from sweeper.study import (
     StudyRecipe,
     StudyResult,
     TrialEvent,
+    existing_study_attrs,
     default_space_for,
     parse_duration,
     plan_from_manifest,
@@ -356,20 +357,8 @@ def gate_settings(
 
 def stored_gate(url: str, study_name: str) -> PplGate | None:
     """The gate a study stored (None: no such study, or none stored yet). Creates no file."""
-    from storage import STUDY_ATTR_PREFIX
-    from sweeper.study._recipe import existing_study_attrs
-
     attrs = existing_study_attrs(url, study_name)
-    if attrs is None:
-        return None
-    settings = {
-        key[len(STUDY_ATTR_PREFIX) :]: value
-        for key, value in attrs.items()
-        if key.startswith(STUDY_ATTR_PREFIX)
-    }
-    if settings.get("ppl_cap") is None and settings.get("ppl_cap_rel") is None:
-        return None
-    return PplGate.from_settings(settings)
+    return None if attrs is None else PplGate.from_study_attrs(attrs)
 
 
 def _number(value: object) -> bool:

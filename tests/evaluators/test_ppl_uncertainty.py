@@ -7,6 +7,7 @@ import random
 import statistics
 
 import pytest
+from scipy import stats
 
 from evaluators import (
     PplEstimate,
@@ -57,11 +58,13 @@ def test_pass_probability_values():
     # at the cap one half; the new set's scatter adds sqrt(1 + m/k)
     assert pass_probability(2.42, 0.01, 32, 2.42, 16) == pytest.approx(0.5)
     sd = 0.01 * math.sqrt(1 + 32 / 16)
-    expected = statistics.NormalDist().cdf(math.log(2.42 / 2.401) / sd)
+    # Student's t on the 32 records' 31 degrees of freedom
+    expected = stats.t.cdf(math.log(2.42 / 2.401) / sd, 31)
     assert pass_probability(2.401, 0.01, 32, 2.42, 16) == pytest.approx(expected)
     assert pass_probability(2.401, 0.01, 32, 2.42) == pytest.approx(
-        statistics.NormalDist().cdf(math.log(2.42 / 2.401) / 0.01)
+        stats.t.cdf(math.log(2.42 / 2.401) / 0.01, 31)
     )
+    assert expected < statistics.NormalDist().cdf(math.log(2.42 / 2.401) / sd)  # t is the more cautious
     assert pass_probability(math.inf, 0.01, 32, 2.42, 16) == 0.0
     assert pass_probability(2.40, 0.0, 32, 2.42, 16) == 1.0
     assert pass_probability(2.44, 0.0, 32, 2.42, 16) == 0.0
@@ -98,13 +101,15 @@ def test_the_bound_covers_held_out_records_at_its_level(demo_scores, confidence)
     tuning records' upper bound for 16 new records holds on the held-out ones as
     often as its level says (binomial SD at 3000 splits: under 0.8 %)."""
     rng = random.Random(18)
-    z = statistics.NormalDist().inv_cdf(confidence)
     held = 0
     splits = 3000
     for _ in range(splits):
         order = rng.sample(demo_scores, len(demo_scores))
         tuning, heldout = order[:32], order[32:]
         estimate = PplEstimate.from_scores(tuning)
-        bound = estimate.ppl * math.exp(z * estimate.sd(len(heldout)))
+        bound = estimate.upper(confidence, len(heldout))
+        assert bound == pytest.approx(
+            estimate.ppl * math.exp(stats.t.ppf(confidence, 31) * estimate.sd(len(heldout)))
+        )
         held += PplEstimate.from_scores(heldout).ppl <= bound
     assert held / splits == pytest.approx(confidence, abs=0.035)

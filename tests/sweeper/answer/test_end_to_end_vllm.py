@@ -73,14 +73,17 @@ def expected_statement(ppl, se, m, cap, k, reference, paired_se=None) -> dict[st
     """The 95 % interval of the PPL, and the chance that k new records stay under the cap:
     with ``paired_se`` (the standard error of log(PPL / baseline PPL) from the per-record
     differences, as the gate judges a trial under a relative cap) on it alone, else with
-    the baseline's (se, m) noise added (a held-out figure, scored apart from the baseline)."""
-    z = stats.norm.ppf(0.975)
+    the baseline's (se, m) noise added (a held-out figure, scored apart from the baseline).
+    Student's t on the records' degrees of freedom (the fewer of the two in quadrature; the
+    paired figure rests on the m records both scored)."""
+    z = stats.t.ppf(0.975, m - 1)
     if paired_se is not None:
-        sd = paired_se * math.sqrt(1 + m / k)
+        sd, df = paired_se * math.sqrt(1 + m / k), m - 1
     else:
         sd = math.hypot(se * math.sqrt(1 + m / k), reference[0] * math.sqrt(1 + reference[1] / k))
+        df = min(m, reference[1]) - 1
     margin = math.log(cap / ppl)
-    p = (1.0 if margin >= 0 else 0.0) if sd == 0 else stats.norm.cdf(margin / sd)
+    p = (1.0 if margin >= 0 else 0.0) if sd == 0 else stats.t.cdf(margin / sd, df)
     return {"ppl": ppl, "low": ppl * math.exp(-z * se), "high": ppl * math.exp(z * se), "m": m, "k": k,
             "cap": cap, "p": p}  # fmt: skip
 

@@ -230,8 +230,9 @@ def test_a_held_out_ppl_within_the_noise_of_the_cap_is_flagged_even_when_it_pass
     assert verification.verified  # 2.281 is under the cap 2.30 ...
     se = spread * math.sqrt(m / (m - 1)) / math.sqrt(m)  # sqrt(sum r^2 / (m - 1) / m) / mean tokens
     ppl, cap = verification.max_ppl, synthetic.CAP
-    low, high = ppl * math.exp(-stats.norm.ppf(0.975) * se), ppl * math.exp(stats.norm.ppf(0.975) * se)
-    chance = stats.norm.cdf(math.log(cap / ppl) / (se * math.sqrt(2)))  # on as many (8) new records
+    t = stats.t.ppf(0.975, m - 1)  # Student's t on the records' degrees of freedom
+    low, high = ppl * math.exp(-t * se), ppl * math.exp(t * se)
+    chance = stats.t.cdf(math.log(cap / ppl) / (se * math.sqrt(2)), m - 1)  # on as many (8) new records
     statement = result.heldout_ppl(verification)
     assert (statement.low, statement.high) == pytest.approx((low, high), rel=1e-9)
     assert statement.pass_probability == pytest.approx(chance, rel=1e-9)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 import sweeper
 from storage import TrialStore
@@ -51,7 +52,7 @@ def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Pa
     point = _run(tmp_path, "point")
     sure = _run(tmp_path, "sure", ppl_confidence=0.9)
     assert point.best.params["w"] == 5  # PPL 1.2000: at the cap exactly
-    z = statistics.NormalDist().inv_cdf(0.9)
+    z = stats.t.ppf(0.9, 64 - 1)  # Student's t on the 64 records' degrees of freedom
     sd = STDERR * math.sqrt(2.0)  # 64 measured, as many new records
     passes = [w for w in range(1, 17) if toy.ppl({"w": w}) * math.exp(z * sd) <= toy.CAP]
     assert sure.best.params["w"] == min(passes) == 6
@@ -62,7 +63,7 @@ def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Pa
         bound = record.extras[BOUND_KEY]
         assert bound == pytest.approx(record.ppl * math.exp(z * sd))
         assert record.feasible == (bound <= toy.CAP)
-        probability = statistics.NormalDist().cdf(math.log(toy.CAP / record.ppl) / sd)
+        probability = stats.t.cdf(math.log(toy.CAP / record.ppl) / sd, 64 - 1)
         assert record.extras[PASS_PROBABILITY_KEY] == pytest.approx(probability)
         assert trial_pass_probability(record.ppl, record.extras, toy.CAP, 64) == pytest.approx(
             probability
@@ -77,7 +78,7 @@ def test_a_resumed_study_keeps_its_confidence(tmp_path: Path) -> None:
     _run(tmp_path, "again", ppl_confidence=0.9)
     resumed = _run(tmp_path, "again", ppl_confidence=0.9)  # the same gate: resumes
     assert resumed.trials_run == 0  # its 12 trials were run already
-    with pytest.raises(sweeper.errors.StudyError, match="90% confidence"):
+    with pytest.raises(sweeper.errors.StudyError, match="90 % confidence"):
         _run(tmp_path, "again")
 
 
@@ -86,7 +87,7 @@ def test_the_relative_cap_adds_the_baselines_uncertainty() -> None:
     base = sweeper.study._gate.PplEstimate(ppl=2.30, stderr_log_ppl=0.01, records=64)
     alone = gate.judge(2.40, 2.415, stderr_log_ppl=0.01, records=64)
     both = gate.judge(2.40, 2.415, stderr_log_ppl=0.01, records=64, reference=base)
-    z = statistics.NormalDist().inv_cdf(0.9)
+    z = stats.t.ppf(0.9, 64 - 1)
     assert alone.bound == pytest.approx(2.40 * math.exp(z * 0.01 * math.sqrt(2)))
     assert both.bound == pytest.approx(2.40 * math.exp(z * 0.01 * 2.0))
     assert both.pass_probability < alone.pass_probability

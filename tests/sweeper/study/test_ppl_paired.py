@@ -17,11 +17,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 import sweeper
+from evaluators.ppl_uncertainty import PplEstimate
 from storage import TrialStore
-from sweeper.study import Measurement, PplGate
-from sweeper.study._gate import BOUND_KEY, paired_stderr, record_rows
+from sweeper.study import Measurement, PplGate, ppl_statement
+from sweeper.study._gate import (
+    BOUND_KEY,
+    PAIRED_RECORDS_KEY,
+    measured_uncertainty,
+    paired_stderr,
+    record_rows,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import toy  # noqa: E402
@@ -64,7 +72,7 @@ def test_the_paired_bound_replaces_the_quadrature_one() -> None:
     paired = gate.judge(
         2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.001, RECORDS)
     )
-    z = statistics.NormalDist().inv_cdf(CONFIDENCE)
+    z = stats.t.ppf(CONFIDENCE, RECORDS - 1)  # Student's t on the records' degrees of freedom
     # on as many fresh records as measured: the predictive SD is sqrt(2) times the SE
     assert paired.bound == pytest.approx(2.40 * math.exp(z * 0.001 * math.sqrt(2)))
     assert quadrature.bound == pytest.approx(2.40 * math.exp(z * math.hypot(0.03, 0.03) * math.sqrt(2)))
@@ -98,7 +106,7 @@ def test_a_relative_confidence_gate_on_shared_records_passes_what_has_margin(tmp
     )  # fmt: skip
     records = [r for r in TrialStore(storage).records("paired", details=True) if r.state == "complete"]
     assert {9, 8, 16} <= {r.params["w"] for r in records}
-    z = statistics.NormalDist().inv_cdf(CONFIDENCE)
+    z = stats.t.ppf(CONFIDENCE, RECORDS - 1)
     baseline = next(r for r in records if r.params == {"w": 16, "k": 1})
     base_nll = {row["id"]: row["nll"] / TOKENS for row in baseline.requests if row.get("kind") == "ppl"}
     for record in records:
@@ -112,3 +120,59 @@ def test_a_relative_confidence_gate_on_shared_records_passes_what_has_margin(tmp
     own_se = statistics.stdev(base_nll.values()) / math.sqrt(RECORDS)
     quadrature_bound = baseline.ppl * math.exp(z * own_se * math.sqrt(2) * math.sqrt(2))
     assert quadrature_bound > CAP_REL * baseline.ppl
+
+
+def test_rows_without_ids_keep_their_standard_error_but_cannot_be_paired(caplog) -> None:
+    rng = random.Random(4)
+    values = [2.0 + rng.gauss(0, SHARED_SD) for _ in range(RECORDS)]
+    anonymous = [{k: v for k, v in row.items() if k != "id"} for row in _rows(values)]
+    stderr, records = measured_uncertainty({}, anonymous)
+    assert records == RECORDS
+    assert stderr == pytest.approx(statistics.stdev(values) / math.sqrt(RECORDS))  # equal tokens
+    with caplog.at_level("WARNING"):
+        assert record_rows(anonymous) == {}
+    assert "cannot be paired" in caplog.text
+    twice = _rows(values)
+    twice[1]["id"] = twice[0]["id"]
+    assert record_rows(twice) == {} and measured_uncertainty({}, twice)[1] == RECORDS
+
+
+def test_the_paired_interval_decides_within_noise_and_its_records_are_stored() -> None:
+    gate = PplGate(cap_rel=CAP_REL, confidence=CONFIDENCE)
+    base = PplEstimate(ppl=2.30, stderr_log_ppl=0.03, records=RECORDS)
+    settings = {"ppl_cap_rel": CAP_REL, "reference_ppl": 2.30, "reference_stderr_log_ppl": 0.03,
+                "reference_ppl_records": RECORDS, "ppl_confidence": CONFIDENCE}  # fmt: skip
+    cap = CAP_REL * 2.30
+    # the baseline judged against itself: its own interval holds the cap, the paired one is a point
+    itself = gate.judge(2.30, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.0, RECORDS))
+    assert itself.extras()[PAIRED_RECORDS_KEY] == RECORDS
+    shown = ppl_statement(2.30, itself.extras(), cap, settings)
+    assert shown.low < cap < shown.high  # 2.30 x exp(+-t 0.03): the records' own noise
+    assert not shown.within_noise and shown.pass_probability == 1.0
+    # a trial near the cap, paired on 20 of the records: its figures rest on those 20
+    near = gate.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.004, 20))
+    assert near.extras()[PAIRED_RECORDS_KEY] == 20
+    half = stats.t.ppf(0.975, 20 - 1) * 0.004
+    assert 2.40 * math.exp(-half) < cap < 2.40 * math.exp(half)
+    stored = ppl_statement(2.40, near.extras(), cap, settings)
+    assert stored.within_noise
+    assert (stored.noise_low, stored.noise_high) == pytest.approx((2.40 * math.exp(-half), 2.40 * math.exp(half)))
+    # recomputed (another re-run size) the same way the gate computed it: t on 19 df
+    again = ppl_statement(2.40, near.extras(), cap, settings, new_records=10)
+    sd = 0.004 * math.sqrt(1 + 20 / 10)
+    assert again.pass_probability == pytest.approx(stats.t.cdf(math.log(cap / 2.40) / sd, 19), rel=1e-9)
+    # a trial judged before the records were stored: the trial's own records stand in
+    older = {k: v for k, v in near.extras().items() if k != PAIRED_RECORDS_KEY}
+    sd_old = 0.004 * math.sqrt(1 + RECORDS / 10)
+    assert ppl_statement(2.40, older, cap, settings, new_records=10).pass_probability == pytest.approx(
+        stats.t.cdf(math.log(cap / 2.40) / sd_old, RECORDS - 1), rel=1e-9
+    )
+
+
+def test_the_gate_describes_its_level_without_rounding() -> None:
+    assert PplGate(cap=2.42, confidence=0.995).describe() == (
+        "PPL <= 2.42 at 99.5 % confidence on as many new records"
+    )
+    assert PplGate(cap_rel=1.05, confidence=0.9, rerun_records=16).describe() == (
+        "PPL <= 1.05 x baseline PPL at 90 % confidence on 16 new records"
+    )

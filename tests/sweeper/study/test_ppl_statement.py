@@ -1,7 +1,7 @@
 """A PPL as the user reads it (``ppl_statement``): its interval and the chance a re-run passes.
 
 The figures are checked against the formulas written out here with scipy (an independent
-computation of the normal quantiles and tail), for a trial's stored gate figures, for a
+computation of Student's t quantiles and tail, on the records' degrees of freedom), for a trial's stored gate figures, for a
 verification repeat's (which stores only its standard error) and under a relative cap
 (the baseline's record noise added in quadrature, as the gate judges).
 """
@@ -18,11 +18,12 @@ from sweeper.study import PplGate, ppl_statement, probability_text
 
 
 def expected(ppl: float, se: float, m: int, cap: float, k: int, reference: tuple[float, int] | None = None):
-    z = stats.norm.ppf(0.975)
-    sd = se * math.sqrt(1 + m / k)
+    t = stats.t.ppf(0.975, m - 1)
+    sd, df = se * math.sqrt(1 + m / k), m - 1
     if reference is not None:
         sd = math.hypot(sd, reference[0] * math.sqrt(1 + reference[1] / k))
-    return ppl * math.exp(-z * se), ppl * math.exp(z * se), stats.norm.cdf(math.log(cap / ppl) / sd)
+        df = min(m, reference[1]) - 1
+    return ppl * math.exp(-t * se), ppl * math.exp(t * se), stats.t.cdf(math.log(cap / ppl) / sd, df)
 
 
 def test_a_repeat_with_its_standard_error_gets_the_interval_and_the_chance_on_the_records_scored() -> None:

@@ -228,7 +228,7 @@ def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthe
     assert gate(ppl_cap=2.42) == (0.95, 64)
     assert gate(ppl_cap=2.42, ppl_confidence="0.95", ppl_rerun_records=64) == (0.95, 64)
     started = (
-        f"study {first.study_name!r} was started with the gate PPL <= 2.42 at 95% confidence on 64 "
+        f"study {first.study_name!r} was started with the gate PPL <= 2.42 at 95 % confidence on 64 "
         "new records: resume it without the option (it keeps its own), or start another study with "
         "--study NAME"
     )
@@ -260,7 +260,7 @@ def test_run_refuses_another_confidence_on_resume_in_one_line(monkeypatch, capsy
     code, out, err = sweeper(monkeypatch, capsys, *args, "--ppl-confidence", "0.95")
     assert (code, out) == (2, "")
     assert err == (
-        "error: --ppl-confidence 0.95: study 'mine' was started with the gate PPL <= 2.42 at 90% "
+        "error: --ppl-confidence 0.95: study 'mine' was started with the gate PPL <= 2.42 at 90 % "
         "confidence on 16 new records: resume it without the option (it keeps its own), or start "
         "another study with --study NAME\n"
     )

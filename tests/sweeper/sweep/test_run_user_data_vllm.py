@@ -47,7 +47,7 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
     lines = done.stderr.splitlines()
     assert any(line.startswith("trial 1 of 1, 0 to go after it: #0 ") for line in lines), done.stderr[-3000:]
     assert "trials: 1 of 1 done, 0 to go" in lines
-    assert "gate: PPL <= 3 at 90% confidence on 4 new records" in lines  # 4: what verify scores
+    assert "gate: PPL <= 3 at 90 % confidence on 4 new records" in lines  # 4: what verify scores
 
     status = study_status(url, "mine")
     recipe = recipe_from_settings(status.settings)
@@ -67,7 +67,7 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
     nll, tokens = [r["nll"] for r in rows], [r["tokens"] for r in rows]
     m, mean = len(rows), sum(nll) / sum(tokens)
     se = math.sqrt(sum((n - mean * t) ** 2 for n, t in zip(nll, tokens)) / (m - 1) / m) / (sum(tokens) / m)
-    bound = math.exp(mean + stats.norm.ppf(0.9) * se * math.sqrt(1 + m / 4))
+    bound = math.exp(mean + stats.t.ppf(0.9, m - 1) * se * math.sqrt(1 + m / 4))  # t on m - 1 df
     assert m == 4 and trial.extras["ppl_bound"] == pytest.approx(bound, rel=1e-9)
     assert trial.feasible == (bound <= CAP)
     (verification,) = status.verifications.values()
@@ -86,8 +86,8 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
     # nothing is measured again; exit code 1 when the stored verdict failed (2 x 16 tokens is
     # a noisy TPS figure: the verdict is not this test's subject)
     assert shown.exit_code == (0 if verification.verified else 1), shown.output
-    z = stats.norm.ppf(0.975)
-    chance = stats.norm.cdf(math.log(CAP / first.ppl) / (held_se * math.sqrt(2)))
+    z = stats.t.ppf(0.975, held_m - 1)
+    chance = stats.t.cdf(math.log(CAP / first.ppl) / (held_se * math.sqrt(2)), held_m - 1)
     line = next(line for line in shown.output.splitlines() if "held-out PPL" in line)
     assert line.startswith(
         f"  trial #{trial.number}: held-out PPL {first.ppl:.4f} (95 % interval "
@@ -101,7 +101,7 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
                              text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.splitlines()[-1] == (
-        "error: --ppl-confidence 0.95: study 'mine' was started with the gate PPL <= 3 at 90% "
+        "error: --ppl-confidence 0.95: study 'mine' was started with the gate PPL <= 3 at 90 % "
         "confidence on 4 new records: resume it without the option (it keeps its own), or start "
         "another study with --study NAME"
     )
