@@ -45,11 +45,12 @@ def make_client(
     ``keep_alive`` False: no idle connection is kept, so every request opens
     a connection of its own and it is closed once the answer is read.
     """
+    options: dict[str, Any] = {} if keep_alive else {"limits": httpx.Limits(max_keepalive_connections=0)}
     return httpx.Client(
         base_url=base_url.rstrip("/"),
         timeout=httpx.Timeout(timeout_s, connect=10.0),
         headers={"Content-Type": "application/json"},
-        limits=httpx.Limits() if keep_alive else httpx.Limits(max_keepalive_connections=0),
+        **options,  # keep-alive: httpx's own limits
     )
 
 

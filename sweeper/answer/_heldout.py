@@ -134,6 +134,7 @@ def heldout_settings(
         keep_port=recipe.keep_port,
         ready_timeout_s=recipe.ready_timeout_s or EvalSettings.ready_timeout_s,
         tps=TpsSettings(
+            connection=recipe.connection,  # as the study measured it
             num_prompts=recipe.num_prompts or defaults.num_prompts,
             output_len=recipe.output_len or defaults.output_len,
             warmup_requests=(

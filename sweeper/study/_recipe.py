@@ -23,6 +23,8 @@ from sweeper.errors import StorageError, UserInputError
 from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)
+# measure_tps's protocol before 2026-12-02, so that of every study stored without one
+LEGACY_CONNECTION = "keep-alive"
 
 RECIPE_ATTR = f"{STUDY_ATTR_PREFIX}recipe"
 RECIPE_KEY = "recipe"  # the same attribute as StudyStatus.settings shows it (prefix removed)
@@ -45,7 +47,10 @@ class StudyRecipe:
     ``data_counts``: how many prompts / PPL records each part held
     (``prompts``, ``ppl_records``, ``heldout_prompts``, ``heldout_ppl_records``).
     ``server_python``, ``keep_port``, ``ready_timeout_s``: how the servers were
-    started, so that verification starts them the same way.
+    started, so that verification starts them the same way. ``tps_connection``:
+    ``measure_tps``'s connection protocol (``TpsSettings.connection``); a recipe
+    stored before it was recorded measured on one keep-alive connection
+    (``connection`` says so).
     """
 
     base_manifest: str | None = None
@@ -65,6 +70,12 @@ class StudyRecipe:
     ready_timeout_s: float | None = None
     server_python: str | None = None
     keep_port: bool = False
+    tps_connection: str | None = None
+
+    @property
+    def connection(self) -> str:
+        """The protocol the study's TPS was measured with (older recipes: keep-alive)."""
+        return self.tps_connection or LEGACY_CONNECTION
 
     def __post_init__(self) -> None:
         for name in ("num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records",
@@ -161,6 +172,7 @@ class StudyRecipe:
             ready_timeout_s=float(settings.ready_timeout_s),
             server_python=server_python,
             keep_port=bool(getattr(settings, "keep_port", False)),
+            tps_connection=tps.connection if tps else None,
         )
 
     def replace(self, **changes: Any) -> StudyRecipe:
@@ -207,7 +219,7 @@ def save_recipe(url: str | None, study_name: str, recipe: StudyRecipe) -> None:
 # what makes two trials' numbers comparable: a study resumed with other values would mix them
 MEASURING_FIELDS = (
     "prompts", "ppl_data", "heldout_prompts", "heldout_ppl_data", "heldout_fraction", "split_seed",
-    "num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records",
+    "num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records", "tps_connection",
 )  # fmt: skip
 
 

@@ -552,7 +552,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
         _check_port_free(manifest, manifest_path)
     study_name = plan.resolved_study_name(manifest, space)
     run_dir = Path(plan.run_dir) / study_name
-    settings = eval_settings(plan, run_dir, data, manifest)
+    settings = _with_stored_connection(eval_settings(plan, run_dir, data, manifest), plan, study_name)
     tuning = load_eval_data(manifest, settings)  # DataError before any server time is spent
     recipe = StudyRecipe.from_eval_settings(
         manifest_path,
@@ -607,6 +607,24 @@ def _check_heldout(manifest: Manifest, recipe: StudyRecipe) -> EvalData:
     from sweeper.answer import heldout_data, heldout_settings
 
     return load_eval_data(manifest, heldout_settings(recipe, heldout_data(recipe)))
+
+
+def _with_stored_connection(settings: EvalSettings, plan: RunPlan, study_name: str) -> EvalSettings:
+    """A resumed study measures TPS with the connection protocol it was measured with."""
+    stored = stored_recipe(plan.storage, study_name)
+    if stored is None or stored.connection == settings.tps.connection:
+        return settings
+    logger.info(
+        "study %s measured TPS with the %r connection protocol: its new trials do too",
+        study_name,
+        stored.connection,
+    )
+    connection = {"connection": stored.connection}
+    return dataclasses.replace(
+        settings,
+        tps=dataclasses.replace(settings.tps, **connection),
+        screen=None if settings.screen is None else dataclasses.replace(settings.screen, **connection),
+    )
 
 
 def _check_resume(url: str, study_name: str, recipe: StudyRecipe) -> None:

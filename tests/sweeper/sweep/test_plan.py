@@ -189,6 +189,27 @@ def test_a_study_resumed_with_other_sizes_or_data_is_refused(synthetic, user_set
     )
 
 
+def test_a_resumed_study_measures_tps_with_its_own_connection_protocol(synthetic, user_setup, tmp_path) -> None:
+    """A new study records the default (a connection per request, as the harness's client);
+    one stored before the protocol was recorded measured on one keep-alive connection, and
+    its new trials and its verification do the same."""
+    from sweeper.answer import heldout_data, heldout_settings
+    from sweeper.study import StudyRecipe
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.25)
+    prepared = prepare(plan)
+    assert prepared.recipe.tps_connection == "harness" == prepared.evaluator.settings.tps.connection
+    older = StudyRecipe.from_attr({k: v for k, v in prepared.recipe.to_attr().items() if k != "tps_connection"})
+    assert older.tps_connection is None and older.connection == "keep-alive"
+    _synthetic_study(synthetic, url, prepared.study_name, older)
+    resumed = prepare(plan)
+    assert resumed.evaluator.settings.tps.connection == "keep-alive"
+    assert resumed.recipe.tps_connection == "keep-alive"
+    assert heldout_settings(older, heldout_data(older)).tps.connection == "keep-alive"
+    assert heldout_settings(prepared.recipe, heldout_data(prepared.recipe)).tps.connection == "harness"
+
+
 # -- the confidence gate: chosen for a new study, kept on resume -----------------------------------
 
 
