@@ -25,6 +25,24 @@ share that fails the private re-run, each with its 95 % (Wilson) interval,
 and the answer's true TPS against the best truly feasible one, for the
 point gate and the confidence gates.
 
+**A relative cap** (``gate --relative``): the study gates ``PPL / baseline
+PPL`` (``ppl_cap_rel``), the baseline being the landscape's base
+configuration (W512), measured first on the same tuning records, and the
+organizers' re-run scores both on the same private records. The ratio is
+set per landscape to ``PPL_CAP`` over the base's true PPL (1.047-1.053),
+so the cap falls where it does under the absolute cap. What a configuration
+does to each record is taken from the demo model itself: its records scored
+at the trained window (32) and at 20 (PPL 2.13 and 2.21, the real pair whose
+change of log PPL, 0.037, is nearest the landscapes' 0.05 from the base to
+the cap). A record's change of log PPL per token at window ``W`` is
+``delta(W) * s`` with ``delta(W)`` the log of true PPL(W) over the base's
+and ``s`` that record's change at 20 over the mean change (token-weighted
+mean 1; standard deviation 0.62 over the 48 records). The tuning set's
+luck, shared by every configuration, cancels in the ratio; what is left is
+the spread of ``s`` over the records drawn, which the paired standard
+error (``sweeper.study._gate.paired_stderr``) measures from the per-record
+rows each trial returns.
+
 **The trap** (``trap`` runs, no record sampling, the point gate): on each
 of ``--landscapes``, ``--seeds`` runs (their own TPS and PPL noise) with
 and without the preset's known configurations enqueued, at each of
@@ -38,6 +56,7 @@ of its tasks runs only the others, so a cut run is resumed by running the
 same command again, and a finished one prints its table at once.
 
     python benchmarks/ppl_gate.py gate --seeds 200 --confidences none,0.9 --log gate.jsonl
+    python benchmarks/ppl_gate.py gate --relative --seeds 200 --confidences none,0.9 --log rel.jsonl
     python benchmarks/ppl_gate.py trap --landscapes 0-5 --seeds 5 --log trap.jsonl
 """
 
@@ -76,11 +95,22 @@ BASE_ENV = {
     )
 }
 KNOWN_WINDOW = 188
+BASE_WINDOW = 512  # the base configuration's window (the space's default)
 WILSON_Z = 1.959964  # 95 %
 
 
-def demo_record_scores(cache: Path | None = None) -> list[tuple[float, int]]:
-    """(NLL, scored tokens) of each demo PPL record, by transformers on the CPU."""
+NARROW_WINDOW = 20  # the demo model's window whose records give the per-record change (--relative)
+
+
+def demo_record_scores(
+    cache: Path | None = None, sliding_window: int | None = None
+) -> list[tuple[float, int]]:
+    """(NLL, scored tokens) of each demo PPL record, by transformers on the CPU.
+
+    ``sliding_window``: the model's local-attention window (None: its own, 32).
+    """
+    if cache is not None and sliding_window is not None:
+        cache = cache.with_name(f"{cache.stem}-w{sliding_window}{cache.suffix}")
     if cache is not None and cache.exists():
         return [tuple(row) for row in json.loads(cache.read_text())]
     sys.path.insert(0, str(REPO / "tests"))
@@ -92,11 +122,24 @@ def demo_record_scores(cache: Path | None = None) -> list[tuple[float, int]]:
         *load_ppl_records(str(DEMO / "ppl_tuning.jsonl")),
         *load_ppl_records(str(DEMO / "ppl_heldout.jsonl")),
     ]
-    nll = _transformers_nll(DEMO / "model", records)
+    nll = _transformers_nll(DEMO / "model", records, sliding_window=sliding_window)
     scores = [(float(nll[r.id]), r.scored_tokens) for r in records]
     if cache is not None:
         cache.write_text(json.dumps(scores))
     return scores
+
+
+def record_sensitivity(
+    base: list[tuple[float, int]], narrow: list[tuple[float, int]]
+) -> list[float]:
+    """Each record's change of log PPL per token from ``base`` to ``narrow``, over the mean change.
+
+    Token-weighted, the values average 1 (module docstring, "A relative cap").
+    """
+    tokens = np.array([t for _, t in base], float)
+    change = (np.array([n for n, _ in narrow]) - np.array([n for n, _ in base])) / tokens
+    mean = float((change * tokens).sum() / tokens.sum())
+    return [float(v) for v in change / mean]
 
 
 class EdgeLandscape(Landscape):
@@ -118,6 +161,7 @@ class EdgeLandscape(Landscape):
         records: int = 128,
         rerun_records: int = 128,
         run: int | None = None,
+        sensitivity: list[float] | None = None,
     ) -> None:
         run = seed if run is None else run
         # seed == run keeps the streams of the one-run-per-landscape version
@@ -153,6 +197,15 @@ class EdgeLandscape(Landscape):
             self.stderr = float(
                 math.sqrt((residuals**2).sum() / (records - 1) / records) / tokens[tune].mean()
             )
+            self._offsets = nll[tune] / tokens[tune] - base  # each drawn record's own difficulty
+            self._tokens = tokens[tune].astype(int)
+        # under a relative cap: each record's share of a configuration's change of log PPL
+        self.sensitivity = None
+        if sensitivity is not None and scores:
+            s = np.array(sensitivity)
+            self.sensitivity = s[tune]
+            self.tuning_sensitivity = float((s[tune] * tokens[tune]).sum() / tokens[tune].sum())
+            self.rerun_sensitivity = float((s[fresh] * tokens[fresh]).sum() / tokens[fresh].sum())
 
     def ppl(self, window):  # noqa: ANN001 - numpy or a number
         if self._edge is None:
@@ -174,16 +227,44 @@ class EdgeLandscape(Landscape):
     def rerun_ppl(self, params) -> float:  # noqa: ANN001
         return float(self.ppl(params["sliding_window"])) * math.exp(self.rerun_shift)
 
+    @property
+    def base_ppl(self) -> float:
+        """The base configuration's true PPL (its window: the space's default, 512)."""
+        return float(self.ppl(BASE_WINDOW))
+
+    @property
+    def cap_rel(self) -> float:
+        """The relative cap that falls where ``PPL_CAP`` does: PPL_CAP over the base's PPL."""
+        return PPL_CAP / self.base_ppl
+
+    def _change(self, window: int) -> float:
+        """log(true PPL / the base's true PPL)."""
+        return math.log(float(self.ppl(window)) / self.base_ppl)
+
+    def rerun_ratio(self, params) -> float:  # noqa: ANN001
+        """PPL / baseline PPL on the private records (both re-run on them)."""
+        return math.exp(self._change(params["sliding_window"]) * self.rerun_sensitivity)
+
     def __call__(self, params, context=None) -> Measurement:  # noqa: ANN001
         tps = self.tps_of(params) * (1 + self.noise * float(self._rng.standard_normal()))
         true = float(self.ppl(params["sliding_window"]))
-        read = true * math.exp(self.tuning_shift) + self.ppl_noise * float(
-            self._ppl_rng.standard_normal()
-        )
+        requests: list[dict] = []
+        if self.sensitivity is None:
+            tuned = true * math.exp(self.tuning_shift)
+        else:  # the records' own changes (module docstring, "A relative cap")
+            change = self._change(params["sliding_window"])
+            per_token = math.log(self.base_ppl) + self._offsets + change * self.sensitivity
+            nll = per_token * self._tokens
+            tuned = math.exp(float(nll.sum()) / float(self._tokens.sum()))
+            requests = [
+                {"kind": "ppl", "id": str(i), "nll": float(n), "tokens": int(t)}
+                for i, (n, t) in enumerate(zip(nll, self._tokens))
+            ]
+        read = tuned + self.ppl_noise * float(self._ppl_rng.standard_normal())
         extras = {}
         if self.stderr is not None:
             extras = {"ppl_stderr_records": self.stderr, "ppl_records": self.records}
-        return Measurement(tps=tps, ppl=read, extras=extras)
+        return Measurement(tps=tps, ppl=read, extras=extras, requests=requests)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,13 +280,18 @@ class Task:
     records: int
     rerun_records: int
     edge_offset: float
+    relative: bool = False  # gate PPL / baseline PPL (module docstring)
     folder: str = dataclasses.field(default="", compare=False)
     scores: tuple = dataclasses.field(default=(), compare=False, repr=False)
+    sensitivity: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
     def key(self) -> str:
-        """What the result depends on, as the log stores it."""
+        """What the result depends on, as the log stores it (logs of absolute runs
+        written before ``relative`` existed keep their keys)."""
         fields = dataclasses.asdict(self)
-        fields.pop("folder"), fields.pop("scores")
+        fields.pop("folder"), fields.pop("scores"), fields.pop("sensitivity")
+        if not fields["relative"]:
+            fields.pop("relative")
         return json.dumps(fields, sort_keys=True)
 
 
@@ -222,6 +308,7 @@ def run_task(task: Task) -> dict:
         records=task.records,
         rerun_records=task.rerun_records,
         run=task.seed,
+        sensitivity=list(task.sensitivity) if task.relative else None,
     )
     seen: list[dict] = []
     reached: list[int] = []
@@ -235,15 +322,16 @@ def run_task(task: Task) -> dict:
 
     name = (
         f"{task.kind}-{task.landscape}-{task.seed}-{task.confidence}-{task.enqueue}"
-        f"-{task.ppl_noise:g}"
+        f"-{task.ppl_noise:g}{'-rel' if task.relative else ''}"
     )
+    cap = {"ppl_cap_rel": land.cap_rel} if task.relative else {"ppl_cap": PPL_CAP}
     result = sweeper.run_study(
         search_space().bind(BASE_ENV),
         land,
         study_name=name,
         storage=str(Path(task.folder) / f"{name}.db"),
         n_trials=task.trials,
-        ppl_cap=PPL_CAP,
+        **cap,
         ppl_confidence=task.confidence,
         sampler="guided",
         seed=task.seed,
@@ -266,7 +354,10 @@ def run_task(task: Task) -> dict:
         "max_window": max(windows.values()) if windows else 0,
         "windows": len(windows),
         "answer_over": None if answer is None else not land.is_feasible(answer),
-        "rerun_fails": None if answer is None else land.rerun_ppl(answer) > PPL_CAP,
+        "rerun_fails": None if answer is None else (
+            land.rerun_ratio(answer) > land.cap_rel if task.relative
+            else land.rerun_ppl(answer) > PPL_CAP
+        ),
         "tps_ratio": None if answer is None else land.tps_of(answer) / land.best_tps,
         "pass_probability": None if best is None else best.extras.get("ppl_pass_probability"),
         "seconds": round(time.monotonic() - started, 2),
@@ -395,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--landscapes", default="0-5", help="trap: landscape numbers, e.g. 0-5")
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=1, help="studies in parallel (default 1)")
-    parser.add_argument("--noise", type=float, default=0.01, help="relative TPS noise")
+    parser.add_argument("--noise", "--tps-noise", dest="noise", type=float, default=0.01,
+                        help="relative TPS noise (default 0.01)")
     parser.add_argument("--ppl-noise", type=float, default=0.002, help="gate: PPL reading noise")
     parser.add_argument("--ppl-noises", default="0.002,0.01", help="trap: PPL reading noises")
     parser.add_argument("--edge-offset", type=float, default=0.001, help="edge window: cap + this")
@@ -403,6 +495,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun-records", type=int, default=128, help="private records")
     parser.add_argument(
         "--confidences", default="none,0.8,0.9,0.95", help="gate runs: 'none' is the point gate"
+    )
+    parser.add_argument(
+        "--relative", action="store_true",
+        help="gate: a relative cap (PPL / baseline PPL, the base measured on the same records)",
     )
     parser.add_argument("--scores-cache", type=Path, default=None)
     parser.add_argument(
@@ -418,15 +514,23 @@ def main(argv: list[str] | None = None) -> int:
             scores = tuple(demo_record_scores(args.scores_cache))
             nll = sum(n for n, _ in scores)
             tokens = sum(t for _, t in scores)
+            sensitivity: tuple = ()
+            if args.relative:
+                narrow = demo_record_scores(args.scores_cache, sliding_window=NARROW_WINDOW)
+                sensitivity = tuple(record_sensitivity(list(scores), narrow))
             print(
                 f"{len(scores)} demo records, PPL {math.exp(nll / tokens):.4f}; each study tunes on "
                 f"{args.records} of them and is re-run on {args.rerun_records} others; PPL reading "
                 f"noise {args.ppl_noise:g}, TPS noise {args.noise:.0%}, {args.trials} trials, "
-                f"{args.seeds} seeds\n"
+                f"{args.seeds} seeds"
+                + (f"; relative cap, per-record changes sd {np.std(sensitivity):.2f}"
+                   if args.relative else "")
+                + "\n"
             )
             levels = [None if c == "none" else float(c) for c in args.confidences.split(",")]
             tasks = [
-                Task("gate", seed, seed, c, True, ppl_noise=args.ppl_noise, scores=scores, **common)
+                Task("gate", seed, seed, c, True, ppl_noise=args.ppl_noise, scores=scores,
+                     relative=args.relative, sensitivity=sensitivity, **common)  # fmt: skip
                 for seed in range(args.seeds)
                 for c in levels
             ]
