@@ -233,8 +233,9 @@ def blocked_spread(
     """The between-server spread from interleaved rounds, with each round's drift taken out.
 
     ``races``: per race, its complete rounds, each round the TPS figures of
-    the same configurations in the same order (contender, incumbent, base),
-    measured one after another in fresh servers. Log TPS is fitted as
+    the same configurations (contender, incumbent, base; the order they ran
+    in may turn from round to round, the columns may not), measured one after
+    another in fresh servers. Log TPS is fitted as
     configuration effect + round effect (a two-way additive model, one
     block per round), so a machine that got busier between two rounds moves
     every figure of the later round alike and does not count as spread.

@@ -133,6 +133,10 @@ def _trial_table(
             "PPL 95 %: the interval of the records' PPL; P(pass): the chance that a re-run on "
             f"{'/'.join(map(str, reruns)) or 'as many'} new records of this kind is under the cap"
         )
+        if any(s and s.paired for s in statements.values()):
+            table.caption += ", judged against the baseline on the same records"
+        elif any(s and s.baseline_noise for s in statements.values()):
+            table.caption += ", the baseline's record noise included"
     return table
 
 

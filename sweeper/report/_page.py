@@ -97,8 +97,12 @@ def _cards(data: ReportData) -> str:
                 f"{statement.low:.4f}-{statement.high:.4f}",
             ))  # fmt: skip
             if statement.pass_probability is not None:
+                against = (
+                    ", against the baseline on the same records" if statement.paired
+                    else ", the baseline's record noise included" if statement.baseline_noise else ""
+                )
                 cards.append((
-                    f"P(PPL under the cap on {statement.rerun_records} new records)",
+                    f"P(PPL under the cap on {statement.rerun_records} new records{against})",
                     _e(probability_text(statement.pass_probability)),
                 ))  # fmt: skip
         cards.append(("verification", f'<span class="{_e(status)}">{_e(status.upper())}</span>'))

@@ -145,3 +145,34 @@ def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made
     assert "2 round(s) after selection, answer/base trials 2/3, 4/5 (trial(s) 1 selected it" in basis
     assert "at 95.00 %: the study-wise 95 % shared over its 1 race(s)" in basis
     assert "study-wise 95 % interval" in lines[1]
+
+
+def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_records() -> None:
+    import dataclasses
+    import datetime
+
+    from evaluators.ppl_uncertainty import PplEstimate
+    from storage import TrialRecord
+    from sweeper.cli.status_cmd import _trial_table
+    from sweeper.study import PplGate
+
+    base = PplEstimate(ppl=2.0, stderr_log_ppl=0.02, records=32)
+    gate = PplGate(cap_rel=1.05, confidence=0.9)
+    verdict = gate.judge(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base, paired=(0.004, 32))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    record = TrialRecord(
+        study_name="s", number=1, optuna_trial_id=2, state="complete", role="", params={"w": 4},
+        overrides={}, manifest=None, tps=100.0, ppl=2.05, ppl_cap=2.1, feasible=verdict.passes,
+        ppl_reused_from=None, early_stopped=False, tps_imputed=False, extras=verdict.extras(),
+        versions={}, error_kind=None, error_message=None, log_tail=None, server_token=None,
+        host="h", pid=1, started_at=now, heartbeat_at=now, finished_at=now,
+    )  # fmt: skip
+    settings = {"ppl_cap_rel": 1.05, "reference_ppl": 2.0, "reference_stderr_log_ppl": 0.02,
+                "reference_ppl_records": 32, "ppl_confidence": 0.9}  # fmt: skip
+    table = _trial_table("trials", (record,), settings)
+    assert table.caption.endswith("under the cap, judged against the baseline on the same records")
+    quadrature = dataclasses.replace(record, extras=gate.judge(
+        2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base).extras())
+    assert _trial_table("trials", (quadrature,), settings).caption.endswith(
+        "under the cap, the baseline's record noise included"
+    )
