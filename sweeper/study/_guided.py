@@ -29,6 +29,20 @@ Each proposal is a window and a set of speed settings, chosen apart:
   a concave-leaning quadratic in its (log) coordinate. The fit is a ridge
   regression, so several noisy trials are averaged instead of the luckiest
   one being believed, and a re-measured configuration simply weighs more.
+  The quadratics are a local model: the candidates are first taken within
+  ``TRUST_RADIUS`` of each knob's range of the **incumbent** (the measured
+  speed settings with the best fitted log TPS), and only among those whose
+  score reaches the incumbent's fitted value (a candidate that cannot be
+  expected to beat what is known is no use as the next trial). Without
+  that, the exploration term went to the ends of a range the design never
+  measured (one speculative token, the smallest top-k), where a quadratic
+  is least known and a speed curve is steepest. When the region holds
+  nothing untried that can beat the incumbent, the choice widens to such
+  candidates anywhere, and when there are none, to the whole ranking (as
+  before: then the plan has little left to learn at that window, and a
+  knob may be walked through its worse values). Before that last step, a
+  frozen knob is freed near the incumbent (``GuidedPlan._thawed``): a knob
+  frozen on few trials may still cost a percent, the search's own margin.
   A candidate that differs from a tried configuration only in knobs whose
   fitted effect is within ``DEAD_SIGNIFICANCE`` standard deviations of none
   is passed over: it would measure the same thing again (on a noisy
@@ -36,7 +50,8 @@ Each proposal is a window and a set of speed settings, chosen apart:
   exploration term would otherwise spend trials on it). A knob whose fitted
   effect over its range is under ``DEAD_EFFECT`` and within
   ``DEAD_SIGNIFICANCE`` standard deviations of none, ``DEAD_AFTER`` trials
-  after the design, stops moving for good (it keeps its fitted best value);
+  after the design, stops moving (it keeps its fitted best value; it moves
+  again only when nothing else may beat the incumbent, see above);
   the check runs on every prefix of the trials, so the verdict is the same
   whoever computes it.
 
@@ -59,7 +74,9 @@ for the bracket, so the plan moves to its neighbour on the safe side
 instead of spending its trials on a window that is a coin toss at the cap.
 When nothing is feasible yet, the uncertain window with the lowest mean
 (usually the safe end) is read again rather than handing over to the
-fallback. A window truly over the cap is read as feasible with a chance of
+fallback; so is the safe end when it read over the cap before any window
+was read twice (with no noise estimate, one reading over the cap by noise
+would otherwise hand the study to the fallback). A window truly over the cap is read as feasible with a chance of
 at most ``1 - READING_CONFIDENCE`` once the noise is known, and gets
 readings only while so read or while it has fewer than
 ``MAX_UNCERTAIN_READINGS``.
@@ -79,7 +96,7 @@ import itertools
 import logging
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -107,6 +124,10 @@ NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
 NOISE_DEFAULT = 0.03  # before there are residuals to estimate it from
 READING_CONFIDENCE = 0.95  # a window is feasible when its pooled gate's upper bound is <= 0
 MAX_UNCERTAIN_READINGS = 3  # readings of an uncertain window before it counts as failing
+# the surrogate's choice is first made within this share of each speed knob's range
+# (its [0, 1] coordinate) of the incumbent: one step either way of a knob of 8 values,
+# a factor of 1.7 either way of top-k 16-128 on its log scale
+TRUST_RADIUS = 0.25
 FEASIBLE, INFEASIBLE, UNCERTAIN = "feasible", "infeasible", "uncertain"
 
 
@@ -212,7 +233,15 @@ class GuidedPlan:
             # window most likely to pass (a first noise estimate from one pair of
             # readings can leave even the safe end uncertain)
             uncertain = [r for r in pooled.values() if r.state == UNCERTAIN]
-            return min(uncertain, key=lambda r: r.mean).value if uncertain else None
+            if uncertain:
+                return min(uncertain, key=lambda r: r.mean).value
+            # the safe end read over the cap while no window was read twice: without
+            # a noise estimate that reading cannot tell a failing space from noise
+            at_safe = pooled.get(self._oriented(safe))
+            if at_safe is not None and at_safe.count < 2 and math.isfinite(at_safe.mean):
+                if all(r.count < 2 for r in pooled.values()) and safe not in pending_q:
+                    return safe
+            return None
         probe = self._boundary_probe(observations, pending_q, b.boundary_resolution())
         if probe is not None:
             return probe
@@ -389,20 +418,86 @@ class GuidedPlan:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
                 return candidate
         scores = fit.scores()
-        ranked = [fit.candidates[int(index)] for index in np.argsort(-scores, kind="stable")]
+        order = [int(index) for index in np.argsort(-scores, kind="stable")]
+        ranked = [fit.candidates[index] for index in order]
+        # first within the trust region of the incumbent, among the candidates that
+        # may beat it (module docstring); then anywhere
+        incumbent, incumbent_mean = fit.incumbent()
+        promising = [fit.candidates[i] for i in order if scores[i] >= incumbent_mean]
+        region = [c for c in promising if self._near(c, incumbent, fit.frozen)]
         # a candidate that differs from a tried configuration only in knobs whose
         # effect the fit cannot tell from none would measure the same thing again
         # (on a noisy landscape, the knob of no effect looks the least known); the
         # live key is coarser than the full one, so an untried live key is untried
         live = fit.live_knobs()
         tried_live = {self._live_key(params, live) for params in tried_params}
+        for group in (region, promising):
+            for candidate in group:
+                key = self._live_key({self.boundary.name: window, **candidate}, live)
+                if key not in tried_live:
+                    return candidate
+        thawed = self._thawed(fit, window, incumbent, incumbent_mean, live, tried_params)
+        if thawed is not None:
+            return thawed
         for candidate in ranked:
-            if self._live_key({self.boundary.name: window, **candidate}, live) not in tried_live:
+            key = self._live_key({self.boundary.name: window, **candidate}, live)
+            if key not in tried_live:
                 return candidate
         for candidate in ranked:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
                 return candidate
         return None
+
+    def _thawed(
+        self,
+        fit: _Surrogate,
+        window: Any,
+        incumbent: Mapping[str, Any] | None,
+        incumbent_mean: float,
+        live: set[str],
+        tried_params: Sequence[Mapping[str, Any]],
+    ) -> dict[str, Any] | None:
+        """With nothing left that may beat the incumbent, a frozen knob's other values near it.
+
+        A knob is frozen on few trials when its effect is small next to the
+        noise; small is not none (a top-k one step from its best can cost 1 %
+        of TPS), and once the knobs still moving have nothing left to offer,
+        the frozen ones are the only place a better setting may be. Each is
+        freed alone, within the trust region, among the candidates that may
+        beat the incumbent; the best score over them all is the proposal.
+        """
+        best, best_score = None, -math.inf
+        for name in sorted(fit.frozen):
+            scores = fit.scores(free={name})
+            candidates = fit.candidates
+            still = {k: v for k, v in fit.frozen.items() if k != name}
+            keys = live | {name}
+            tried = {self._live_key(params, keys) for params in tried_params}
+            for index in np.argsort(-scores, kind="stable"):
+                score, candidate = float(scores[int(index)]), candidates[int(index)]
+                if score < max(incumbent_mean, best_score):
+                    break
+                if not self._near(candidate, incumbent, still):
+                    continue
+                if self._live_key({self.boundary.name: window, **candidate}, keys) not in tried:
+                    best, best_score = candidate, score
+                    break
+        return best
+
+    def _near(
+        self, candidate: Mapping[str, Any], incumbent: Mapping[str, Any] | None,
+        frozen: Mapping[str, Any],
+    ) -> bool:
+        """Whether every numeric speed knob is within ``TRUST_RADIUS`` of the incumbent's."""
+        if incumbent is None:
+            return True
+        for p in self.speed:
+            if not p.is_numeric or p.name in frozen or p.name not in incumbent:
+                continue
+            distance = abs(_to_unit(p, candidate[p.name]) - _to_unit(p, incumbent[p.name]))
+            if distance > TRUST_RADIUS + 1e-9:
+                return False
+        return True
 
     def _design_row(self, row: int, frozen: Mapping[str, Any]) -> dict[str, Any]:
         """Row 0: every speed knob in the middle; row r: the middle +- ``DESIGN_OFFSET``."""
@@ -564,16 +659,33 @@ class _Surrogate:
         sd = math.sqrt(max(float(contrast @ self.cov @ contrast), 0.0))
         return spread, sd, values[int(np.argmax(effect))]
 
-    def _candidates(self) -> list[dict[str, Any]]:
+    def _candidates(self, free: Collection[str] = ()) -> list[dict[str, Any]]:
+        """Every speed setting, frozen knobs at their value unless named in ``free``."""
         axes = []
         for p in self.plan.speed:
-            axes.append([self.frozen[p.name]] if p.name in self.frozen else _values_of(p))
+            fixed = p.name in self.frozen and p.name not in free
+            axes.append([self.frozen[p.name]] if fixed else _values_of(p))
         names = [p.name for p in self.plan.speed]
         return [dict(zip(names, combo)) for combo in itertools.product(*axes)]
 
-    def scores(self) -> np.ndarray:
-        """Posterior mean plus ``EXPLORATION`` standard deviations, per candidate."""
-        self.candidates = self._candidates()
+    def incumbent(self) -> tuple[dict[str, Any] | None, float]:
+        """The measured speed settings with the best fitted log TPS, and that value.
+
+        Fitted, not read: the mean of the posterior averages a lucky reading
+        with its neighbours. Compared with the window's slope left out, as
+        the candidates are (fact 3 of the module docstring).
+        """
+        best, best_mean = None, -math.inf
+        for o in self.measured:
+            mean = float(np.array(self._features(o.params, window_coordinate=None)) @ self.mean)
+            if mean > best_mean:
+                best, best_mean = dict(o.params), mean
+        return best, best_mean
+
+    def scores(self, free: Collection[str] = ()) -> np.ndarray:
+        """Posterior mean plus ``EXPLORATION`` standard deviations, per candidate
+        (``self.candidates``; frozen knobs named in ``free`` take all their values)."""
+        self.candidates = self._candidates(free)
         x = np.array([self._features(c, window_coordinate=None) for c in self.candidates])
         mean = x @ self.mean
         sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", x, self.cov, x), 0))

@@ -298,3 +298,119 @@ def test_with_nothing_feasible_the_window_most_likely_to_pass_is_read_again() ->
     assert pooled[512].count == 3 and pooled[512].state == "uncertain"
     assert plan.next_window(seen) == 512
     assert plan.propose(seen)["window"] == 512
+
+
+def _trial(number: int, window: int, top_k: int, tokens: int, dead: int, tps: float, gate: float):
+    params = {"window": window, "top_k": top_k, "tokens": tokens, "dead": dead}
+    return Observation(number=number, params=params, tps=tps, gate=gate)
+
+
+# a cap-edge run (benchmarks/ppl_gate.py trap, landscape 4, PPL noise 0.01): the design,
+# then two speed trials; the best so far is W208, top-k 28, 4 tokens
+EDGE_RUN = [
+    _trial(0, 512, 45, 4, 36, 429.1, -0.1003), _trial(1, 324, 84, 7, 53, 371.3, -0.0835),
+    _trial(2, 128, 24, 7, 19, 476.1, 0.0794), _trial(3, 136, 84, 2, 19, 433.5, 0.0817),
+    _trial(4, 144, 24, 2, 53, 477.9, 0.0717), _trial(5, 208, 28, 4, 35, 494.4, -0.018),
+    _trial(6, 196, 18, 4, 30, 480.1, -0.029),
+]  # fmt: skip
+
+
+def test_the_speed_settings_are_chosen_near_the_incumbent() -> None:
+    """The surrogate's choice is made within a quarter of each range of the best settings
+    measured: one token either way of 4 and top-k within a factor 1.7 of 28 (the plan
+    before this rule proposed 2 tokens here, and 1 token on the run's next trials)."""
+    plan = GuidedPlan(SPACE)
+    fit = plan._fit(EDGE_RUN)
+    incumbent, mean = fit.incumbent()
+    assert (incumbent["top_k"], incumbent["tokens"]) == (28, 4)
+    assert mean == pytest.approx(6.160, abs=0.001)
+    proposal = plan.propose(EDGE_RUN)
+    assert proposal == {"window": 188, "top_k": 30, "tokens": 3, "dead": 32}
+    # every later proposal of the run stays in the region while it holds a candidate
+    seen = list(EDGE_RUN)
+    for number in range(7, 12):
+        proposal = plan.propose(seen)
+        best, _ = plan._fit(seen).incumbent()
+        assert abs(proposal["tokens"] - best["tokens"]) <= 1, proposal
+        assert 1 / 1.7 <= proposal["top_k"] / best["top_k"] <= 1.7, proposal
+        params = {**proposal}
+        seen.append(Observation(number=number, params=params, tps=speed_tps(params), gate=-0.02))
+
+
+def test_a_candidate_that_cannot_beat_the_incumbent_waits() -> None:
+    """After the design, a proposal's score (the surrogate's mean + exploration) reaches
+    the incumbent's fitted value whenever some untried candidate's does: the plan does
+    not spend a trial on settings it expects to be worse than the best it knows."""
+    plan = GuidedPlan(SPACE)
+    ppl = curve(300, 1.0)
+    rng = np.random.default_rng(3)
+    seen = search(ppl, 5)
+    promising = []
+    for number in range(5, 20):
+        proposal = plan.propose(seen)
+        fit = plan._fit(seen)
+        _, incumbent_mean = fit.incumbent()
+        scores = fit.scores()
+        speed = {name: proposal[name] for name in ("top_k", "tokens", "dead")}
+        promising.append(bool(scores[fit.candidates.index(speed)] >= incumbent_mean))
+        if not promising[-1]:  # nothing untried at this window may beat the incumbent (the knobs whose
+            # effect stands out from the noise tell "untried" apart)
+            live = fit.live_knobs()
+            tried = {plan._live_key(o.params, live) for o in seen}
+            window = {"window": proposal["window"]}
+            assert all(
+                plan._live_key({**window, **c}, live) in tried
+                for c, score in zip(fit.candidates, scores)
+                if score >= incumbent_mean
+            )
+        tps = speed_tps(proposal) * (1 + 0.01 * rng.standard_normal())
+        seen.append(observe(number, proposal, ppl, tps))
+    # five proposals may beat the incumbent; from trial 11 on, with the best settings
+    # at the boundary measured, no untried candidate may
+    assert promising == [True, False] + [True] * 4 + [False] * 9, promising
+
+
+def test_the_safe_end_read_over_the_cap_once_is_read_again() -> None:
+    """The known configuration (W188) far over the cap, then the base manifest (W512) over
+    it by 0.0026 on one reading: with no window read twice there is no noise estimate,
+    and the plan reads the safe end again instead of handing over to the fallback; read
+    over the cap again, exactly (no noise), it hands over."""
+    plan = GuidedPlan(SPACE)
+    seen = [_trial(0, 188, 49, 7, 32, 474.5, 0.5552), _trial(1, 512, 32, 4, 32, 468.9, 0.0026)]
+    assert plan.next_window(seen) == 512
+    assert plan.propose(seen)["window"] == 512
+    assert plan.next_window(seen, pending=[{"window": 512}]) is None  # another worker reads it
+    seen.append(_trial(2, 512, 45, 4, 36, 459.0, 0.0026))
+    assert plan.next_window(seen) is None
+    # a second reading under the cap makes it uncertain: read again, as any uncertain window
+    seen[2] = _trial(2, 512, 45, 4, 36, 459.0, -0.0040)
+    assert plan.next_window(seen) == 512
+
+
+# landscape 0 of the trap with exact PPL: the best is 8 tokens at top-k 44 (36-56 within 1 %);
+# top-k was frozen at 62 (0.984 of the best) after the seventh trial, and 8 tokens at W192
+# has been measured; four trials since moved only the knob that does nothing
+FROZEN_RUN = [
+    _trial(0, 512, 45, 4, 36, 389.0, -0.1097), _trial(1, 324, 84, 7, 53, 458.0, -0.0828),
+    _trial(2, 152, 24, 7, 19, 451.2, 0.0641), _trial(3, 176, 84, 2, 19, 321.5, 0.0177),
+    _trial(4, 192, 24, 2, 53, 309.2, -0.0039), _trial(5, 184, 52, 8, 40, 492.0, 0.0062),
+    _trial(6, 192, 57, 8, 35, 494.4, -0.0039), _trial(7, 192, 62, 8, 37, 484.3, -0.0039),
+    _trial(8, 192, 62, 8, 32, 485.5, -0.0039), _trial(9, 192, 62, 8, 40, 480.9, -0.0039),
+    _trial(10, 192, 62, 8, 30, 490.1, -0.0039),
+]  # fmt: skip
+
+
+def test_with_nothing_left_to_beat_the_incumbent_a_frozen_knob_moves_again() -> None:
+    """The plan before this rule walked the tokens down from 8 (7, 6, 5, ... at top-k 62,
+    each measured worse); now a frozen knob is freed near the incumbent: top-k 52."""
+    plan = GuidedPlan(SPACE)
+    fit = plan._fit(FROZEN_RUN)
+    assert fit.frozen == {"top_k": 62, "dead": 20}
+    assert fit.live_knobs() == {"tokens"}
+    assert plan.propose(FROZEN_RUN) == {"window": 192, "top_k": 52, "tokens": 8, "dead": 20}
+    # the rule's cost: freed the same way, the knob that does nothing moved first, four
+    # times (unmeasured at those values, it scored higher than top-k near 57)
+    proposals = [plan.propose(FROZEN_RUN[:n]) for n in range(7, 11)]
+    assert [(p["top_k"], p["tokens"], p["dead"]) for p in proposals] == [
+        (62, 8, 37), (62, 8, 32), (62, 8, 40), (62, 8, 30)
+    ]
