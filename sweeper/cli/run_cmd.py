@@ -271,7 +271,7 @@ def _clock(seconds: float) -> str:
 @click.option("--ppl-confidence", metavar="LEVEL",
               help="Pass a configuration only when its PPL's upper bound at this level, on a re-run over "
                    "--ppl-rerun-records new records of this kind, is under the cap (e.g. 0.9 or 90%); none: "
-                   "the point estimate. Default: 0.9 with --ppl-cap, none with --ppl-cap-rel; a resumed "
+                   "the point estimate. Default: 0.9 (with --ppl-cap and --ppl-cap-rel alike); a resumed "
                    "study keeps its own (docs/study.md, 'The gate').")
 @click.option("--ppl-rerun-records", type=int, metavar="N",
               help="Records of the re-run the confidence gate promises to pass (default: the held-out "

@@ -240,10 +240,10 @@ class RunPlan:
         return level
 
     @property
-    def default_confidence(self) -> float | None:
-        """A new study's level when none is given: ``DEFAULT_CONFIDENCE`` under an absolute
-        cap, the point estimate under a relative one (docs/study.md, "The gate")."""
-        return DEFAULT_CONFIDENCE if self.ppl_cap is not None else None
+    def default_confidence(self) -> float:
+        """A new study's level when none is given: ``DEFAULT_CONFIDENCE``, under an absolute
+        cap and a relative one alike (docs/study.md, "The gate")."""
+        return DEFAULT_CONFIDENCE
 
     def screen_sizes(self) -> tuple[int, int] | None:
         """``--screen PROMPTSxTOKENS`` as numbers (None: no screen)."""

@@ -233,10 +233,11 @@ def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthe
     assert gate(ppl_cap=2.42, ppl_max_records=4) == (0.9, 4)
     assert gate(ppl_cap=2.42, ppl_confidence="95%", ppl_rerun_records=64) == (0.95, 64)
     assert gate(ppl_cap=2.42, ppl_confidence="none") == (None, None)
-    assert gate() == (None, None)  # a relative cap: the point estimate (docs/study.md, "The gate")
+    assert gate() == (0.9, heldout_records)  # a relative cap: 90 % as well (docs/study.md, "The gate")
     assert gate(ppl_confidence=0.8) == (0.8, heldout_records)
-    with pytest.raises(UserInputError, match="^--ppl-rerun-records: only a confidence gate uses it; give"):
-        gate(ppl_rerun_records=16)
+    assert gate(ppl_rerun_records=16) == (0.9, 16)
+    with pytest.raises(UserInputError, match="^--ppl-rerun-records: only a confidence gate uses it, and "):
+        gate(ppl_confidence="none", ppl_rerun_records=16)
     assert not (tmp_path / "study.db").exists()  # nothing is written before the study runs
 
     # the study exists, gated at 95 % on 64 records: a resume keeps that
