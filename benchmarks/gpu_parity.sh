@@ -9,7 +9,7 @@
 # COMMAND:
 #   plan          the parts and their expected durations (no GPU work)
 #   part1         server 1: BIG_ROUNDS rounds at 128x512, DEMO_ROUNDS at 48x128, then the
-#                 per-request benchmark (PER_REQUEST_PASSES passes of 48 x 128), on one server
+#                 per-request benchmark (PER_REQUEST_PASSES passes of PER_REQUEST_SIZE), on one server
 #   part2         server 2: DEMO_ROUNDS rounds at 48x128 (and BIG_ROUNDS at 128x512 first with
 #                 PART2_BIG=1), then the per-request benchmark, on one server
 #   smoke         a server, 1 round at 8x32 and a per-request pass of 8 x 32 (the wiring, ~2-3 min)
@@ -30,12 +30,16 @@
 #
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
-# PER_REQUEST_PASSES=1, PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
+# PER_REQUEST_PASSES=1, PER_REQUEST_SIZE=48x128 (PROMPTSxTOKENS of its passes), PER_REQUEST_FIRST=0
+# (1: the per-request passes before the whole runs), PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
 # the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
 # round; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
 # (start no round that would end later than this many seconds after the part began, and no
 # per-request pass with less than 60 s left; unset: no limit), SERVER_CPUS / CLIENT_CPUS (a CPU
-# list such as 2-5: the server's processes, or the clients, on those CPUs only; unset: anywhere).
+# list such as 2-5: the server's processes, or the clients, on those CPUs only; unset: anywhere),
+# PROBE_CPUS (a CPU list such as 13: run benchmarks/host_probe.py there through the part, into
+# probe.jsonl, and give each whole run the probe's figures and the summary the ratio at equal
+# host speed; unset: no probe).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,6 +50,7 @@ PYTHON=${PYTHON:-python3}
 BIG_ROUNDS=${BIG_ROUNDS:-6}
 DEMO_ROUNDS=${DEMO_ROUNDS:-6}
 PER_REQUEST_PASSES=${PER_REQUEST_PASSES:-1}
+PER_REQUEST_SIZE=${PER_REQUEST_SIZE:-48x128}
 PART2_BIG=${PART2_BIG:-0}
 TPS_GUESS=${TPS_GUESS:-750}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -66,6 +71,7 @@ steps() {
     local dir="$PARITY_DIR/$part"
     mkdir -p "$dir"
     local status=0
+    if [ "${PER_REQUEST_FIRST:-0}" = 1 ]; then per_request "$part" || status=1; fi
     for size_rounds in "$@"; do
         local size=${size_rounds%:*} rounds=${size_rounds#*:} budget=()
         if [ -n "${PART_DEADLINE:-}" ]; then budget=(--budget-s "$((PART_DEADLINE - $(date +%s)))"); fi
@@ -74,9 +80,18 @@ steps() {
             --manifest "$MANIFEST" --base-url "$PARITY_BASE_URL" --model "$PARITY_MODEL" \
             --server-pid "$PARITY_SERVER_PID" --sizes "$size" --rounds "$rounds" \
             --work-dir "$dir/runs-$size" --out "$dir/whole-$size.json" \
-            ${OURS_CONNECTION:+--ours-connection "$OURS_CONNECTION"} || status=1
+            ${OURS_CONNECTION:+--ours-connection "$OURS_CONNECTION"} \
+            ${PROBE_CPUS:+--probe-log "$dir/probe.jsonl"} || status=1
     done
-    local pr_prompts=48 pr_len=128
+    if [ "${PER_REQUEST_FIRST:-0}" != 1 ]; then per_request "$part" || status=1; fi
+    echo "== $part: steps done ($(date +%T)), status $status"
+    return $status
+}
+
+# the per-request benchmark on the part's server: PER_REQUEST_PASSES passes of PER_REQUEST_SIZE
+per_request() {
+    local part=$1 dir="$PARITY_DIR/$1"
+    local pr_prompts=${PER_REQUEST_SIZE%x*} pr_len=${PER_REQUEST_SIZE#*x}
     [ "$part" = smoke ] && pr_prompts=8 pr_len=32
     if [ -n "${PART_DEADLINE:-}" ] && [ $((PART_DEADLINE - $(date +%s))) -lt 60 ]; then
         echo "== $part: PART_BUDGET_S spent, no per-request pass"
@@ -85,10 +100,8 @@ steps() {
         "$PYTHON" benchmarks/tps_client_per_request.py --client-script "$BENCH_SERVING" \
             --base-url "$PARITY_BASE_URL" --model "$PARITY_MODEL" --manifest "$MANIFEST" \
             --num-prompts "$pr_prompts" --output-len "$pr_len" --passes "$PER_REQUEST_PASSES" \
-            --json "$dir/per-request.json" || status=1
+            --json "$dir/per-request.json" || return 1
     fi
-    echo "== $part: steps done ($(date +%T)), status $status"
-    return $status
 }
 
 run_part() {
@@ -117,11 +130,19 @@ run_part() {
                 --format=csv -lms 1000 > "$PARITY_DIR/$part/gpu.csv" 2>&1 &
             smi_pid=$!
         fi
+        # the host's speed, second by second, on cores of its own (host_probe.py: a covariate for the runs)
+        local probe_pid=""
+        if [ -n "${PROBE_CPUS:-}" ]; then
+            "$PYTHON" benchmarks/host_probe.py --cpus "$PROBE_CPUS" --out "$PARITY_DIR/$part/probe.jsonl" \
+                > "$PARITY_DIR/$part/probe.log" 2>&1 &
+            probe_pid=$!
+        fi
         "$PYTHON" benchmarks/hold_server.py --manifest "$MANIFEST" --log "$PARITY_DIR/$part/server.log" \
             ${SERVER_CPUS:+--server-cpus "$SERVER_CPUS"} ${CLIENT_CPUS:+--client-cpus "$CLIENT_CPUS"} \
             -- bash "$0" _steps "$part" "${sizes[@]}"
         local code=$?
         [ -n "$smi_pid" ] && kill "$smi_pid" 2> /dev/null
+        [ -n "$probe_pid" ] && kill "$probe_pid" 2> /dev/null
         echo "== $part ended $(date '+%F %T') with exit code $code"
         echo "$code" > "$PARITY_DIR/$part.done"
     } 2>&1 | tee -a "$PARITY_DIR/$part.log"
@@ -156,7 +177,7 @@ follow() {
 
 plan() {
     local big=$((128 * 512 / TPS_GUESS + 8)) demo=$((48 * 128 / TPS_GUESS + 8)) start=150
-    local per=$((PER_REQUEST_PASSES * 96 * 128 / TPS_GUESS + 20))
+    local per=$((PER_REQUEST_PASSES * 2 * ${PER_REQUEST_SIZE%x*} * ${PER_REQUEST_SIZE#*x} / TPS_GUESS + 20))
     local commas=${OURS_CONNECTION:-x}; commas=${commas//[^,]/}
     local runs=$((2 + ${#commas}))  # the harness and one run per protocol of ours, every round
     local p1=$((start + runs * BIG_ROUNDS * big + runs * DEMO_ROUNDS * demo + per))

@@ -363,3 +363,88 @@ def pairs_for_interval(sd_log_ratio: float, half_width: float, *, confidence: fl
         if t_quantile(0.5 + confidence / 2, pairs - 1) * sd_log_ratio / math.sqrt(pairs) <= target:
             return pairs
     raise ValueError(f"no sample size under 100000 pairs for SD {sd_log_ratio} and +-{half_width}")
+
+
+def request_starts_backwards(end: float, duration_s: float, latencies_s: Sequence[float]) -> list[float]:
+    """The start times of back-to-back requests whose timed run ended at ``end``.
+
+    The run's time outside the requests is spread evenly between them (for the harness's
+    client it is under half a millisecond a request).
+    """
+    if not latencies_s:
+        return []
+    gap = max(duration_s - sum(latencies_s), 0.0) / len(latencies_s)
+    starts, at = [], end - duration_s
+    for latency in latencies_s:
+        starts.append(at)
+        at += latency + gap
+    return starts
+
+
+def load_probe(path: str | Path) -> list[dict[str, float]]:
+    """The lines ``host_probe.py`` wrote (a torn last line, from a probe still writing, is left out)."""
+    lines = []
+    for text in Path(path).read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            continue
+    return lines
+
+
+def probe_mean(lines: Sequence[Mapping[str, float]], key: str, start: float, end: float) -> float | None:
+    """The mean of ``key`` over the probe's seconds whose middle lies in [start, end] (unix times)."""
+    values = [line[key] for line in lines if start <= line["t"] <= end and key in line]
+    return statistics.fmean(values) if values else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdjustedRatio:
+    """Paired ratios with a covariate taken out: log ratio = log(adjusted) + slope * covariate.
+
+    ``covariate`` is, per pair, the log of the probe's time in the ``side`` run over its
+    time in the ``against`` run: 0 when the host was equally fast in both. ``adjusted`` is
+    the ratio at equal host speed, its interval a t interval with n - 2 degrees of freedom
+    (the intercept of a least-squares line); None below 3 pairs or when the covariate
+    does not vary.
+    """
+
+    count: int
+    adjusted: float | None
+    low: float | None
+    high: float | None
+    slope: float | None
+    residual_sd: float | None
+    confidence: float
+
+    def describe(self) -> str:
+        if self.adjusted is None:
+            return f"no adjusted figure ({self.count} pairs)"
+        return (f"{self.adjusted:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
+                f"{self.count} pairs, slope {self.slope:.3f}, residual SD of the log ratio "
+                f"{self.residual_sd:.4f})")  # fmt: skip
+
+
+def adjusted_ratio(ratios: Sequence[float], covariate: Sequence[float], *,
+                   confidence: float = 0.95) -> AdjustedRatio:  # fmt: skip
+    """Least squares of log(ratio) on ``covariate``; the intercept, exponentiated, with its t interval."""
+    if len(ratios) != len(covariate) or any(not r > 0 for r in ratios):
+        raise ValueError("adjusted_ratio needs one covariate per ratio and positive ratios")
+    n = len(ratios)
+    ys = [math.log(r) for r in ratios]
+    none = AdjustedRatio(count=n, adjusted=None, low=None, high=None, slope=None, residual_sd=None,
+                         confidence=confidence)  # fmt: skip
+    if n < 3:
+        return none
+    x_mean, y_mean = statistics.fmean(covariate), statistics.fmean(ys)
+    sxx = sum((x - x_mean) ** 2 for x in covariate)
+    if sxx <= 1e-12 * max(1.0, sum(x * x for x in covariate)):  # a covariate that does not vary
+        return none
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(covariate, ys)) / sxx
+    intercept = y_mean - slope * x_mean
+    residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(covariate, ys)) / (n - 2)
+    se = math.sqrt(residual_var * (1.0 / n + x_mean**2 / sxx))
+    half = t_quantile(0.5 + confidence / 2.0, n - 2) * se
+    return AdjustedRatio(count=n, adjusted=math.exp(intercept), low=math.exp(intercept - half),
+                         high=math.exp(intercept + half), slope=slope, residual_sd=math.sqrt(residual_var),
+                         confidence=confidence)  # fmt: skip

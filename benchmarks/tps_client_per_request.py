@@ -48,6 +48,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
@@ -58,6 +59,8 @@ from evaluators.tps import _send, select_prompts  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
+import parity  # noqa: E402
+from tps_vs_harness_client import demo_prompt_pairs  # noqa: E402
 
 # run by the client venv's python: one harness request per line read, its figures written back
 CHILD = textwrap.dedent(
@@ -129,7 +132,9 @@ def main() -> None:
                              "(default: this one)")
     parser.add_argument("--manifest", help="default: the bundled demo")
     parser.add_argument("--prompts", help="default: the demo's tuning prompts")
-    parser.add_argument("--num-prompts", type=int, default=48)
+    parser.add_argument("--num-prompts", type=int, default=48,
+                        help="over the demo's 48 tuning prompts: its held-out ones and reversed copies "
+                             "(those tps_vs_harness_client.py sends at that size)")
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
     parser.add_argument("--json", help="write every request's figures here")
@@ -144,7 +149,13 @@ def main() -> None:
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
     settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
-    prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
+    if args.prompts or args.num_prompts <= len(load_prompts(demo.prompts_tuning)):
+        prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
+    else:  # more than the demo's tuning prompts: the ones tps_vs_harness_client.py sends at that size
+        with tempfile.TemporaryDirectory(prefix="per-request-prompts-") as folder:
+            dataset = Path(folder) / "prompts.json"
+            dataset.write_text(json.dumps(parity.sharegpt_records(demo_prompt_pairs(None, args.num_prompts))))
+            prompts = select_prompts(load_prompts(dataset), settings)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="per-request-") as folder:
         serving = (contextlib.nullcontext(RunningServer(args.base_url.rstrip("/"), args.model)) if args.base_url

@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     started = time.perf_counter()
+    started_unix = time.time()
     prompts = load_prompts(args.prompts)
     settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, connection=args.connection)
     ends: list[float] = []
@@ -54,6 +55,7 @@ def main() -> None:
     times = os.times()
     Path(args.out).write_text(json.dumps({
         "result": result.to_dict(),
+        "started_unix": started_unix,  # the unix time of ``started``, which the other times count from
         "request_ends_s": [t - started for t in ends],
         "warmup_done_s": marks.get("warmup_done", started) - started,
         "process_s": finished - started,

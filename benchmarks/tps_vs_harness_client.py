@@ -58,6 +58,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -86,6 +87,10 @@ HARNESS_FLAGS = [
     "--max-concurrency", "1", "--request-rate", "inf", "--warmup-requests", "4", "--seed", "1",
     "--extra-request-body", json.dumps({"ignore_eos": True}),
 ]  # fmt: skip
+# the host probe's figures (host_probe.py), and the time the harness's client takes from its timer's
+# end to its output file (its metrics and printing): its requests' unix times are counted back from it
+PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
+HARNESS_WRITE_S = 0.2
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -256,6 +261,10 @@ class Bench:
                     "duration_s": run.duration_s, "latencies_s": list(run.latencies_s),
                     "output_lens": list(run.output_lens), "input_lens": list(run.input_lens),
                     "errors": list(run.errors)[:3]}  # fmt: skip
+            # the client writes its file just after its timer stops (its metrics and printing take a
+            # fraction of a second), and its requests run back to back: their unix times, to ~0.5 s
+            ended = result.stat().st_mtime - HARNESS_WRITE_S
+            row["request_starts_unix"] = parity.request_starts_backwards(ended, run.duration_s, run.latencies_s)
         else:
             data = json.loads(result.read_text())
             measured = data["result"]
@@ -269,7 +278,16 @@ class Bench:
                     "prompt_ids": [r["prompt_id"] for r in requests], "gaps_between_s": gaps,
                     "child_self_cpu_s": data["self_cpu_s"], "child_process_s": data["process_s"],
                     "child_window_cpu_s": data.get("window_cpu_s")}  # fmt: skip
+            if "started_unix" in data and len(data["request_ends_s"]) == len(latencies):
+                row["request_starts_unix"] = [data["started_unix"] + end - latency
+                                              for end, latency in zip(data["request_ends_s"], latencies)]  # fmt: skip
         row |= parity.gap_summary(row["duration_s"], row["latencies_s"])
+        if self.args.probe_log and row.get("request_starts_unix"):
+            # the host probe's figures over this run's timed window (a covariate: host_probe.py)
+            start = row["request_starts_unix"][0]
+            end = row["request_starts_unix"][-1] + row["latencies_s"][-1]
+            lines = parity.load_probe(self.args.probe_log)
+            row["probe"] = {key: parity.probe_mean(lines, key, start, end) for key in PROBE_KEYS}
         # both sides alike: the CPU of the client's last `duration` seconds (its timed window and what it
         # does after it: printing and writing its result)
         row["client_window_cpu_s"] = parity.cpu_in_last(child.cpu_samples, wall, row["duration_s"], cpu)
@@ -286,7 +304,13 @@ def describe_run(row: dict[str, Any]) -> str:
             f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
             f"e2e {served['e2e_s'] / n * 1000:.1f} ms, decode {served['decode_s'] / n * 1000:.1f} ms each, "
             f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
-            f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}")  # fmt: skip
+            f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}"
+            f"{describe_probe(row)}")  # fmt: skip
+
+
+def describe_probe(row: dict[str, Any]) -> str:
+    seen = {key: value for key, value in (row.get("probe") or {}).items() if value}
+    return "; probe " + ", ".join(f"{key} {value:.3f}" for key, value in seen.items()) if seen else ""
 
 
 def describe_thread(row: dict[str, Any]) -> str:
@@ -328,6 +352,15 @@ def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str 
         for key in ("e2e_s", "decode_s"):
             summary[f"server_{key}_ratio"] = parity.ratio_summary(
                 [per_measured(r[side], key) / per_measured(r[against], key) for r in done]).__dict__
+        # the ratio at equal host speed, as the probe on other cores saw it (host_probe.py)
+        adjusted = {}
+        for key in PROBE_KEYS:
+            probes = [(r[side].get("probe", {}).get(key), r[against].get("probe", {}).get(key)) for r in done]
+            if all(o and h for o, h in probes):
+                covariate = [math.log(o / h) for o, h in probes]
+                adjusted[key] = {"covariate": covariate, **parity.adjusted_ratio(ratios, covariate).__dict__}
+        if adjusted:
+            summary["adjusted"] = adjusted
     return summary
 
 
@@ -355,9 +388,14 @@ def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any
               f"{parity.RatioSummary(**summary['server_e2e_s_ratio']).describe()}")
         print(f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
               f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}")
+        for key, fit in summary.get("adjusted", {}).items():
+            shown = {k: v for k, v in fit.items() if k != "covariate"}
+            steps = ", ".join(f"{math.exp(c):.3f}" for c in fit["covariate"])
+            print(f"at equal host speed by the probe's {key} (its {side} / {against} by round: {steps}): "
+                  f"{parity.AdjustedRatio(**shown).describe()}")  # fmt: skip
 
 
-def print_speed_map(label: str, rounds: list[dict[str, Any]]) -> None:
+def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | None = None) -> None:
     """Each run's requests, in order, as the server's speed at the time (``parity.relative_speed_by_request``).
 
     One character a request: ``.`` under 0.9 of that prompt's median time per token over all
@@ -378,6 +416,28 @@ def print_speed_map(label: str, rounds: list[dict[str, Any]]) -> None:
         strip = "".join("." if v < 0.9 else "-" if v < 1.1 else "+" if v < 1.3 else "#" for v in values)
         slow = sum(v >= 1.1 for v in values) / len(values)
         print(f"{index:>3} {side:<16} {row['tps']:8.2f} slow {slow:4.0%} {strip}")
+    if probe_log:
+        print_probe_correlation(label, [row for _, _, row in runs], relative, parity.load_probe(probe_log))
+
+
+def print_probe_correlation(label: str, rows: list[dict[str, Any]], relative: list[list[float]],
+                            lines: list[dict[str, float]]) -> None:  # fmt: skip
+    """Does the probe on other cores see the server's slow stretches? Request by request, over all runs.
+
+    The correlation of the log of each request's relative time per token (the speed map's
+    figure) with the log of the probe's time over that request's span (+- 0.5 s).
+    """
+    for key in PROBE_KEYS:
+        pairs = []
+        for row, values in zip(rows, relative):
+            for begin, latency, value in zip(row.get("request_starts_unix") or [], row["latencies_s"], values):
+                seen = parity.probe_mean(lines, key, begin - 0.5, begin + latency + 0.5)
+                if seen:
+                    pairs.append((math.log(value), math.log(seen)))
+        if len(pairs) >= 3 and len({p[1] for p in pairs}) > 1:
+            r = statistics.correlation([p[0] for p in pairs], [p[1] for p in pairs])
+            print(f"{label}: the server's time per token against the probe's {key}, request by request: "
+                  f"correlation {r:+.3f} over {len(pairs)} requests")  # fmt: skip
 
 
 def summarize(entry: dict[str, Any], rounds: list[dict[str, Any]], sides: tuple[str, ...]) -> None:
@@ -419,6 +479,8 @@ def main() -> None:
                         help="measure_tps's connection protocol, or several, comma-separated, each run in "
                              f"every round ({', '.join(CONNECTIONS)}; default: its own default, "
                              f"{TpsSettings.connection})")  # fmt: skip
+    parser.add_argument("--probe-log", help="host_probe.py's output while the runs ran: each run's record gets "
+                                            "the probe's figures, and the summary the ratio at equal host speed")
     parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
     args = parser.parse_args()
     if args.client_script:
@@ -503,7 +565,7 @@ def main() -> None:
         for pair, summary in entry["pairs"].items():
             side, against = pair.split(" / ")
             print_table(label, entry["rounds"], summary, side, against)
-        print_speed_map(label, entry["rounds"])
+        print_speed_map(label, entry["rounds"], args.probe_log)
         for pair, summary in entry["pairs"].items():
             sd = summary.get("ratio", {}).get("log_sd")
             if sd:

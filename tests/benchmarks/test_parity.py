@@ -317,3 +317,111 @@ def test_hold_server_cpu_list() -> None:
     for bad in ("x", "1-", "", "3-1", str(max(allowed) + 64)):
         with pytest.raises(argparse.ArgumentTypeError):
             hold.cpu_list(bad)
+
+
+def test_adjusted_ratio_is_the_intercept_of_a_least_squares_line(parity) -> None:
+    """Against numpy's least squares and the textbook standard error of an intercept."""
+    ratios = [1.040, 1.083, 0.993, 1.061, 1.097, 1.012]
+    covariate = [-0.030, -0.061, 0.004, -0.048, -0.070, -0.010]
+    fit = parity.adjusted_ratio(ratios, covariate)
+    ys, xs = np.log(ratios), np.asarray(covariate)
+    design = np.column_stack([np.ones_like(xs), xs])
+    (intercept, slope), *_ = np.linalg.lstsq(design, ys, rcond=None)
+    residuals = ys - design @ np.array([intercept, slope])
+    sigma2 = residuals @ residuals / (len(ys) - 2)
+    se = math.sqrt(sigma2 * np.linalg.inv(design.T @ design)[0, 0])
+    t = 2.7764451  # t(0.975, 4), from a table
+    assert fit.count == 6
+    assert fit.slope == pytest.approx(slope, rel=1e-9)
+    assert fit.adjusted == pytest.approx(math.exp(intercept), rel=1e-9)
+    assert fit.low == pytest.approx(math.exp(intercept - t * se), rel=1e-6)
+    assert fit.high == pytest.approx(math.exp(intercept + t * se), rel=1e-6)
+    assert fit.residual_sd == pytest.approx(math.sqrt(sigma2), rel=1e-9)
+    assert "interval" in fit.describe()
+
+
+def test_adjusted_ratio_recovers_a_ratio_hidden_by_the_host(parity) -> None:
+    """Ratios that a host state moves by 20 %, and a covariate that sees the state: the true 1.01 comes back."""
+    rng = random.Random(5)
+    covariate = [rng.uniform(-0.2, 0.2) for _ in range(8)]
+    ratios = [1.01 * math.exp(-1.1 * c + rng.gauss(0, 0.003)) for c in covariate]
+    raw = parity.ratio_summary(ratios)
+    fit = parity.adjusted_ratio(ratios, covariate)
+    assert fit.low < 1.01 < fit.high
+    assert fit.high - fit.low < 0.02 < raw.high - raw.low
+    assert fit.slope == pytest.approx(-1.1, abs=0.05)
+
+
+def test_adjusted_ratio_needs_three_pairs_and_a_moving_covariate(parity) -> None:
+    assert parity.adjusted_ratio([1.0, 1.1], [0.1, 0.2]).adjusted is None
+    assert parity.adjusted_ratio([1.0, 1.1, 1.2], [0.1, 0.1, 0.1]).adjusted is None
+    assert "no adjusted figure" in parity.adjusted_ratio([1.0, 1.1], [0.1, 0.2]).describe()
+    with pytest.raises(ValueError):
+        parity.adjusted_ratio([1.0, 1.1, 1.2], [0.1, 0.2])
+    with pytest.raises(ValueError):
+        parity.adjusted_ratio([1.0, 0.0, 1.2], [0.1, 0.2, 0.3])
+
+
+def test_request_starts_backwards_and_probe_windows(parity, tmp_path) -> None:
+    starts = parity.request_starts_backwards(100.0, 10.0, [2.0, 3.0, 4.0])  # 1 s between: 1/3 s a request
+    assert starts == pytest.approx([90.0, 90.0 + 2.0 + 1 / 3, 90.0 + 5.0 + 2 / 3])
+    assert starts[-1] + 4.0 + 1 / 3 == pytest.approx(100.0)
+    assert parity.request_starts_backwards(5.0, 1.0, []) == []
+    log = tmp_path / "probe.jsonl"
+    log.write_text('{"t": 10.0, "cpu_ms": 1.0}\n{"t": 11.0, "cpu_ms": 2.0, "gpu_ms": 0.5}\n'
+                   '{"t": 12.0, "cpu_ms": 4.0}\n{"t": 13.0, "cpu')  # a torn last line, still being written
+    lines = parity.load_probe(log)
+    assert len(lines) == 3
+    assert parity.probe_mean(lines, "cpu_ms", 10.5, 12.0) == pytest.approx(3.0)
+    assert parity.probe_mean(lines, "gpu_ms", 0.0, 20.0) == pytest.approx(0.5)
+    assert parity.probe_mean(lines, "cpu_ms", 20.0, 30.0) is None
+
+
+def test_size_summary_adjusts_by_the_probe() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    bench = _load("tps_vs_harness_client")
+
+    def side(tps: float, cpu_ms: float) -> dict:
+        return {"ok": True, "tps": tps, "output_lens": [32], "input_lens": [16], "probe": {"cpu_ms": cpu_ms},
+                "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps}}
+
+    rounds = [{"harness": side(100.0, 1.00), "ours": side(110.0, 0.90)},
+              {"harness": side(100.0, 1.00), "ours": side(95.0, 1.05)},
+              {"harness": side(90.0, 1.10), "ours": side(99.0, 1.00)},
+              {"harness": side(100.0, 1.00), "ours": side(101.0, 1.00)}]
+    summary = bench.size_summary(rounds)
+    fit = summary["adjusted"]["cpu_ms"]
+    assert set(summary["adjusted"]) == {"cpu_ms"}  # no gpu_ms or mem_ms in these records
+    assert fit["covariate"] == pytest.approx([math.log(0.9), math.log(1.05), math.log(1 / 1.1), 0.0])
+    sys.path.insert(0, str(BENCHMARKS))
+    expected = _load("parity").adjusted_ratio(summary["ratios"], fit["covariate"])
+    assert fit["adjusted"] == pytest.approx(expected.adjusted) and fit["slope"] == pytest.approx(expected.slope)
+    assert "adjusted" not in bench.size_summary([{k: {**v, "probe": {}} for k, v in r.items()} for r in rounds])
+
+
+def test_host_probe_writes_a_line_a_second_and_stops_on_sigterm(tmp_path) -> None:
+    """The real probe, briefly, without the GPU: its lines, its figures, its exit at SIGTERM."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "probe.jsonl"
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    probe = subprocess.Popen([sys.executable, str(BENCHMARKS / "host_probe.py"), "--out", str(out),
+                              "--cpus", str(cpu), "--interval-s", "0.05", "--no-gpu"])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
+            time.sleep(0.2)
+        began = time.time()
+    finally:
+        probe.send_signal(signal.SIGTERM)
+        code = probe.wait(timeout=30)
+    assert code == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) >= 2
+    for line in lines:
+        assert set(line) == {"t", "cpu_ms", "mem_ms", "n"}
+        assert line["t"] <= began + 1 and line["n"] >= 1
+        assert 0 < line["cpu_ms"] < 1000 and 0 < line["mem_ms"] < 5000
+    assert [line["t"] for line in lines] == sorted(line["t"] for line in lines)
