@@ -31,7 +31,8 @@
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
 # PER_REQUEST_PASSES=1, PER_REQUEST_SIZE=48x128 (PROMPTSxTOKENS of its passes), PER_REQUEST_FIRST=0
-# (1: the per-request passes before the whole runs), PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
+# (1: the per-request passes before the whole runs), PER_REQUEST_CONNECTION (ours's protocol in
+# them: harness or keep-alive; unset: measure_tps's default), PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
 # the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
 # round; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
 # (start no round that would end later than this many seconds after the part began, and no
@@ -100,6 +101,7 @@ per_request() {
         "$PYTHON" benchmarks/tps_client_per_request.py --client-script "$BENCH_SERVING" \
             --base-url "$PARITY_BASE_URL" --model "$PARITY_MODEL" --manifest "$MANIFEST" \
             --num-prompts "$pr_prompts" --output-len "$pr_len" --passes "$PER_REQUEST_PASSES" \
+            ${PER_REQUEST_CONNECTION:+--connection "$PER_REQUEST_CONNECTION"} \
             --json "$dir/per-request.json" || return 1
     fi
 }

@@ -3,8 +3,10 @@
 Whole benchmark runs on one server drift by 10-25 % within minutes on a
 shared machine, more than the few percent this comparison looks for. Here the
 two clients take turns on every prompt instead: for each prompt, one request
-from ``evaluators.measure_tps``'s own sender (httpx, one keep-alive
-connection, in this process) and one from the harness client's own request
+from ``evaluators.measure_tps``'s own sender (httpx, in this process, with
+``measure_tps``'s connection protocol: by default a connection per request;
+``--connection keep-alive``: one for the pass, as this benchmark did until
+2026-12-02) and one from the harness client's own request
 function (``sglang.bench_serving.async_request_openai_chat_completions``:
 aiohttp, a new session per request, run in the client's venv as a child
 process that answers one request per line), in alternating order (A B, B A,
@@ -55,7 +57,7 @@ import httpx  # noqa: E402
 from evaluators import TpsSettings, load_prompts  # noqa: E402
 from evaluators._common import make_client  # noqa: E402
 from evaluators.spec_metrics import parse_metrics  # noqa: E402
-from evaluators.tps import _send, select_prompts  # noqa: E402
+from evaluators.tps import CONNECTIONS, _send, select_prompts  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
@@ -137,6 +139,10 @@ def main() -> None:
                              "(those tps_vs_harness_client.py sends at that size)")
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
+    parser.add_argument("--connection", choices=CONNECTIONS, default=TpsSettings.connection,
+                        help="ours: harness (measure_tps's default: a connection per request, as the "
+                             "harness's client opens) or keep-alive (one connection for the pass; what this "
+                             f"benchmark did before 2026-12-02); default {TpsSettings.connection}")
     parser.add_argument("--json", help="write every request's figures here")
     parser.add_argument("--base-url", help="measure this running server instead of starting one")
     parser.add_argument("--model", help="its served model name (with --base-url)")
@@ -148,7 +154,8 @@ def main() -> None:
         parser.error("--base-url needs --model")
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
-    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
+    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4,
+                           connection=args.connection)  # fmt: skip
     if args.prompts or args.num_prompts <= len(load_prompts(demo.prompts_tuning)):
         prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
     else:  # more than the demo's tuning prompts: the ones tps_vs_harness_client.py sends at that size
@@ -162,7 +169,8 @@ def main() -> None:
                    else ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900))
         with serving as server:
             print(f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
-                  f"{args.output_len} tokens, {args.passes} passes, the clients alternating", flush=True)
+                  f"{args.output_len} tokens, {args.passes} passes, the clients alternating; ours with "
+                  f"connection {settings.connection!r}", flush=True)  # fmt: skip
             child = subprocess.Popen(
                 [client_command(args.client_python), "-c", CHILD,
                  f"{server.base_url}/v1/chat/completions", server.served_model_name],
@@ -179,7 +187,11 @@ def main() -> None:
                     child.stdin.flush()
                     return json.loads(child.stdout.readline())
 
-                with make_client(server.base_url, settings.request_timeout_s) as client:
+                # ours: measure_tps's protocol (a connection per request unless --connection keep-alive);
+                # the /metrics scrapes on a connection of their own, so they do not keep ours open
+                with make_client(server.base_url, settings.request_timeout_s,
+                                 keep_alive=settings.connection == "keep-alive") as client, \
+                        make_client(server.base_url) as metrics:  # fmt: skip
                     for index in range(4):  # warm both clients' paths up
                         _send(client, server.served_model_name, prompts[0], index, settings, max_tokens=32)
                         harness(prompts[0].text, 32)
@@ -189,16 +201,17 @@ def main() -> None:
                             order = ("ours", "harness") if step % 2 == 0 else ("harness", "ours")
                             step += 1
                             for side in order:
-                                before = server_sums(client)
+                                before = server_sums(metrics)
                                 if side == "ours":
                                     record = _send(client, server.served_model_name, prompt, 0, settings)
                                     figures = {"ok": record.ok, "latency_s": record.latency_s,
                                                "output_tokens": record.output_tokens, "error": record.error}
                                 else:
                                     figures = harness(prompt.text, args.output_len)
-                                after = server_sums(client)
+                                after = server_sums(metrics)
                                 served = {key: after[key] - before[key] for key in before}
                                 rows.append({"pass": turn, "prompt_id": prompt.id, "side": side,
+                                             "connection": settings.connection if side == "ours" else "harness",
                                              "first": side == order[0], **figures, "server": served})
                         print(f"  pass {turn + 1} done at load {os.getloadavg()[0]:.1f}", flush=True)
             finally:
