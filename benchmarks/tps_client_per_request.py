@@ -10,7 +10,8 @@ from ``evaluators.measure_tps``'s own sender (httpx, in this process, with
 function (``sglang.bench_serving.async_request_openai_chat_completions``:
 aiohttp, a new session per request, run in the client's venv as a child
 process that answers one request per line), in alternating order (A B, B A,
-...). Both time the request the same way (from just before the request is
+...; with two protocols of ours, three sides, the order turned one place a
+prompt). Both time the request the same way (from just before the request is
 sent to the parsed answer); the ratio of the two latencies of one prompt,
 taken seconds apart, hardly sees the drift.
 
@@ -57,12 +58,12 @@ import httpx  # noqa: E402
 from evaluators import TpsSettings, load_prompts  # noqa: E402
 from evaluators._common import make_client  # noqa: E402
 from evaluators.spec_metrics import parse_metrics  # noqa: E402
-from evaluators.tps import CONNECTIONS, _send, select_prompts  # noqa: E402
+from evaluators.tps import _send, select_prompts  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
 import parity  # noqa: E402
-from tps_vs_harness_client import demo_prompt_pairs  # noqa: E402
+from tps_vs_harness_client import demo_prompt_pairs, ours_sides  # noqa: E402
 
 # run by the client venv's python: one harness request per line read, its figures written back
 CHILD = textwrap.dedent(
@@ -139,10 +140,12 @@ def main() -> None:
                              "(those tps_vs_harness_client.py sends at that size)")
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
-    parser.add_argument("--connection", choices=CONNECTIONS, default=TpsSettings.connection,
+    parser.add_argument("--connection", default=TpsSettings.connection,
                         help="ours: harness (measure_tps's default: a connection per request, as the "
                              "harness's client opens) or keep-alive (one connection for the pass; what this "
-                             f"benchmark did before 2026-12-02); default {TpsSettings.connection}")
+                             "benchmark did before 2026-12-02), or both, comma-separated (harness,keep-alive: "
+                             "a request of each for every prompt, the order turned one place a prompt); "
+                             f"default {TpsSettings.connection}")
     parser.add_argument("--json", help="write every request's figures here")
     parser.add_argument("--base-url", help="measure this running server instead of starting one")
     parser.add_argument("--model", help="its served model name (with --base-url)")
@@ -154,8 +157,12 @@ def main() -> None:
         parser.error("--base-url needs --model")
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
-    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4,
-                           connection=args.connection)  # fmt: skip
+    try:
+        connections = ours_sides(args.connection)  # {"ours": "harness", "ours:keep-alive": "keep-alive"}
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    sides = ("harness", *connections)
+    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
     if args.prompts or args.num_prompts <= len(load_prompts(demo.prompts_tuning)):
         prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
     else:  # more than the demo's tuning prompts: the ones tps_vs_harness_client.py sends at that size
@@ -169,8 +176,8 @@ def main() -> None:
                    else ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900))
         with serving as server:
             print(f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
-                  f"{args.output_len} tokens, {args.passes} passes, the clients alternating; ours with "
-                  f"connection {settings.connection!r}", flush=True)  # fmt: skip
+                  f"{args.output_len} tokens, {args.passes} passes, the clients taking turns; ours with "
+                  f"{', '.join(f'{s}: {c}' for s, c in connections.items())}", flush=True)  # fmt: skip
             child = subprocess.Popen(
                 [client_command(args.client_python), "-c", CHILD,
                  f"{server.base_url}/v1/chat/completions", server.served_model_name],
@@ -187,32 +194,37 @@ def main() -> None:
                     child.stdin.flush()
                     return json.loads(child.stdout.readline())
 
-                # ours: measure_tps's protocol (a connection per request unless --connection keep-alive);
-                # the /metrics scrapes on a connection of their own, so they do not keep ours open
-                with make_client(server.base_url, settings.request_timeout_s,
-                                 keep_alive=settings.connection == "keep-alive") as client, \
-                        make_client(server.base_url) as metrics:  # fmt: skip
-                    for index in range(4):  # warm both clients' paths up
-                        _send(client, server.served_model_name, prompts[0], index, settings, max_tokens=32)
+                # ours: measure_tps's protocols (each a client of its own: a connection per request, or
+                # one kept for the pass); the /metrics scrapes on a connection of their own
+                with contextlib.ExitStack() as clients:
+                    metrics = clients.enter_context(make_client(server.base_url))
+                    ours = {side: clients.enter_context(make_client(
+                        server.base_url, settings.request_timeout_s, keep_alive=protocol == "keep-alive"))
+                        for side, protocol in connections.items()}  # fmt: skip
+                    for index in range(4):  # warm every client's path up
+                        for side, client in ours.items():
+                            _send(client, server.served_model_name, prompts[0], index,
+                                  dataclasses.replace(settings, connection=connections[side]), max_tokens=32)
                         harness(prompts[0].text, 32)
                     step = 0
                     for turn in range(args.passes):
                         for prompt in prompts:
-                            order = ("ours", "harness") if step % 2 == 0 else ("harness", "ours")
+                            order = parity.round_order(step, sides)
                             step += 1
-                            for side in order:
+                            for place, side in enumerate(order):
                                 before = server_sums(metrics)
-                                if side == "ours":
-                                    record = _send(client, server.served_model_name, prompt, 0, settings)
+                                if side == "harness":
+                                    figures = harness(prompt.text, args.output_len)
+                                else:
+                                    record = _send(ours[side], server.served_model_name, prompt, 0,
+                                                   dataclasses.replace(settings, connection=connections[side]))
                                     figures = {"ok": record.ok, "latency_s": record.latency_s,
                                                "output_tokens": record.output_tokens, "error": record.error}
-                                else:
-                                    figures = harness(prompt.text, args.output_len)
                                 after = server_sums(metrics)
                                 served = {key: after[key] - before[key] for key in before}
                                 rows.append({"pass": turn, "prompt_id": prompt.id, "side": side,
-                                             "connection": settings.connection if side == "ours" else "harness",
-                                             "first": side == order[0], **figures, "server": served})
+                                             "connection": connections.get(side, "harness"), "place": place,
+                                             "first": place == 0, **figures, "server": served})
                         print(f"  pass {turn + 1} done at load {os.getloadavg()[0]:.1f}", flush=True)
             finally:
                 child.stdin.close()
@@ -222,27 +234,30 @@ def main() -> None:
     bad = [r for r in rows if not r["ok"] or r["output_tokens"] != args.output_len]
     if bad:
         raise SystemExit(f"{len(bad)} requests failed or came back short; first: {bad[0]}")
-    pairs = {}
+    pairs: dict[tuple[int, str], dict[str, dict]] = {}
     for r in rows:
         pairs.setdefault((r["pass"], r["prompt_id"]), {})[r["side"]] = r
-    client_ratio = [p["ours"]["latency_s"] / p["harness"]["latency_s"] for p in pairs.values()]
-    server_ratio = [p["ours"]["server"]["e2e_s"] / p["harness"]["server"]["e2e_s"] for p in pairs.values()]
-    outside = [(p["ours"]["latency_s"] - p["ours"]["server"]["e2e_s"])
-               - (p["harness"]["latency_s"] - p["harness"]["server"]["e2e_s"]) for p in pairs.values()]
-    first = [r["latency_s"] for r in rows if r["first"]]
-    second = [r["latency_s"] for r in rows if not r["first"]]
     counted = sum(1 for r in rows if round(r["server"]["requests"]) == 1)
-    print(f"{len(pairs)} pairs; the server had counted the request by the time it answered in "
-          f"{counted} of {len(rows)}")
-    g, lo, hi = geometric_interval(client_ratio)
-    print(f"latency ours / harness, as each client timed it: {g:.4f} (95 % interval {lo:.4f} to {hi:.4f}); "
-          f"TPS harness-equivalent ratio {1 / g:.4f}")
-    g, lo, hi = geometric_interval(server_ratio)
-    print(f"the server's own end-to-end time, ours / harness: {g:.4f} (95 % interval {lo:.4f} to {hi:.4f})")
-    print(f"time outside the server, ours minus harness: median {statistics.median(outside) * 1000:.2f} ms per request")
-    print(f"first of a pair / second of a pair (order effect): "
-          f"{statistics.median(first) / statistics.median(second):.4f}")
-    for side in ("ours", "harness"):
+    print(f"{len(pairs)} prompts with a request of each side ({', '.join(sides)}); the server had counted "
+          f"the request by the time it answered in {counted} of {len(rows)}")  # fmt: skip
+    comparisons = [(side, "harness") for side in sides[1:]] + [(side, sides[1]) for side in sides[2:]]
+    for side, against in comparisons:
+        client_ratio = [p[side]["latency_s"] / p[against]["latency_s"] for p in pairs.values()]
+        server_ratio = [p[side]["server"]["e2e_s"] / p[against]["server"]["e2e_s"] for p in pairs.values()]
+        outside = [(p[side]["latency_s"] - p[side]["server"]["e2e_s"])
+                   - (p[against]["latency_s"] - p[against]["server"]["e2e_s"]) for p in pairs.values()]  # fmt: skip
+        g, lo, hi = geometric_interval(client_ratio)
+        print(f"latency {side} / {against}, as each client timed it: {g:.4f} (95 % interval {lo:.4f} to "
+              f"{hi:.4f}); TPS {against}-equivalent ratio {1 / g:.4f}")  # fmt: skip
+        g, lo, hi = geometric_interval(server_ratio)
+        print(f"  the server's own end-to-end time, {side} / {against}: {g:.4f} (95 % interval {lo:.4f} to {hi:.4f})")
+        print(f"  time outside the server, {side} minus {against}: median "
+              f"{statistics.median(outside) * 1000:.2f} ms per request")  # fmt: skip
+    first = [r["latency_s"] for r in rows if r["place"] == 0]
+    last = [r["latency_s"] for r in rows if r["place"] == len(sides) - 1]
+    print(f"first of a prompt's requests / last of them (order effect): "
+          f"{statistics.median(first) / statistics.median(last):.4f}")
+    for side in sides:
         mine = [r for r in rows if r["side"] == side]
         tokens = sum(r["output_tokens"] for r in mine)
         print(f"  {side:<8} {tokens / sum(r['latency_s'] for r in mine):7.2f} tok/s over its requests; server "
