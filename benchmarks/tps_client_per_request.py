@@ -163,8 +163,9 @@ def main() -> None:
         parser.error(str(exc))
     sides = ("harness", *connections)
     settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=4)
-    if args.prompts or args.num_prompts <= len(load_prompts(demo.prompts_tuning)):
-        prompts = select_prompts(load_prompts(args.prompts or demo.prompts_tuning), settings)
+    given = load_prompts(args.prompts or demo.prompts_tuning)
+    if args.prompts or args.num_prompts <= len(given):
+        prompts = select_prompts(given, settings)
     else:  # more than the demo's tuning prompts: the ones tps_vs_harness_client.py sends at that size
         with tempfile.TemporaryDirectory(prefix="per-request-prompts-") as folder:
             dataset = Path(folder) / "prompts.json"
@@ -202,9 +203,8 @@ def main() -> None:
                         server.base_url, settings.request_timeout_s, keep_alive=protocol == "keep-alive"))
                         for side, protocol in connections.items()}  # fmt: skip
                     for index in range(4):  # warm every client's path up
-                        for side, client in ours.items():
-                            _send(client, server.served_model_name, prompts[0], index,
-                                  dataclasses.replace(settings, connection=connections[side]), max_tokens=32)
+                        for client in ours.values():
+                            _send(client, server.served_model_name, prompts[0], index, settings, max_tokens=32)
                         harness(prompts[0].text, 32)
                     step = 0
                     for turn in range(args.passes):
@@ -216,8 +216,8 @@ def main() -> None:
                                 if side == "harness":
                                     figures = harness(prompt.text, args.output_len)
                                 else:
-                                    record = _send(ours[side], server.served_model_name, prompt, 0,
-                                                   dataclasses.replace(settings, connection=connections[side]))
+                                    # the protocol is the client's (made above); _send only sends
+                                    record = _send(ours[side], server.served_model_name, prompt, 0, settings)
                                     figures = {"ok": record.ok, "latency_s": record.latency_s,
                                                "output_tokens": record.output_tokens, "error": record.error}
                                 after = server_sums(metrics)
