@@ -1,0 +1,250 @@
+"""Whole-run parity pooled over device sessions: ours / harness from every round on record.
+
+One device session fits 4-6 rounds at 128 x 512, and an interval within 0.98-1.02 needs
+about 26 (docs/measurement.md, "Whole-run parity on the GPU"), so the figure is pooled
+over sessions. The rounds measured so far are kept in a record,
+``benchmarks/results/gpu-parity-rounds.csv``: one row a round, with the run it belongs to,
+the size, which client ran first, both TPS figures, and the host probe's means over each
+side's timed window where a probe ran (``host_probe.py``; empty otherwise). This script
+reads that record, adds the rounds of new result files of ``tps_vs_harness_client.py``
+(``--out``), and prints, for the rows that match the filters:
+
+* each run's geometric mean of ours / harness and its 95 % interval;
+* the pooled geometric mean and interval over all the matching rounds (t on the log
+  ratios, ``parity.ratio_summary``), and how many pairs an interval within 0.98-1.02
+  would need at that spread;
+* for each probe figure, the ratio at equal host speed over the rounds that have it
+  (``parity.adjusted_ratio``: the log ratio fitted on the log of the probe's ratio).
+
+::
+
+    python benchmarks/pool_parity.py --size 128x512 --server-cpus 2-5
+    python benchmarks/pool_parity.py --add 2026-12-03T09:00Z=whole-128x512.json --server-cpus 2-5 \\
+        [--ours-connection harness] [--save]
+
+``--add LABEL=FILE`` takes the rounds of FILE where both sides completed (the side
+``ours``, measure_tps's default protocol of that run, against ``harness``), labelled with
+the run's LABEL (its date and time, say) and ``--server-cpus`` (the CPUs the server was
+pinned to, ``any`` for none; the result file does not record it). ``--save`` appends them
+to the record; a label already there is refused, so a run is never counted twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import parity  # noqa: E402
+
+RECORD = Path(__file__).resolve().parent / "results" / "gpu-parity-rounds.csv"
+PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
+FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection", "harness_tps", "ours_tps",
+          *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")))  # fmt: skip
+
+
+class RecordError(ValueError):
+    """A record or result file that cannot be read as rounds (its path and what is wrong)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Round:
+    """One round of whole runs: both clients' TPS, and the probe's means over each side's run."""
+
+    run: str
+    size: str
+    round: int
+    first: str
+    server_cpus: str
+    ours_connection: str
+    harness_tps: float
+    ours_tps: float
+    probe: dict[str, tuple[float, float]]  # key -> (during the harness's run, during ours)
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_tps / self.harness_tps
+
+    def row(self) -> dict[str, str]:
+        row = {name: str(getattr(self, name)) for name in FIELDS[:8]}
+        for key in PROBE_KEYS:
+            harness, ours = self.probe.get(key, ("", ""))
+            row[f"probe_{key}_harness"], row[f"probe_{key}_ours"] = str(harness), str(ours)
+        return row
+
+
+def _positive(text: str, where: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise RecordError(f"{where}: {name} is not a number: {text!r}") from None
+    if not value > 0:
+        raise RecordError(f"{where}: {name} must be positive, not {text!r}")
+    return value
+
+
+def load_record(path: Path) -> list[Round]:
+    """The rounds of a record file (see the module's docstring); an absent file holds none."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [name for name in FIELDS if name not in (reader.fieldnames or [])]
+        if missing:
+            raise RecordError(f"{path}: the record has no column {missing[0]!r}")
+        rounds = []
+        for line, row in enumerate(reader, start=2):
+            where = f"{path}, line {line}"
+            probe = {}
+            for key in PROBE_KEYS:
+                harness, ours = row[f"probe_{key}_harness"].strip(), row[f"probe_{key}_ours"].strip()
+                if harness and ours:
+                    probe[key] = (_positive(harness, where, f"probe_{key}_harness"),
+                                  _positive(ours, where, f"probe_{key}_ours"))  # fmt: skip
+            if row["first"] not in ("harness", "ours"):
+                raise RecordError(f"{where}: first is 'harness' or 'ours', not {row['first']!r}")
+            try:
+                number = int(row["round"])
+            except ValueError:
+                raise RecordError(f"{where}: round is not a whole number: {row['round']!r}") from None
+            rounds.append(Round(run=row["run"], size=row["size"], round=number, first=row["first"],
+                                server_cpus=row["server_cpus"], ours_connection=row["ours_connection"],
+                                harness_tps=_positive(row["harness_tps"], where, "harness_tps"),
+                                ours_tps=_positive(row["ours_tps"], where, "ours_tps"), probe=probe))  # fmt: skip
+    return rounds
+
+
+def rounds_from_result(path: Path, *, run: str, server_cpus: str) -> list[Round]:
+    """The complete rounds of a ``tps_vs_harness_client.py --out`` file, side ``ours`` against the harness."""
+    try:
+        data = json.loads(path.read_text())
+        sizes: dict[str, Any] = data["sizes"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise RecordError(f"{path}: not a result file of tps_vs_harness_client.py ({error})") from None
+    connection = str(data.get("ours_connection") or "harness").split(",")[0]
+    rounds = []
+    for size, entry in sizes.items():
+        for row in entry.get("rounds", []):
+            harness, ours = row.get("harness") or {}, row.get("ours") or {}
+            if not (harness.get("ok") and ours.get("ok")):
+                continue
+            order = [side for side in row.get("order", []) if side in ("harness", "ours")]
+            probe = {}
+            for key in PROBE_KEYS:
+                during = ((harness.get("probe") or {}).get(key), (ours.get("probe") or {}).get(key))
+                if all(during):
+                    probe[key] = (float(during[0]), float(during[1]))
+            rounds.append(Round(run=run, size=size, round=int(row["round"]), first=order[0] if order else "",
+                                server_cpus=server_cpus, ours_connection=connection,
+                                harness_tps=float(harness["tps"]), ours_tps=float(ours["tps"]), probe=probe))  # fmt: skip
+    return rounds
+
+
+def save_record(path: Path, rounds: list[Round]) -> None:
+    """Append ``rounds`` to the record (written whole to a temporary file, then moved into place)."""
+    kept = load_record(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for item in [*kept, *rounds]:
+            writer.writerow(item.row())
+    partial.replace(path)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pooled:
+    """The pooled figures over a set of rounds."""
+
+    by_run: dict[str, parity.RatioSummary]
+    pooled: parity.RatioSummary
+    pairs_needed: int | None
+    adjusted: dict[str, parity.AdjustedRatio]
+
+
+def pool(rounds: list[Round], *, half_width: float = 0.02) -> Pooled:
+    if not rounds:
+        raise RecordError("no rounds match: nothing to pool")
+    by_run: dict[str, list[float]] = {}
+    for item in rounds:
+        by_run.setdefault(item.run, []).append(item.ratio)
+    pooled = parity.ratio_summary([item.ratio for item in rounds])
+    needed = parity.pairs_for_interval(pooled.log_sd, half_width) if pooled.log_sd else None
+    adjusted = {}
+    for key in PROBE_KEYS:
+        covered = [item for item in rounds if key in item.probe]
+        if len(covered) >= 3:
+            covariate = [math.log(item.probe[key][1] / item.probe[key][0]) for item in covered]
+            adjusted[key] = parity.adjusted_ratio([item.ratio for item in covered], covariate)
+    return Pooled(by_run={run: parity.ratio_summary(ratios) for run, ratios in by_run.items()},
+                  pooled=pooled, pairs_needed=needed, adjusted=adjusted)  # fmt: skip
+
+
+def select(rounds: list[Round], *, size: str | None, server_cpus: str | None,
+           ours_connection: str | None) -> list[Round]:  # fmt: skip
+    return [item for item in rounds
+            if (size is None or item.size == size) and (server_cpus is None or item.server_cpus == server_cpus)
+            and (ours_connection is None or item.ours_connection == ours_connection)]  # fmt: skip
+
+
+def report(rounds: list[Round], result: Pooled) -> None:
+    for run, summary in result.by_run.items():
+        print(f"  {run}: ours / harness {summary.describe()}")
+    print(f"pooled over {len(rounds)} rounds of {len(result.by_run)} runs: ours / harness {result.pooled.describe()}")
+    if result.pairs_needed:
+        print(f"  at this spread an interval within 0.98-1.02 needs about {result.pairs_needed} pairs")
+    for key, fit in result.adjusted.items():
+        print(f"at equal host speed by the probe's {key}: {fit.describe()}")
+        if fit.residual_sd:
+            print(f"  at its residual spread an interval within 0.98-1.02 needs about "
+                  f"{parity.pairs_for_interval(fit.residual_sd, 0.02)} pairs")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--record", type=Path, default=RECORD, help="the rounds on record (default: %(default)s)")
+    parser.add_argument("--add", action="append", default=[], metavar="LABEL=FILE",
+                        help="a result file of tps_vs_harness_client.py (--out), its rounds labelled LABEL")
+    parser.add_argument("--server-cpus", help="the added runs' server CPUs ('any' for none); also a filter")
+    parser.add_argument("--size", help="only rounds of this size (128x512)")
+    parser.add_argument("--ours-connection", help="only rounds where ours used this protocol (harness, keep-alive)")
+    parser.add_argument("--save", action="store_true", help="append the added rounds to the record")
+    args = parser.parse_args(argv)
+    try:
+        rounds = load_record(args.record)
+        added: list[Round] = []
+        for item in args.add:
+            label, _, name = item.partition("=")
+            if not label or not name:
+                raise RecordError(f"--add takes LABEL=FILE, not {item!r}")
+            if not args.server_cpus:
+                raise RecordError("--add needs --server-cpus (the CPUs the server ran on, or 'any')")
+            if label in {r.run for r in rounds + added}:
+                raise RecordError(f"--add: the run {label!r} is already on record in {args.record}")
+            found = rounds_from_result(Path(name), run=label, server_cpus=args.server_cpus)
+            if not found:
+                raise RecordError(f"{name}: no round where both sides completed")
+            added += found
+        chosen = select(rounds + added, size=args.size, server_cpus=args.server_cpus,
+                        ours_connection=args.ours_connection)  # fmt: skip
+        report(chosen, pool(chosen))
+        if args.save and added:
+            save_record(args.record, added)
+            print(f"{len(added)} rounds added to {args.record}")
+    except RecordError as error:
+        print(f"pool_parity: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Whole-run parity pooled over sessions (``benchmarks/pool_parity.py``) and the rounds on record."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+RECORD = BENCHMARKS / "results" / "gpu-parity-rounds.csv"
+
+
+@pytest.fixture(scope="module")
+def pool_parity():
+    sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("pool_parity", BENCHMARKS / "pool_parity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _t_interval(ratios: list[float]) -> tuple[float, float, float]:
+    logs = np.log(ratios)
+    half = student_t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
+    return math.exp(logs.mean()), math.exp(logs.mean() - half), math.exp(logs.mean() + half)
+
+
+def _intercept_interval(ratios: list[float], covariate: list[float]) -> tuple[float, float, float]:
+    """The intercept of log(ratio) on the covariate by numpy's least squares, with its t interval."""
+    x = np.column_stack([np.ones(len(ratios)), covariate])
+    y = np.log(ratios)
+    coef, residual, *_ = np.linalg.lstsq(x, y, rcond=None)
+    sigma2 = float(residual[0]) / (len(y) - 2)
+    se = math.sqrt(sigma2 * np.linalg.inv(x.T @ x)[0, 0])
+    half = student_t.ppf(0.975, len(y) - 2) * se
+    return math.exp(coef[0]), math.exp(coef[0] - half), math.exp(coef[0] + half)
+
+
+def _result_file(path: Path, sides: list[tuple[float, float, float | None, float | None]]) -> Path:
+    """A result file laid out as tps_vs_harness_client.py writes it: (harness, ours, probe H, probe O) a round."""
+    rounds = []
+    for number, (harness, ours, probe_h, probe_o) in enumerate(sides):
+        def side(tps: float, probe: float | None) -> dict:
+            return {"ok": tps > 0, "tps": tps, "probe": {"cpu_ms": probe, "mem_ms": None} if probe else {}}
+
+        order = ["harness", "ours"] if number % 2 == 0 else ["ours", "harness"]
+        rounds.append({"round": number, "first": order[0], "order": order,
+                       "harness": side(harness, probe_h), "ours": side(ours, probe_o)})
+    path.write_text(json.dumps({"began": "2026-12-02 18:55:06", "ours_connection": "harness",
+                                "sizes": {"128x512": {"rounds": rounds, "summary": {}}}}))
+    return path
+
+
+def test_the_record_pools_to_the_figures_an_independent_computation_gives(pool_parity) -> None:
+    with RECORD.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    pinned = [r for r in rows if r["size"] == "128x512" and r["server_cpus"] == "2-5" and r["ours_connection"] == "harness"]
+    ratios = [float(r["ours_tps"]) / float(r["harness_tps"]) for r in pinned]
+    rounds = pool_parity.select(pool_parity.load_record(RECORD), size="128x512", server_cpus="2-5",
+                                ours_connection="harness")
+    assert [r.ratio for r in rounds] == pytest.approx(ratios)
+    result = pool_parity.pool(rounds)
+    mean, low, high = _t_interval(ratios)
+    assert (result.pooled.geometric_mean, result.pooled.low, result.pooled.high) == pytest.approx((mean, low, high))
+    # the figures docs/measurement.md states for the 12 pinned pairs of 2026-12-02
+    assert len(ratios) == 12 and (round(mean, 3), round(low, 3), round(high, 3)) == (1.034, 1.003, 1.066)
+    probed = [r for r in pinned if r["probe_cpu_ms_harness"]]
+    covariate = [math.log(float(r["probe_cpu_ms_ours"]) / float(r["probe_cpu_ms_harness"])) for r in probed]
+    expected = _intercept_interval([float(r["ours_tps"]) / float(r["harness_tps"]) for r in probed], covariate)
+    fit = result.adjusted["cpu_ms"]
+    assert fit.count == 7 and (fit.adjusted, fit.low, fit.high) == pytest.approx(expected)
+    assert (round(expected[0], 3), round(expected[1], 3), round(expected[2], 3)) == (1.006, 0.954, 1.061)
+    assert set(result.by_run) == {"2026-12-02T11:06Z", "2026-12-02T14:37Z", "2026-12-02T18:43Z"}
+
+
+def test_a_result_file_adds_its_complete_rounds_and_the_record_keeps_them(pool_parity, tmp_path) -> None:
+    record = tmp_path / "rounds.csv"
+    first = _result_file(tmp_path / "a.json", [(500.0, 510.0, 1.0, 0.9), (520.0, 0.0, 1.0, 1.0),
+                                               (480.0, 470.0, 1.1, 1.2), (505.0, 515.0, 1.0, 1.05)])
+    added = pool_parity.rounds_from_result(first, run="A", server_cpus="2-5")
+    assert [(r.round, r.first) for r in added] == [(0, "harness"), (2, "harness"), (3, "ours")]  # round 1 failed
+    assert added[0].probe == {"cpu_ms": (1.0, 0.9)} and added[0].ratio == pytest.approx(510 / 500)
+    pool_parity.save_record(record, added)
+    second = pool_parity.rounds_from_result(_result_file(tmp_path / "b.json", [(600.0, 590.0, None, None)]),
+                                            run="B", server_cpus="any")
+    pool_parity.save_record(record, second)
+    back = pool_parity.load_record(record)
+    assert back == added + second and not (tmp_path / "rounds.csv.partial").exists()
+    result = pool_parity.pool(back)
+    assert result.pooled.geometric_mean == pytest.approx(_t_interval([510 / 500, 470 / 480, 515 / 505, 590 / 600])[0])
+    assert set(result.adjusted) == {"cpu_ms"} and result.adjusted["cpu_ms"].count == 3
+    only_b = pool_parity.select(back, size=None, server_cpus="any", ours_connection=None)
+    assert [r.run for r in only_b] == ["B"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / "pool_parity.py"), *args],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+
+def test_the_command_adds_saves_and_refuses_a_run_twice(tmp_path) -> None:
+    record = tmp_path / "rounds.csv"
+    result = _result_file(tmp_path / "a.json", [(500.0, 510.0, 1.0, 0.9), (480.0, 470.0, 1.1, 1.2),
+                                                (505.0, 515.0, 1.0, 1.05)])
+    saved = _cli("--record", str(record), "--add", f"A={result}", "--server-cpus", "2-5", "--save")
+    assert saved.returncode == 0, saved.stderr
+    mean, low, high = _t_interval([510 / 500, 470 / 480, 515 / 505])
+    assert f"pooled over 3 rounds of 1 runs: ours / harness {mean:.4f} (95% interval {low:.4f} to {high:.4f}" in saved.stdout
+    assert "3 rounds added" in saved.stdout
+    again = _cli("--record", str(record), "--add", f"A={result}", "--server-cpus", "2-5", "--save")
+    assert again.returncode == 2 and again.stderr.strip() == f"pool_parity: --add: the run 'A' is already on record in {record}"
+    assert len(record.read_text().splitlines()) == 4  # the header and the 3 rounds, once
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--add", "A"], "--add takes LABEL=FILE, not 'A'"),
+    (["--add", "A=x.json"], "--add needs --server-cpus"),
+    (["--size", "7x7"], "no rounds match: nothing to pool"),
+])  # fmt: skip
+def test_bad_input_gets_one_line_and_exit_2(tmp_path, args, message) -> None:
+    run = _cli("--record", str(RECORD), *args)
+    assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_broken_record_names_its_line(pool_parity, tmp_path) -> None:
+    record = tmp_path / "rounds.csv"
+    record.write_text(RECORD.read_text().splitlines()[0] + "\nR,128x512,0,harness,2-5,harness,500,-1,,,,,,\n")
+    with pytest.raises(pool_parity.RecordError, match=r"line 2: ours_tps must be positive"):
+        pool_parity.load_record(record)
+    (tmp_path / "not.json").write_text("{")
+    run = _cli("--record", str(tmp_path / "none.csv"), "--add", f"A={tmp_path / 'not.json'}", "--server-cpus", "any")
+    assert run.returncode == 2 and "not a result file of tps_vs_harness_client.py" in run.stderr
