@@ -18,6 +18,10 @@
 #                 ends; copy the results to $OUT; exit 0 when it has ended, 3 while it runs
 #   collect       copy the results to $OUT
 #
+# When a part ends, its whole runs are pooled with the rounds on record
+# (benchmarks/pool_parity.py, benchmarks/results/gpu-parity-rounds.csv) and the figures printed in
+# its log; they are not saved there (the record is the repository's: add them with --save).
+#
 # A part longer than one call (part1 is ~25 min) is started with `start part1; follow`
 # and followed with `follow` in the next calls: the machine is kept only ~30 s after a
 # call, so make the next call at once. Everything is logged, line by line, under
@@ -119,6 +123,7 @@ run_part() {
     esac
     mkdir -p "$PARITY_DIR/$part"
     rm -f "$PARITY_DIR/$part.done"
+    local label; label="$(date -u +%FT%H:%MZ)-$part"  # the part's rounds, as pool_parity.py names them
     if [ -n "${PART_BUDGET_S:-}" ]; then export PART_DEADLINE=$(( $(date +%s) + PART_BUDGET_S )); fi
     {
         echo "== $part began $(date '+%F %T'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
@@ -145,9 +150,23 @@ run_part() {
         local code=$?
         [ -n "$smi_pid" ] && kill "$smi_pid" 2> /dev/null
         [ -n "$probe_pid" ] && kill "$probe_pid" 2> /dev/null
+        pool_with_record "$part" "$label"
         echo "== $part ended $(date '+%F %T') with exit code $code"
         echo "$code" > "$PARITY_DIR/$part.done"
     } 2>&1 | tee -a "$PARITY_DIR/$part.log"
+}
+
+# the part's whole runs pooled with the rounds on record (pool_parity.py; printed, not saved: add
+# them to benchmarks/results/gpu-parity-rounds.csv with --save where the repository is)
+pool_with_record() {
+    local part=$1 label=$2 file size connection=${OURS_CONNECTION:-harness}
+    for file in "$PARITY_DIR/$part"/whole-*.json; do
+        [ -f "$file" ] || continue
+        size=$(basename "$file" .json); size=${size#whole-}
+        echo "== $part: $size pooled with the rounds on record (server CPUs ${SERVER_CPUS:-any}, ours ${connection%%,*})"
+        "$PYTHON" benchmarks/pool_parity.py --add "$label=$file" --server-cpus "${SERVER_CPUS:-any}" \
+            --size "$size" --ours-connection "${connection%%,*}" || true
+    done
 }
 
 collect() {
