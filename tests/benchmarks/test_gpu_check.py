@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
-
-
 @pytest.fixture(scope="module")
-def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def gpu_check(load_benchmark):
+    return load_benchmark("gpu_check", "gpu_check_under_test")
 
 
 def test_parts_are_checked_and_keep_their_order(gpu_check) -> None:

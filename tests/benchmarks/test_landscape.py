@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sweeper.study import GuidedPlan, Observation
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 BASE_ENV = {"SPECULATIVE_CONFIG": '{"method": "mtp", "model": "d", "num_speculative_tokens": 4}'}
 
 
 @pytest.fixture(scope="module")
-def landscape():
-    spec = importlib.util.spec_from_file_location("landscape_under_test", BENCHMARKS / "landscape.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def landscape(load_benchmark):
+    return load_benchmark("landscape", "landscape_under_test")
 
 
 def test_the_space_is_the_preset_plus_a_knob_of_no_effect(landscape) -> None:

@@ -21,18 +21,9 @@ DATA = Path(__file__).resolve().parent / "data"
 CAPTURED = DATA / "bench_serving_8x32.jsonl"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def parity():
-    sys.path.insert(0, str(BENCHMARKS))
-    return _load("parity")
+def parity(load_benchmark):
+    return load_benchmark("parity")
 
 
 # t quantiles of a printed table (97.5 %, by degrees of freedom)
@@ -169,9 +160,8 @@ def test_counters_are_summed_over_engines(parity) -> None:
     assert parity.counter_delta(counters, {**counters, "e2e_s": 3.0})["e2e_s"] == 1.0
 
 
-def test_size_summary_and_parse_size() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    bench = _load("tps_vs_harness_client")
+def test_size_summary_and_parse_size(load_benchmark) -> None:
+    bench = load_benchmark("tps_vs_harness_client")
     assert bench.parse_size("128x512") == (128, 512)
 
     def side(tps: float, offset: int) -> dict:
@@ -186,9 +176,8 @@ def test_size_summary_and_parse_size() -> None:
     assert summary["server_e2e_s_ratio"]["geometric_mean"] == pytest.approx(1 / summary["ratio"]["geometric_mean"])
 
 
-def test_ours_sides_and_a_summary_against_another_side() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    bench = _load("tps_vs_harness_client")
+def test_ours_sides_and_a_summary_against_another_side(load_benchmark) -> None:
+    bench = load_benchmark("tps_vs_harness_client")
     assert bench.ours_sides("harness") == {"ours": "harness"}
     assert bench.ours_sides("harness, keep-alive") == {"ours": "harness", "ours:keep-alive": "keep-alive"}
     for bad in ("", "harness,harness", "pipelined"):
@@ -277,10 +266,9 @@ def test_core_mhz_reads_each_processor(parity) -> None:
     assert parity.core_mhz("processor\t: 0\n") == {}
 
 
-def test_server_watch_finds_a_busy_thread_of_a_process_tree(tmp_path) -> None:
+def test_server_watch_finds_a_busy_thread_of_a_process_tree(tmp_path, load_benchmark) -> None:
     """A real process tree: a parent that sleeps and a child that spins; the watch names the spinning one."""
-    sys.path.insert(0, str(BENCHMARKS))
-    bench = _load("tps_vs_harness_client")
+    bench = load_benchmark("tps_vs_harness_client")
     import subprocess
     import time
 
@@ -306,8 +294,8 @@ def test_server_watch_finds_a_busy_thread_of_a_process_tree(tmp_path) -> None:
     assert bench.ServerWatch(None).summary() == {}
 
 
-def test_hold_server_cpu_list() -> None:
-    hold = _load("hold_server")
+def test_hold_server_cpu_list(load_benchmark) -> None:
+    hold = load_benchmark("hold_server")
     allowed = sorted(os.sched_getaffinity(0))
     assert hold.cpu_list(str(allowed[0])) == {allowed[0]}
     assert hold.cpu_list(f"{allowed[0]}-{allowed[0]}") == {allowed[0]}
@@ -377,9 +365,8 @@ def test_request_starts_backwards_and_probe_windows(parity, tmp_path) -> None:
     assert parity.probe_mean(lines, "cpu_ms", 20.0, 30.0) is None
 
 
-def test_size_summary_adjusts_by_the_probe() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    bench = _load("tps_vs_harness_client")
+def test_size_summary_adjusts_by_the_probe(load_benchmark) -> None:
+    bench = load_benchmark("tps_vs_harness_client")
 
     def side(tps: float, cpu_ms: float) -> dict:
         return {"ok": True, "tps": tps, "output_lens": [32], "input_lens": [16], "probe": {"cpu_ms": cpu_ms},
@@ -393,8 +380,7 @@ def test_size_summary_adjusts_by_the_probe() -> None:
     fit = summary["adjusted"]["cpu_ms"]
     assert set(summary["adjusted"]) == {"cpu_ms"}  # no gpu_ms or mem_ms in these records
     assert fit["covariate"] == pytest.approx([math.log(0.9), math.log(1.05), math.log(1 / 1.1), 0.0])
-    sys.path.insert(0, str(BENCHMARKS))
-    expected = _load("parity").adjusted_ratio(summary["ratios"], fit["covariate"])
+    expected = load_benchmark("parity").adjusted_ratio(summary["ratios"], fit["covariate"])
     assert fit["adjusted"] == pytest.approx(expected.adjusted) and fit["slope"] == pytest.approx(expected.slope)
     assert "adjusted" not in bench.size_summary([{k: {**v, "probe": {}} for k, v in r.items()} for r in rounds])
 

@@ -3,26 +3,16 @@ relative cap's records."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
 @pytest.fixture(scope="module")
-def ppl_gate():
-    sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("ppl_gate_under_test", BENCHMARKS / "ppl_gate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def ppl_gate(load_benchmark):
+    return load_benchmark("ppl_gate", "ppl_gate_under_test")
 
 
 def test_the_wilson_interval(ppl_gate) -> None:
