@@ -46,8 +46,8 @@ import parity  # noqa: E402
 
 RECORD = Path(__file__).resolve().parent / "results" / "gpu-parity-rounds.csv"
 PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
-FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection", "harness_tps", "ours_tps",
-          *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")))  # fmt: skip
+ROUND_FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection", "harness_tps", "ours_tps")
+FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")))
 
 
 class RecordError(ValueError):
@@ -73,7 +73,7 @@ class Round:
         return self.ours_tps / self.harness_tps
 
     def row(self) -> dict[str, str]:
-        row = {name: str(getattr(self, name)) for name in FIELDS[:8]}
+        row = {name: str(getattr(self, name)) for name in ROUND_FIELDS}
         for key in PROBE_KEYS:
             harness, ours = self.probe.get(key, ("", ""))
             row[f"probe_{key}_harness"], row[f"probe_{key}_ours"] = str(harness), str(ours)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import subprocess
@@ -19,13 +18,8 @@ RECORD = BENCHMARKS / "results" / "gpu-parity-rounds.csv"
 
 
 @pytest.fixture(scope="module")
-def pool_parity():
-    sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("pool_parity", BENCHMARKS / "pool_parity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def pool_parity(load_benchmark):
+    return load_benchmark("pool_parity")
 
 
 def _t_interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -47,11 +41,11 @@ def _intercept_interval(ratios: list[float], covariate: list[float]) -> tuple[fl
 
 def _result_file(path: Path, sides: list[tuple[float, float, float | None, float | None]]) -> Path:
     """A result file laid out as tps_vs_harness_client.py writes it: (harness, ours, probe H, probe O) a round."""
+    def side(tps: float, probe: float | None) -> dict:
+        return {"ok": tps > 0, "tps": tps, "probe": {"cpu_ms": probe, "mem_ms": None} if probe else {}}
+
     rounds = []
     for number, (harness, ours, probe_h, probe_o) in enumerate(sides):
-        def side(tps: float, probe: float | None) -> dict:
-            return {"ok": tps > 0, "tps": tps, "probe": {"cpu_ms": probe, "mem_ms": None} if probe else {}}
-
         order = ["harness", "ours"] if number % 2 == 0 else ["ours", "harness"]
         rounds.append({"round": number, "first": order[0], "order": order,
                        "harness": side(harness, probe_h), "ours": side(ours, probe_o)})
