@@ -1,6 +1,6 @@
 """Whole-run parity pooled over device sessions: ours / harness from every round on record.
 
-One device session fits 4-6 rounds at 128 x 512, and an interval within 0.98-1.02 needs
+One device session fits 3-7 rounds at 128 x 512, and an interval within 0.98-1.02 needs
 about 26 (docs/measurement.md, "Whole-run parity on the GPU"), so the figure is pooled
 over sessions. The rounds measured so far are kept in a record,
 ``benchmarks/results/gpu-parity-rounds.csv``: one row a round, with the run it belongs to,
@@ -209,9 +209,9 @@ def report(rounds: list[Round], result: Pooled) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--record", type=Path, default=RECORD, help="the rounds on record (default: %(default)s)")
+    parser.add_argument("--record", type=Path, default=RECORD, help="the rounds on record (default: benchmarks/results/gpu-parity-rounds.csv)")
     parser.add_argument("--add", action="append", default=[], metavar="LABEL=FILE",
                         help="a result file of tps_vs_harness_client.py (--out), its rounds labelled LABEL")
     parser.add_argument("--server-cpus", help="the added runs' server CPUs ('any' for none); also a filter")
