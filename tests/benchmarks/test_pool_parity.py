@@ -65,15 +65,17 @@ def test_the_record_pools_to_the_figures_an_independent_computation_gives(pool_p
     result = pool_parity.pool(rounds)
     mean, low, high = _t_interval(ratios)
     assert (result.pooled.geometric_mean, result.pooled.low, result.pooled.high) == pytest.approx((mean, low, high))
-    # the figures docs/measurement.md states for the 12 pinned pairs of 2026-12-02
-    assert len(ratios) == 12 and (round(mean, 3), round(low, 3), round(high, 3)) == (1.034, 1.003, 1.066)
-    probed = [r for r in pinned if r["probe_cpu_ms_harness"]]
-    covariate = [math.log(float(r["probe_cpu_ms_ours"]) / float(r["probe_cpu_ms_harness"])) for r in probed]
-    expected = _intercept_interval([float(r["ours_tps"]) / float(r["harness_tps"]) for r in probed], covariate)
-    fit = result.adjusted["cpu_ms"]
-    assert fit.count == 7 and (fit.adjusted, fit.low, fit.high) == pytest.approx(expected)
-    assert (round(expected[0], 3), round(expected[1], 3), round(expected[2], 3)) == (1.006, 0.954, 1.061)
-    assert set(result.by_run) == {"2026-12-02T11:06Z", "2026-12-02T14:37Z", "2026-12-02T18:43Z"}
+    # the figures docs/measurement.md states for the 19 pinned pairs of 2026-12-02
+    assert len(ratios) == 19 and (round(mean, 3), round(low, 4), round(high, 3)) == (1.029, 0.9995, 1.060)
+    stated = {"cpu_ms": (14, (1.005, 0.975, 1.035)), "mem_ms": (11, (1.001, 0.978, 1.023))}
+    for probe, (count, figures) in stated.items():
+        probed = [r for r in pinned if r[f"probe_{probe}_harness"]]
+        covariate = [math.log(float(r[f"probe_{probe}_ours"]) / float(r[f"probe_{probe}_harness"])) for r in probed]
+        expected = _intercept_interval([float(r["ours_tps"]) / float(r["harness_tps"]) for r in probed], covariate)
+        fit = result.adjusted[probe]
+        assert fit.count == count and (fit.adjusted, fit.low, fit.high) == pytest.approx(expected)
+        assert tuple(round(value, 3) for value in expected) == figures
+    assert set(result.by_run) == {"2026-12-02T11:06Z", "2026-12-02T14:37Z", "2026-12-02T18:43Z", "2026-12-02T21:23Z"}
 
 
 def test_a_result_file_adds_its_complete_rounds_and_the_record_keeps_them(pool_parity, tmp_path) -> None:
