@@ -38,7 +38,9 @@
 # (1: the per-request passes before the whole runs), PER_REQUEST_CONNECTION (ours's protocol in
 # them: harness or keep-alive; unset: measure_tps's default), PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
 # the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
-# round; unset: its default), TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
+# round; unset: its default), OURS_IDLE_S (seconds: a further side, ours:idle, that waits this long
+# before its warm-up, the server idle, as while the harness's client starts; unset: no such side),
+# TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
 # (start no round that would end later than this many seconds after the part began, and no
 # per-request pass with less than 60 s left; unset: no limit), SERVER_CPUS / CLIENT_CPUS (a CPU
 # list such as 2-5: the server's processes, or the clients, on those CPUs only; unset: anywhere),
@@ -86,6 +88,7 @@ steps() {
             --server-pid "$PARITY_SERVER_PID" --sizes "$size" --rounds "$rounds" \
             --work-dir "$dir/runs-$size" --out "$dir/whole-$size.json" \
             ${OURS_CONNECTION:+--ours-connection "$OURS_CONNECTION"} \
+            ${OURS_IDLE_S:+--ours-idle-s "$OURS_IDLE_S"} \
             ${PROBE_CPUS:+--probe-log "$dir/probe.jsonl"} || status=1
     done
     if [ "${PER_REQUEST_FIRST:-0}" != 1 ]; then per_request "$part" || status=1; fi
@@ -154,6 +157,8 @@ run_part() {
         echo "== $part ended $(date '+%F %T') with exit code $code"
         echo "$code" > "$PARITY_DIR/$part.done"
     } 2>&1 | tee -a "$PARITY_DIR/$part.log"
+    # the part's own exit code (the group above ends with writing it, so its status is always 0)
+    return "$(cat "$PARITY_DIR/$part.done" 2> /dev/null || echo 1)"
 }
 
 # the part's whole runs pooled with the rounds on record (pool_parity.py; printed, not saved: add
@@ -200,7 +205,8 @@ plan() {
     local big=$((128 * 512 / TPS_GUESS + 8)) demo=$((48 * 128 / TPS_GUESS + 8)) start=150
     local per=$((PER_REQUEST_PASSES * 2 * ${PER_REQUEST_SIZE%x*} * ${PER_REQUEST_SIZE#*x} / TPS_GUESS + 20))
     local commas=${OURS_CONNECTION:-x}; commas=${commas//[^,]/}
-    local runs=$((2 + ${#commas}))  # the harness and one run per protocol of ours, every round
+    local idle=0; [ -n "${OURS_IDLE_S:-}" ] && idle=1
+    local runs=$((2 + ${#commas} + idle))  # the harness, one run per protocol of ours, and ours:idle
     local p1=$((start + runs * BIG_ROUNDS * big + runs * DEMO_ROUNDS * demo + per))
     local p2=$((start + runs * DEMO_ROUNDS * demo + per))
     [ "$PART2_BIG" = 1 ] && p2=$((p2 + runs * BIG_ROUNDS * big))

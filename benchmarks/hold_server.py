@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sweeper.errors import UserInputError  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
 
@@ -53,7 +54,10 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (after --)")
-    manifest = Manifest.load(args.manifest)
+    try:
+        manifest = Manifest.load(args.manifest)
+    except UserInputError as exc:
+        parser.exit(2, f"hold_server: {exc}\n")
     everywhere = os.sched_getaffinity(0)
     if args.server_cpus:
         os.sched_setaffinity(0, args.server_cpus)  # the server's processes inherit it

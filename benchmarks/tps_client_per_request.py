@@ -158,7 +158,8 @@ def main() -> None:
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
     try:
-        connections = ours_sides(args.connection)  # {"ours": "harness", "ours:keep-alive": "keep-alive"}
+        # side -> protocol: {"ours": "harness", "ours:keep-alive": "keep-alive"} (no idle: requests take turns)
+        connections = {side: how.connection for side, how in ours_sides(args.connection).items()}
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
     sides = ("harness", *connections)

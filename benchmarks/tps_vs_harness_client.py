@@ -7,7 +7,10 @@ own as the harness runs its client: the harness first in even rounds, ours
 first in odd ones. With ``--ours-connection harness,keep-alive`` ours runs
 once per protocol in every round (sides ``ours`` and ``ours:keep-alive``),
 and the order turns one place a round, so each side takes each place once
-in three rounds. For every run it records the TPS, the client-side time
+in three rounds. ``--ours-idle-s S`` adds a side ``ours:idle``: ours's
+first protocol after S seconds of waiting before its warm-up, so that the
+server idles before the run as long as it does while the harness's client
+starts (about 8.5 s longer than ours takes). For every run it records the TPS, the client-side time
 between requests (wall clock less the sum of the request latencies; ours
 also per gap, from measure_tps's per-request end times), the server's
 ``/metrics`` counters before and after (requests, end-to-end, queue,
@@ -204,7 +207,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, base_url: str, model: str, server_pid: int | None,
                  tokenizer: str, dataset: Path, size: tuple[int, int], workdir: Path) -> None:  # fmt: skip
         self.args, self.base_url, self.model, self.server_pid = args, base_url, model, server_pid
-        self.connections = ours_sides(args.ours_connection)
+        self.sides = ours_sides(args.ours_connection, args.ours_idle_s)
         self.tokenizer, self.dataset, self.workdir = tokenizer, dataset, workdir
         self.num_prompts, self.output_len = size
         self.timeout_s = 120 + self.num_prompts * (30 + 0.1 * self.output_len)
@@ -218,11 +221,11 @@ class Bench:
                 "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.output_len),
                 "--output-file", str(result), "--output-details", "--disable-tqdm"]  # fmt: skip
 
-    def ours_command(self, result: Path, connection: str) -> list[str]:
+    def ours_command(self, result: Path, side: OursSide) -> list[str]:
         return [sys.executable, str(OURS_CLIENT), "--base-url", self.base_url, "--model", self.model,
                 "--prompts", str(self.dataset), "--num-prompts", str(self.num_prompts),
-                "--output-len", str(self.output_len), "--connection", connection,
-                "--out", str(result)]  # fmt: skip
+                "--output-len", str(self.output_len), "--connection", side.connection,
+                "--idle-before-s", str(side.idle_before_s), "--out", str(result)]  # fmt: skip
 
     def run(self, side: str, tag: str) -> dict[str, Any]:
         result = self.workdir / f"{tag}-{side.replace(':', '-')}.json"
@@ -230,7 +233,7 @@ class Bench:
         if side == "harness":
             command = self.harness_command(result)
         else:
-            command = self.ours_command(result, self.connections[side])
+            command = self.ours_command(result, self.sides[side])
         counters = server_counters(self.base_url)
         started_at = time.time()
         host = parity.host_cpu_jiffies()
@@ -277,7 +280,8 @@ class Bench:
                     "input_lens": [r["prompt_tokens"] for r in requests],
                     "prompt_ids": [r["prompt_id"] for r in requests], "gaps_between_s": gaps,
                     "child_self_cpu_s": data["self_cpu_s"], "child_process_s": data["process_s"],
-                    "child_window_cpu_s": data.get("window_cpu_s")}  # fmt: skip
+                    "child_window_cpu_s": data.get("window_cpu_s"),
+                    "idle_before_s": data.get("idle_before_s", 0.0)}  # fmt: skip
             if "started_unix" in data and len(data["request_ends_s"]) == len(latencies):
                 row["request_starts_unix"] = [data["started_unix"] + end - latency
                                               for end, latency in zip(data["request_ends_s"], latencies)]  # fmt: skip
@@ -327,14 +331,30 @@ def per_measured(row: dict[str, Any], key: str) -> float:
     return row["server"][key] / max(row["server"]["requests"], 1) * 1000
 
 
-def ours_sides(connections: str) -> dict[str, str]:
-    """``harness,keep-alive`` -> {"ours": "harness", "ours:keep-alive": "keep-alive"}: side -> protocol."""
+@dataclasses.dataclass(frozen=True)
+class OursSide:
+    """How one of our sides measures: ``measure_tps``'s connection protocol, and the idle before its warm-up."""
+
+    connection: str
+    idle_before_s: float = 0.0
+
+
+def ours_sides(connections: str, idle_s: float | None = None) -> dict[str, OursSide]:
+    """``harness,keep-alive`` -> sides ``ours`` (harness) and ``ours:keep-alive``; ``idle_s`` adds ``ours:idle``.
+
+    ``ours:idle`` measures with the first protocol after ``idle_s`` seconds of the server idle.
+    """
     wanted = [c.strip() for c in connections.split(",") if c.strip()]
     unknown = [c for c in wanted if c not in CONNECTIONS]
     if not wanted or unknown or len(set(wanted)) < len(wanted):
         raise argparse.ArgumentTypeError(
             f"--ours-connection: one or more of {', '.join(CONNECTIONS)}, each once, not {connections!r}")
-    return {("ours" if i == 0 else f"ours:{c}"): c for i, c in enumerate(wanted)}
+    sides = {("ours" if i == 0 else f"ours:{c}"): OursSide(c) for i, c in enumerate(wanted)}
+    if idle_s is not None:
+        if not 0 < idle_s <= 600:
+            raise argparse.ArgumentTypeError(f"--ours-idle-s: more than 0 and at most 600 seconds, not {idle_s}")
+        sides["ours:idle"] = OursSide(wanted[0], idle_s)
+    return sides
 
 
 def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str = "harness") -> dict[str, Any]:
@@ -479,6 +499,9 @@ def main() -> None:
                         help="measure_tps's connection protocol, or several, comma-separated, each run in "
                              f"every round ({', '.join(CONNECTIONS)}; default: its own default, "
                              f"{TpsSettings.connection})")  # fmt: skip
+    parser.add_argument("--ours-idle-s", type=float,
+                        help="add a side ours:idle, which waits this many seconds before its warm-up (the "
+                             "server idle, as while the harness's client starts; about 8.5 on the H200)")
     parser.add_argument("--probe-log", help="host_probe.py's output while the runs ran: each run's record gets "
                                             "the probe's figures, and the summary the ratio at equal host speed")
     parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
@@ -494,7 +517,7 @@ def main() -> None:
     if args.base_url and not args.model:
         parser.error("--base-url needs --model")
     try:
-        sides = ("harness", *ours_sides(args.ours_connection))
+        sides = ("harness", *ours_sides(args.ours_connection, args.ours_idle_s))
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -505,6 +528,7 @@ def main() -> None:
         tokenizer = str(Path(manifest.folder) / tokenizer)
     report: dict[str, Any] = {"began": time.strftime("%Y-%m-%d %H:%M:%S"), "manifest": manifest.name,
                               "host_cpus": os.cpu_count(), "ours_connection": args.ours_connection,
+                              "ours_idle_s": args.ours_idle_s,
                               "sizes": {}}  # fmt: skip
 
     def save() -> None:

@@ -178,11 +178,19 @@ def test_size_summary_and_parse_size(load_benchmark) -> None:
 
 def test_ours_sides_and_a_summary_against_another_side(load_benchmark) -> None:
     bench = load_benchmark("tps_vs_harness_client")
-    assert bench.ours_sides("harness") == {"ours": "harness"}
-    assert bench.ours_sides("harness, keep-alive") == {"ours": "harness", "ours:keep-alive": "keep-alive"}
+    side_of = bench.OursSide
+    assert bench.ours_sides("harness") == {"ours": side_of("harness")}
+    assert bench.ours_sides("harness, keep-alive") == {"ours": side_of("harness"),
+                                                       "ours:keep-alive": side_of("keep-alive")}
+    # ours:idle measures with the first protocol, after the idle
+    assert bench.ours_sides("keep-alive,harness", idle_s=8.5) == {
+        "ours": side_of("keep-alive"), "ours:harness": side_of("harness"), "ours:idle": side_of("keep-alive", 8.5)}
     for bad in ("", "harness,harness", "pipelined"):
         with pytest.raises(argparse.ArgumentTypeError, match="--ours-connection"):
             bench.ours_sides(bad)
+    for bad_idle in (0.0, -1.0, 601.0):
+        with pytest.raises(argparse.ArgumentTypeError, match="--ours-idle-s"):
+            bench.ours_sides("harness", idle_s=bad_idle)
 
     def side(tps: float) -> dict:
         return {"ok": True, "tps": tps, "output_lens": [32], "input_lens": [16],
