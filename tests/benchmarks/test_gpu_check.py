@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+
 @pytest.fixture(scope="module")
 def gpu_check(load_benchmark):
     return load_benchmark("gpu_check", "gpu_check_under_test")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+
 @pytest.fixture(scope="module")
 def ppl_gate(load_benchmark):
     return load_benchmark("ppl_gate", "ppl_gate_under_test")
