@@ -9,12 +9,16 @@ side's timed window where a probe ran (``host_probe.py``; empty otherwise). This
 reads that record, adds the rounds of new result files of ``tps_vs_harness_client.py``
 (``--out``), and prints, for the rows that match the filters:
 
-* each run's geometric mean of ours / harness and its 95 % interval;
+* each run's geometric mean of ours / harness and its 95 % interval, and how busy its
+  host was: the probe's ``cpu_ms`` over its rounds (0.77 ms on a quiet H200 host, 1.3-1.9
+  on busy ones, where the server's speed also moves in stretches of 10-40 s);
 * the pooled geometric mean and interval over all the matching rounds (t on the log
   ratios, ``parity.ratio_summary``), and how many pairs an interval within 0.98-1.02
   would need at that spread;
 * for each probe figure, the ratio at equal host speed over the rounds that have it
-  (``parity.adjusted_ratio``: the log ratio fitted on the log of the probe's ratio).
+  (``parity.adjusted_ratio``: the log ratio fitted on the log of the probe's ratio);
+* the pooled figure over the runs on quiet hosts, and over those on busy ones
+  (``--quiet-cpu-ms``, 1 ms), and over runs without a probe.
 
 ::
 
@@ -46,6 +50,10 @@ import parity  # noqa: E402
 
 RECORD = Path(__file__).resolve().parent / "results" / "gpu-parity-rounds.csv"
 PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
+# A run's host is quiet when the probe's cpu_ms over its rounds is under this. Set on 2026-12-03 after seeing
+# the runs: the one quiet host read 0.77 ms, the busy ones 1.28-1.85, so any cut in 0.8-1.25 splits them alike.
+QUIET_CPU_MS = 1.0
+HOST_CLASSES = ("quiet", "busy", "no probe")
 ROUND_FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection", "harness_tps", "ours_tps")
 FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")))
 
@@ -71,6 +79,12 @@ class Round:
     @property
     def ratio(self) -> float:
         return self.ours_tps / self.harness_tps
+
+    @property
+    def host_cpu_ms(self) -> float | None:
+        """The probe's ``cpu_ms`` over both sides' runs (their geometric mean): how busy the host was."""
+        during = self.probe.get("cpu_ms")
+        return math.sqrt(during[0] * during[1]) if during else None
 
     def row(self) -> dict[str, str]:
         row = {name: str(getattr(self, name)) for name in ROUND_FIELDS}
@@ -165,17 +179,34 @@ class Pooled:
     """The pooled figures over a set of rounds."""
 
     by_run: dict[str, parity.RatioSummary]
+    host_cpu_ms: dict[str, float | None]  # run -> the probe's cpu_ms over its rounds (geometric mean)
     pooled: parity.RatioSummary
     pairs_needed: int | None
     adjusted: dict[str, parity.AdjustedRatio]
+    quiet_cpu_ms: float
+    by_host: dict[str, parity.RatioSummary]  # "quiet", "busy", "no probe" -> the rounds of those runs
 
 
-def pool(rounds: list[Round], *, half_width: float = 0.02) -> Pooled:
+def host_class(host_cpu_ms: float | None, quiet_cpu_ms: float) -> str:
+    """A run's host: 'quiet' with the probe's cpu_ms under ``quiet_cpu_ms``, 'busy' at or over it."""
+    if host_cpu_ms is None:
+        return "no probe"
+    return "quiet" if host_cpu_ms < quiet_cpu_ms else "busy"
+
+
+def pool(rounds: list[Round], *, half_width: float = 0.02, quiet_cpu_ms: float = QUIET_CPU_MS) -> Pooled:
     if not rounds:
         raise RecordError("no rounds match: nothing to pool")
     by_run: dict[str, list[float]] = {}
+    probed: dict[str, list[float]] = {}
     for item in rounds:
         by_run.setdefault(item.run, []).append(item.ratio)
+        if item.host_cpu_ms is not None:
+            probed.setdefault(item.run, []).append(math.log(item.host_cpu_ms))
+    host_cpu_ms = {run: math.exp(sum(probed[run]) / len(probed[run])) if run in probed else None for run in by_run}
+    by_host: dict[str, list[float]] = {}
+    for item in rounds:
+        by_host.setdefault(host_class(host_cpu_ms[item.run], quiet_cpu_ms), []).append(item.ratio)
     pooled = parity.ratio_summary([item.ratio for item in rounds])
     needed = parity.pairs_for_interval(pooled.log_sd, half_width) if pooled.log_sd else None
     adjusted = {}
@@ -185,7 +216,9 @@ def pool(rounds: list[Round], *, half_width: float = 0.02) -> Pooled:
             covariate = [math.log(item.probe[key][1] / item.probe[key][0]) for item in covered]
             adjusted[key] = parity.adjusted_ratio([item.ratio for item in covered], covariate)
     return Pooled(by_run={run: parity.ratio_summary(ratios) for run, ratios in by_run.items()},
-                  pooled=pooled, pairs_needed=needed, adjusted=adjusted)  # fmt: skip
+                  host_cpu_ms=host_cpu_ms, pooled=pooled, pairs_needed=needed, adjusted=adjusted,
+                  quiet_cpu_ms=quiet_cpu_ms,
+                  by_host={name: parity.ratio_summary(by_host[name]) for name in HOST_CLASSES if name in by_host})  # fmt: skip
 
 
 def select(rounds: list[Round], *, size: str | None, server_cpus: str | None,
@@ -197,10 +230,17 @@ def select(rounds: list[Round], *, size: str | None, server_cpus: str | None,
 
 def report(rounds: list[Round], result: Pooled) -> None:
     for run, summary in result.by_run.items():
-        print(f"  {run}: ours / harness {summary.describe()}")
+        host = result.host_cpu_ms[run]
+        probe = f"; host: probe cpu_ms {host:.3f}, {host_class(host, result.quiet_cpu_ms)}" if host else ""
+        print(f"  {run}: ours / harness {summary.describe()}{probe}")
     print(f"pooled over {len(rounds)} rounds of {len(result.by_run)} runs: ours / harness {result.pooled.describe()}")
     if result.pairs_needed:
         print(f"  at this spread an interval within 0.98-1.02 needs about {result.pairs_needed} pairs")
+    for name, summary in result.by_host.items():
+        which = {"quiet": f"on quiet hosts (the probe's cpu_ms over the run under {result.quiet_cpu_ms:g} ms)",
+                 "busy": f"on busy hosts (the probe's cpu_ms over the run {result.quiet_cpu_ms:g} ms or more)",
+                 "no probe": "without a probe"}[name]  # fmt: skip
+        print(f"runs {which}: ours / harness {summary.describe()}")
     for key, fit in result.adjusted.items():
         print(f"at equal host speed by the probe's {key}: {fit.describe()}")
         if fit.residual_sd:
@@ -217,9 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cpus", help="the added runs' server CPUs ('any' for none); also a filter")
     parser.add_argument("--size", help="only rounds of this size (128x512)")
     parser.add_argument("--ours-connection", help="only rounds where ours used this protocol (harness, keep-alive)")
+    parser.add_argument("--quiet-cpu-ms", type=float, default=QUIET_CPU_MS,
+                        help="a run's host counts as quiet when the probe's cpu_ms over its rounds is under "
+                             f"this ({QUIET_CPU_MS:g}); the rounds are pooled by host too")  # fmt: skip
     parser.add_argument("--save", action="store_true", help="append the added rounds to the record")
     args = parser.parse_args(argv)
     try:
+        if not (math.isfinite(args.quiet_cpu_ms) and args.quiet_cpu_ms > 0):
+            raise RecordError(f"--quiet-cpu-ms must be a positive number of ms, not {args.quiet_cpu_ms:g}")
         rounds = load_record(args.record)
         added: list[Round] = []
         for item in args.add:
@@ -236,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             added += found
         chosen = select(rounds + added, size=args.size, server_cpus=args.server_cpus,
                         ours_connection=args.ours_connection)  # fmt: skip
-        report(chosen, pool(chosen))
+        report(chosen, pool(chosen, quiet_cpu_ms=args.quiet_cpu_ms))
         if args.save and added:
             save_record(args.record, added)
             print(f"{len(added)} rounds added to {args.record}")

@@ -65,9 +65,9 @@ def test_the_record_pools_to_the_figures_an_independent_computation_gives(pool_p
     result = pool_parity.pool(rounds)
     mean, low, high = _t_interval(ratios)
     assert (result.pooled.geometric_mean, result.pooled.low, result.pooled.high) == pytest.approx((mean, low, high))
-    # the figures docs/measurement.md states for the 19 pinned pairs of 2026-12-02
-    assert len(ratios) == 19 and (round(mean, 3), round(low, 4), round(high, 3)) == (1.029, 0.9995, 1.060)
-    stated = {"cpu_ms": (14, (1.005, 0.975, 1.035)), "mem_ms": (11, (1.001, 0.978, 1.023))}
+    # the figures docs/measurement.md states for the 27 pinned pairs of 2026-12-02 and 2026-12-03
+    assert len(ratios) == 27 and (round(mean, 3), round(low, 4), round(high, 3)) == (1.025, 1.0023, 1.047)
+    stated = {"cpu_ms": (22, (1.005, 0.987, 1.024)), "mem_ms": (19, (1.016, 0.988, 1.044))}
     for probe, (count, figures) in stated.items():
         probed = [r for r in pinned if r[f"probe_{probe}_harness"]]
         covariate = [math.log(float(r[f"probe_{probe}_ours"]) / float(r[f"probe_{probe}_harness"])) for r in probed]
@@ -75,7 +75,57 @@ def test_the_record_pools_to_the_figures_an_independent_computation_gives(pool_p
         fit = result.adjusted[probe]
         assert fit.count == count and (fit.adjusted, fit.low, fit.high) == pytest.approx(expected)
         assert tuple(round(value, 3) for value in expected) == figures
-    assert set(result.by_run) == {"2026-12-02T11:06Z", "2026-12-02T14:37Z", "2026-12-02T18:43Z", "2026-12-02T21:23Z"}
+    assert set(result.by_run) == {"2026-12-02T11:06Z", "2026-12-02T14:37Z", "2026-12-02T18:43Z", "2026-12-02T21:23Z",
+                                  "2026-12-03T00:40Z", "2026-12-03T01:04Z"}
+
+
+def test_the_record_split_by_host_gives_the_figures_the_docs_state(pool_parity) -> None:
+    with RECORD.open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle)
+                if r["size"] == "128x512" and r["server_cpus"] == "2-5" and r["ours_connection"] == "harness"]
+    logs_by_run: dict[str, list[float]] = {}
+    for r in rows:
+        if r["probe_cpu_ms_harness"]:
+            logs_by_run.setdefault(r["run"], []).append(
+                0.5 * (math.log(float(r["probe_cpu_ms_harness"])) + math.log(float(r["probe_cpu_ms_ours"]))))
+    host = {run: math.exp(sum(logs) / len(logs)) for run, logs in logs_by_run.items()}
+    classes = {"quiet": [], "busy": [], "no probe": []}
+    for r in rows:
+        name = "no probe" if r["run"] not in host else "quiet" if host[r["run"]] < 1.0 else "busy"
+        classes[name].append(float(r["ours_tps"]) / float(r["harness_tps"]))
+    result = pool_parity.pool(pool_parity.select(pool_parity.load_record(RECORD), size="128x512",
+                                                 server_cpus="2-5", ours_connection="harness"))
+    assert result.host_cpu_ms == pytest.approx({**host, "2026-12-02T11:06Z": None})
+    for name, ratios in classes.items():
+        summary = result.by_host[name]
+        assert summary.count == len(ratios)
+        assert (summary.geometric_mean, summary.low, summary.high) == pytest.approx(_t_interval(ratios))
+    # as docs/measurement.md states them: the one quiet host, 7 pairs; the busy ones, 15
+    stated = {"quiet": (7, 0.999, 0.990, 1.008), "busy": (15, 1.027, 0.989, 1.066)}
+    for name, (count, *figures) in stated.items():
+        summary = result.by_host[name]
+        assert (summary.count, *(round(v, 3) for v in (summary.geometric_mean, summary.low, summary.high))) == (
+            count, *figures)
+    assert round(host["2026-12-03T00:40Z"], 2) == 0.77 and min(v for k, v in host.items() if k != "2026-12-03T00:40Z") > 1.2
+
+
+def test_the_quiet_cut_moves_a_run_between_classes(tmp_path) -> None:
+    record = tmp_path / "rounds.csv"
+    quiet = _result_file(tmp_path / "q.json", [(500.0, 505.0, 0.8, 0.8), (510.0, 500.0, 0.8, 0.9)])
+    busy = _result_file(tmp_path / "b.json", [(400.0, 440.0, 1.5, 1.4), (420.0, 430.0, 1.6, 1.5)])
+    for label, path in (("Q", quiet), ("B", busy)):
+        assert _cli("--record", str(record), "--add", f"{label}={path}", "--server-cpus", "2-5", "--save").returncode == 0
+    split = _cli("--record", str(record))
+    mean, low, high = _t_interval([505 / 500, 500 / 510])
+    assert f"runs on quiet hosts (the probe's cpu_ms over the run under 1 ms): ours / harness {mean:.4f} " \
+           f"(95% interval {low:.4f} to {high:.4f}; 2 pairs" in split.stdout
+    assert f"  Q: ours / harness {mean:.4f}" in split.stdout and f"host: probe cpu_ms {math.sqrt(math.sqrt(0.8 * 0.8 * 0.8 * 0.9)):.3f}, quiet" in split.stdout
+    together = _cli("--record", str(record), "--quiet-cpu-ms", "2")
+    everything = _t_interval([505 / 500, 500 / 510, 440 / 400, 430 / 420])
+    assert f"runs on quiet hosts (the probe's cpu_ms over the run under 2 ms): ours / harness {everything[0]:.4f}" in together.stdout
+    assert "busy hosts" not in together.stdout
+    bad = _cli("--record", str(record), "--quiet-cpu-ms", "0")
+    assert bad.returncode == 2 and bad.stderr.strip() == "pool_parity: --quiet-cpu-ms must be a positive number of ms, not 0"
 
 
 def test_a_result_file_adds_its_complete_rounds_and_the_record_keeps_them(pool_parity, tmp_path) -> None:
