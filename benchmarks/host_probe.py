@@ -1,12 +1,14 @@
 """How fast the host is, second by second, measured away from the server: a covariate for whole runs.
 
-On the GPU machine a launch-bound server moves between two speeds by
-itself, in stretches of 10-40 s, whichever client drives it (see "Whole-run
-parity on the GPU" in docs/measurement.md). A whole run's TPS is then mostly
-its share of slow stretches. If the slow state is the host's (the hypervisor's
-core under the guest, its memory, the path that launches GPU work), a
-process on other cores that times a fixed piece of work sees it too, and
-what it sees does not depend on which client drives the server: it can
+On a busy GPU host a launch-bound server moves between two speeds, in
+stretches of 10-40 s, whichever client drives it; on the one quiet host met
+so far it kept one speed (see "Whole-run parity on the GPU" in
+docs/measurement.md). A whole run's TPS is then mostly its share of slow
+stretches. The slow state is the host's (the hypervisor's core under the
+guest, its memory, the path that launches GPU work), so a process on other
+cores that times a fixed piece of work sees it too, and what it sees does
+not depend on which client drives the server: it tells a quiet host from a
+busy one (``parity.host_state``, printed before the first round) and can
 take the host's state out of a whole-run comparison (``parity.adjusted_ratio``).
 
 Every ``--interval-s`` it times three fixed pieces of work, and once a

@@ -398,6 +398,44 @@ def probe_mean(lines: Sequence[Mapping[str, float]], key: str, start: float, end
     return statistics.fmean(values) if values else None
 
 
+# The probe's cpu_ms under which a host counts as quiet. Set on 2026-12-03 after seeing the runs: the
+# one quiet H200 host read 0.77 ms (quartiles 0.76-0.78), the busy ones 1.25-1.81 on average and
+# moving, so any cut from 0.8 to 1.25 ms splits those sessions alike. It is a cut for those machines:
+# the loop's time depends on the processor (0.57 ms on a 2-core CPU machine of ours), so another kind
+# of host wants its own cut (pool_parity.py --quiet-cpu-ms).
+QUIET_CPU_MS = 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostState:
+    """How fast and how steady the host was over a stretch of the probe's seconds (its ``cpu_ms``)."""
+
+    seconds: int
+    median_cpu_ms: float
+    low_quartile_cpu_ms: float
+    high_quartile_cpu_ms: float
+    quiet: bool  # median under the cut (QUIET_CPU_MS unless told otherwise)
+
+    def describe(self) -> str:
+        return (f"probe cpu_ms median {self.median_cpu_ms:.3f} (quartiles {self.low_quartile_cpu_ms:.3f} and "
+                f"{self.high_quartile_cpu_ms:.3f}, {self.seconds} s): a {'quiet' if self.quiet else 'busy'} host")  # fmt: skip
+
+
+def host_state(lines: Sequence[Mapping[str, float]], *, start: float | None = None, end: float | None = None,
+               quiet_cpu_ms: float = QUIET_CPU_MS) -> HostState | None:  # fmt: skip
+    """The probe's ``cpu_ms`` over its seconds in [start, end] (unix times; open ends take all); None without any."""
+    values = [line["cpu_ms"] for line in lines if "cpu_ms" in line
+              and (start is None or line["t"] >= start) and (end is None or line["t"] <= end)]  # fmt: skip
+    if not values:
+        return None
+    if len(values) == 1:
+        low = median = high = values[0]
+    else:
+        low, median, high = statistics.quantiles(values, n=4, method="inclusive")
+    return HostState(seconds=len(values), median_cpu_ms=median, low_quartile_cpu_ms=low,
+                     high_quartile_cpu_ms=high, quiet=median < quiet_cpu_ms)  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AdjustedRatio:
     """Paired ratios with a covariate taken out: log ratio = log(adjusted) + slope * covariate.

@@ -50,9 +50,8 @@ import parity  # noqa: E402
 
 RECORD = Path(__file__).resolve().parent / "results" / "gpu-parity-rounds.csv"
 PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
-# A run's host is quiet when the probe's cpu_ms over its rounds is under this. Set on 2026-12-03 after seeing
-# the runs: the one quiet host read 0.77 ms, the busy ones 1.28-1.85, so any cut in 0.8-1.25 splits them alike.
-QUIET_CPU_MS = 1.0
+# A run's host is quiet when the probe's cpu_ms over its rounds is under this (see parity.QUIET_CPU_MS).
+QUIET_CPU_MS = parity.QUIET_CPU_MS
 HOST_CLASSES = ("quiet", "busy", "no probe")
 ROUND_FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection", "harness_tps", "ours_tps")
 FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")))

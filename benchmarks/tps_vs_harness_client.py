@@ -20,7 +20,12 @@ clients' 4 warm-up requests are inside), the client process's CPU time
 from ``/proc/<pid>/stat`` read every 0.25 s), the server process tree's
 CPU time and the host's busy CPU. It prints a table per size and the geometric mean of
 ours / harness with a 95 % interval (t on the log ratios), and writes
-everything to ``--out`` (JSON, rewritten after every run).
+everything to ``--out`` (JSON, rewritten after every run). With
+``--probe-log`` (``host_probe.py``'s output) each run also gets the probe's
+means over its timed window, and each size the host's state before its
+first round and during its rounds (``parity.host_state``: the probe's
+``cpu_ms`` median and quartiles, quiet or busy), so a session on a busy
+host is known as one before it has spent its rounds.
 
 The client's file, without installing sglang (it imports nothing of
 sglang; it needs aiohttp, numpy, requests, tqdm and transformers)::
@@ -556,6 +561,12 @@ def main() -> None:
             rounds: list[dict[str, Any]] = []
             entry = report["sizes"][label] = {"rounds": rounds, "expected_order": expected}
             print(f"{label}: {size[0]} prompts x {size[1]} tokens, {args.rounds} rounds", flush=True)
+            if args.probe_log and Path(args.probe_log).exists():
+                # known before any round: how busy the host is (a quiet one keeps the server at one speed)
+                host = parity.host_state(parity.load_probe(args.probe_log))
+                if host:
+                    entry["host_before"] = dataclasses.asdict(host)
+                    print(f"  the host before the rounds: {host.describe()}", flush=True)
             last_round_s = 0.0
             for index in range(args.rounds):
                 elapsed = time.monotonic() - began
@@ -590,6 +601,15 @@ def main() -> None:
             side, against = pair.split(" / ")
             print_table(label, entry["rounds"], summary, side, against)
         print_speed_map(label, entry["rounds"], args.probe_log)
+        windows = [(run["request_starts_unix"][0], run["request_starts_unix"][-1] + run["latencies_s"][-1])
+                   for run in (r[side] for r in entry["rounds"] for side in sides)
+                   if run.get("request_starts_unix")]  # fmt: skip
+        if args.probe_log and windows:
+            host = parity.host_state(parity.load_probe(args.probe_log), start=min(w[0] for w in windows),
+                                     end=max(w[1] for w in windows))  # fmt: skip
+            if host:
+                entry["host_during"] = dataclasses.asdict(host)
+                print(f"{label}: the host during the rounds: {host.describe()}")
         for pair, summary in entry["pairs"].items():
             sd = summary.get("ratio", {}).get("log_sd")
             if sd:
@@ -597,6 +617,7 @@ def main() -> None:
                       f"0.98-1.02 needs about {parity.pairs_for_interval(sd, 0.02)} pairs")  # fmt: skip
         orders = [r[s].get("same_order") for r in entry["rounds"] for s in sides[1:] if r[s].get("ok")]
         print(f"ours sent the prompts in the harness's order: {all(orders) if orders else None}")
+    save()  # with the host's state during the rounds
     failed = [r for e in report["sizes"].values() for r in e["rounds"] if not all(r[s].get("ok") for s in sides)]
     if failed:
         raise SystemExit(f"{len(failed)} rounds had a failed run")

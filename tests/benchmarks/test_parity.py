@@ -373,6 +373,27 @@ def test_request_starts_backwards_and_probe_windows(parity, tmp_path) -> None:
     assert parity.probe_mean(lines, "cpu_ms", 20.0, 30.0) is None
 
 
+def test_host_state_is_the_probes_median_and_quartiles_in_a_window(parity) -> None:
+    rng = random.Random(7)
+    quiet = [{"t": 100.0 + i, "cpu_ms": 0.77 + rng.gauss(0, 0.01), "mem_ms": 4.0} for i in range(60)]
+    busy = [{"t": 160.0 + i, "cpu_ms": rng.choice([1.1, 1.9]) + rng.gauss(0, 0.05)} for i in range(40)]
+    lines = [*quiet, *busy, {"t": 300.0, "mem_ms": 3.0}]  # a line without cpu_ms counts for nothing
+    for start, end, chosen in ((None, 159.5, quiet), (160.0, None, busy), (None, None, quiet + busy)):
+        state = parity.host_state(lines, start=start, end=end)
+        values = [line["cpu_ms"] for line in chosen]
+        assert state.seconds == len(values)
+        assert (state.low_quartile_cpu_ms, state.median_cpu_ms, state.high_quartile_cpu_ms) == pytest.approx(
+            tuple(np.percentile(values, [25, 50, 75])))
+        assert state.quiet == (float(np.median(values)) < 1.0)
+    assert parity.host_state(lines, end=159.5).quiet and not parity.host_state(lines, start=160.0).quiet
+    assert parity.host_state(lines, end=159.5, quiet_cpu_ms=0.5).quiet is False
+    assert parity.host_state(lines, start=1000.0) is None and parity.host_state([]) is None
+    one = parity.host_state([{"t": 1.0, "cpu_ms": 0.9}])
+    assert (one.seconds, one.median_cpu_ms, one.low_quartile_cpu_ms, one.quiet) == (1, 0.9, 0.9, True)
+    assert parity.host_state(lines, end=159.5).describe().endswith("(quartiles %.3f and %.3f, 60 s): a quiet host" % (
+        tuple(np.percentile([line["cpu_ms"] for line in quiet], [25, 75]))))
+
+
 def test_size_summary_adjusts_by_the_probe(load_benchmark) -> None:
     bench = load_benchmark("tps_vs_harness_client")
 
