@@ -10,7 +10,7 @@ reads that record, adds the rounds of new result files of ``tps_vs_harness_clien
 (``--out``), and prints, for the rows that match the filters:
 
 * each run's geometric mean of ours / harness and its 95 % interval, and how busy its
-  host was: the probe's ``cpu_ms`` over its rounds (0.77 ms on a quiet H200 host, 1.3-1.9
+  host was: the probe's ``cpu_ms`` over its rounds (0.77 ms on a quiet H200 host, 1.25-1.81
   on busy ones, where the server's speed also moves in stretches of 10-40 s);
 * the pooled geometric mean and interval over all the matching rounds (t on the log
   ratios, ``parity.ratio_summary``), and how many pairs an interval within 0.98-1.02
