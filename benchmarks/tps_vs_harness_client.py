@@ -291,16 +291,22 @@ class Bench:
                 row["request_starts_unix"] = [data["started_unix"] + end - latency
                                               for end, latency in zip(data["request_ends_s"], latencies)]  # fmt: skip
         row |= parity.gap_summary(row["duration_s"], row["latencies_s"])
-        if self.args.probe_log and row.get("request_starts_unix"):
+        window = timed_window(row)
+        if self.args.probe_log and window:
             # the host probe's figures over this run's timed window (a covariate: host_probe.py)
-            start = row["request_starts_unix"][0]
-            end = row["request_starts_unix"][-1] + row["latencies_s"][-1]
+            start, end = window
             lines = parity.load_probe(self.args.probe_log)
             row["probe"] = {key: parity.probe_mean(lines, key, start, end) for key in PROBE_KEYS}
         # both sides alike: the CPU of the client's last `duration` seconds (its timed window and what it
         # does after it: printing and writing its result)
         row["client_window_cpu_s"] = parity.cpu_in_last(child.cpu_samples, wall, row["duration_s"], cpu)
         return row
+
+
+def timed_window(row: dict[str, Any]) -> tuple[float, float] | None:
+    """A run's timed window in unix times: its first request's start to its last one's end (None unknown)."""
+    starts = row.get("request_starts_unix")
+    return (starts[0], starts[-1] + row["latencies_s"][-1]) if starts else None
 
 
 def describe_run(row: dict[str, Any]) -> str:
@@ -601,9 +607,7 @@ def main() -> None:
             side, against = pair.split(" / ")
             print_table(label, entry["rounds"], summary, side, against)
         print_speed_map(label, entry["rounds"], args.probe_log)
-        windows = [(run["request_starts_unix"][0], run["request_starts_unix"][-1] + run["latencies_s"][-1])
-                   for run in (r[side] for r in entry["rounds"] for side in sides)
-                   if run.get("request_starts_unix")]  # fmt: skip
+        windows = [w for w in (timed_window(r[side]) for r in entry["rounds"] for side in sides) if w]
         if args.probe_log and windows:
             host = parity.host_state(parity.load_probe(args.probe_log), start=min(w[0] for w in windows),
                                      end=max(w[1] for w in windows))  # fmt: skip

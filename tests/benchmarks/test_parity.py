@@ -394,6 +394,13 @@ def test_host_state_is_the_probes_median_and_quartiles_in_a_window(parity) -> No
         tuple(np.percentile([line["cpu_ms"] for line in quiet], [25, 75]))))
 
 
+def test_a_runs_timed_window_runs_from_its_first_start_to_its_last_end(load_benchmark) -> None:
+    bench = load_benchmark("tps_vs_harness_client")
+    row = {"request_starts_unix": [100.0, 101.5, 103.0], "latencies_s": [1.4, 1.4, 2.25]}
+    assert bench.timed_window(row) == (100.0, 105.25)
+    assert bench.timed_window({"latencies_s": [1.0]}) is None  # a run whose request times are not known
+
+
 def test_size_summary_adjusts_by_the_probe(load_benchmark) -> None:
     bench = load_benchmark("tps_vs_harness_client")
 
