@@ -21,6 +21,8 @@
 # When a part ends, its whole runs are pooled with the rounds on record
 # (benchmarks/pool_parity.py, benchmarks/results/gpu-parity-rounds.csv) and the figures printed in
 # its log; they are not saved there (the record is the repository's: add them with --save).
+# At 128x512 the part's runs are also judged by the confirming-run rule stated in
+# docs/measurement.md (benchmarks/confirm_parity.py), with the part's per-request pass if it ran.
 #
 # A part longer than one call (part1 is ~25 min) is started with `start part1; follow`
 # and followed with `follow` in the next calls: the machine is kept only ~30 s after a
@@ -154,6 +156,7 @@ run_part() {
         [ -n "$smi_pid" ] && kill "$smi_pid" 2> /dev/null
         [ -n "$probe_pid" ] && kill "$probe_pid" 2> /dev/null
         pool_with_record "$part" "$label"
+        confirming_run "$part"
         echo "== $part ended $(date '+%F %T') with exit code $code"
         echo "$code" > "$PARITY_DIR/$part.done"
     } 2>&1 | tee -a "$PARITY_DIR/$part.log"
@@ -172,6 +175,15 @@ pool_with_record() {
         "$PYTHON" benchmarks/pool_parity.py --add "$label=$file" --server-cpus "${SERVER_CPUS:-any}" \
             --size "$size" --ours-connection "${connection%%,*}" || true
     done
+}
+
+# issue 19's confirming-run rule (benchmarks/confirm_parity.py) applied to the part's runs at 128x512
+confirming_run() {
+    local dir="$PARITY_DIR/$1" per_request=()
+    [ -f "$dir/whole-128x512.json" ] || return 0
+    [ -f "$dir/per-request.json" ] && per_request=(--per-request "$dir/per-request.json")
+    echo "== $1: the confirming-run rule"
+    "$PYTHON" benchmarks/confirm_parity.py "$dir/whole-128x512.json" "${per_request[@]}" || true
 }
 
 collect() {

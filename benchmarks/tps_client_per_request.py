@@ -128,6 +128,14 @@ def geometric_interval(ratios: list[float], *, resamples: int = 4000, seed: int 
     return math.exp(statistics.fmean(logs)), math.exp(low), math.exp(high)
 
 
+def prompt_pairs(rows: list[dict]) -> dict[tuple[int, str], dict[str, dict]]:
+    """The rows (as ``--json`` writes them) by (pass, prompt): each side's request of that prompt."""
+    pairs: dict[tuple[int, str], dict[str, dict]] = {}
+    for r in rows:
+        pairs.setdefault((r["pass"], r["prompt_id"]), {})[r["side"]] = r
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--client-python", default=sys.executable,
@@ -235,9 +243,7 @@ def main() -> None:
     bad = [r for r in rows if not r["ok"] or r["output_tokens"] != args.output_len]
     if bad:
         raise SystemExit(f"{len(bad)} requests failed or came back short; first: {bad[0]}")
-    pairs: dict[tuple[int, str], dict[str, dict]] = {}
-    for r in rows:
-        pairs.setdefault((r["pass"], r["prompt_id"]), {})[r["side"]] = r
+    pairs = prompt_pairs(rows)
     counted = sum(1 for r in rows if round(r["server"]["requests"]) == 1)
     print(f"{len(pairs)} prompts with a request of each side ({', '.join(sides)}); the server had counted "
           f"the request by the time it answered in {counted} of {len(rows)}")  # fmt: skip

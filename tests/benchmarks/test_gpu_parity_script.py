@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,3 +37,23 @@ def test_a_part_that_fails_returns_its_exit_code(tmp_path) -> None:
 def test_a_part_needs_the_clients_file(tmp_path) -> None:
     done = _script("smoke", PARITY_DIR=str(tmp_path), BENCH_SERVING=str(tmp_path / "absent.py"))
     assert done.returncode == 2 and "set BENCH_SERVING" in done.stderr
+
+
+def test_a_part_judges_its_runs_at_the_challenges_size_by_the_confirming_rule(tmp_path) -> None:
+    # the part's server cannot start (no manifest), so only the files already there are judged
+    part = tmp_path / "parity" / "smoke"
+    part.mkdir(parents=True)
+    rounds = [{"round": n, "first": "harness", "order": ["harness", "ours"],
+               "harness": {"ok": True, "tps": 1000.0, "output_lens": [512] * 128},
+               "ours": {"ok": True, "tps": 1000.0 * ratio, "output_lens": [512] * 128, "same_order": True}}
+              for n, ratio in enumerate((1.004, 0.996, 1.001))]  # fmt: skip
+    host = {"seconds": 90, "median_cpu_ms": 0.77, "low_quartile_cpu_ms": 0.76, "high_quartile_cpu_ms": 0.78}
+    (part / "whole-128x512.json").write_text(json.dumps({"sizes": {"128x512": {"rounds": rounds, "host_before": host}}}))
+    client = tmp_path / "bench_serving.py"
+    client.write_text("raise SystemExit('never run')\n")
+    done = _script("smoke", PARITY_DIR=str(tmp_path / "parity"), BENCH_SERVING=str(client),
+                   MANIFEST=str(tmp_path / "missing.json"))  # fmt: skip
+    assert done.returncode == 2  # the part's own code, not the verdict's
+    assert "== smoke: the confirming-run rule" in done.stdout
+    assert "a quiet host" in done.stdout and "3 pairs" in done.stdout
+    assert "verdict: whole runs confirm" in done.stdout and "no per-request figures at 128x512" in done.stdout
