@@ -126,8 +126,9 @@ def per_request_figures(rows: list[dict[str, Any]], size: str) -> PerRequest | N
 
 def judge(whole_path: Path, per_request_path: Path | None, *, size: str = SIZE) -> Verdict:
     report = _read_json(whole_path)
-    entry = report.get("sizes", {}).get(size) if isinstance(report, dict) else None
-    if not entry:
+    sizes = report.get("sizes") if isinstance(report, dict) else None
+    entry = sizes.get(size) if isinstance(sizes, dict) else None
+    if not isinstance(entry, dict):
         raise InputError(f"{whole_path}: no whole runs at {size}")
     try:
         host = host_before(entry)
@@ -144,8 +145,14 @@ def judge(whole_path: Path, per_request_path: Path | None, *, size: str = SIZE) 
         rows = _read_json(per_request_path)
         if not isinstance(rows, list):
             raise InputError(f"{per_request_path}: not a per-request file (a list of requests)")
-        per_request = per_request_figures(rows, size)
-    ratios, problems = whole_runs(entry)
+        try:
+            per_request = per_request_figures(rows, size)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"{per_request_path}: a request without its figures ({exc!r})") from None
+    try:
+        ratios, problems = whole_runs(entry)
+    except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
+        raise InputError(f"{whole_path}: a round without its figures ({exc!r})") from None
     if len(ratios) < 2:
         return Verdict(code=NOT_CONFIRMED, host=host, per_request=per_request,
                        line=f"does not confirm: {len(ratios)} complete pair(s), an interval needs two")  # fmt: skip

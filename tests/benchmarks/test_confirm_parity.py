@@ -162,6 +162,10 @@ def test_the_command_prints_the_figures_and_exits_with_the_verdicts_code(tmp_pat
     ("{not json", "not a readable JSON file"),
     (json.dumps({"sizes": {"48x128": {"rounds": []}}}), "no whole runs at 128x512"),
     (json.dumps({"sizes": {"128x512": {"rounds": [], "host_before": {"seconds": 3}}}}), "host_before lacks"),
+    (json.dumps({"sizes": ["128x512"]}), "no whole runs at 128x512"),
+    (json.dumps({"sizes": {"128x512": {"host_before": QUIET_HOST, "rounds": [{"ours": {"ok": True},
+                                                                           "harness": {"ok": True}}]}}}),
+     "a round without its figures"),
 ])  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message) -> None:
     path = tmp_path / "whole.json"
@@ -177,3 +181,6 @@ def test_a_per_request_file_that_is_not_a_list_is_refused(tmp_path) -> None:
     (tmp_path / "pr.json").write_text(json.dumps({"rows": []}))
     done = _cli(str(whole), "--per-request", str(tmp_path / "pr.json"))
     assert done.returncode == 2 and "not a per-request file" in done.stderr
+    (tmp_path / "pr.json").write_text(json.dumps([{"side": "ours", "ok": True}]))
+    done = _cli(str(whole), "--per-request", str(tmp_path / "pr.json"))
+    assert done.returncode == 2 and "a request without its figures" in done.stderr and "Traceback" not in done.stderr
