@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import parity  # noqa: E402
 from tps_client_per_request import geometric_interval, prompt_pairs  # noqa: E402
+from tps_vs_harness_client import size_summary  # noqa: E402
 
 SIZE = "128x512"  # the challenge's size, the one the rule is about
 BAND = (0.98, 1.02)  # the done-when's band for the whole-run interval
@@ -103,14 +104,16 @@ def host_before(entry: dict[str, Any]) -> parity.HostState | None:
 
 
 def whole_runs(entry: dict[str, Any]) -> tuple[list[float], list[str]]:
-    """ours / harness of every round where both completed, and what makes the pairs unlike."""
-    done = [r for r in entry.get("rounds", []) if r.get("ours", {}).get("ok") and r.get("harness", {}).get("ok")]
+    """ours / harness of every round where both completed (as the run's own summary takes them), and
+    what makes the pairs unlike."""
+    rounds = entry.get("rounds", [])
+    summary = size_summary(rounds)
     problems = []
-    if any(sum(r["ours"].get("output_lens", [])) != sum(r["harness"].get("output_lens", [])) for r in done):
+    if summary["ratios"] and not summary["same_tokens"]:
         problems.append("the sides did not generate the same number of tokens")
-    if any(r["ours"].get("same_order") is False for r in done):
+    if any(r["ours"].get("same_order") is False for r in rounds if r.get("ours", {}).get("ok")):
         problems.append("ours did not send the prompts in the harness's order")
-    return [r["ours"]["tps"] / r["harness"]["tps"] for r in done], problems
+    return summary["ratios"], problems
 
 
 def per_request_figures(rows: list[dict[str, Any]], size: str) -> PerRequest | None:

@@ -43,9 +43,10 @@ def test_a_part_judges_its_runs_at_the_challenges_size_by_the_confirming_rule(tm
     # the part's server cannot start (no manifest), so only the files already there are judged
     part = tmp_path / "parity" / "smoke"
     part.mkdir(parents=True)
-    rounds = [{"round": n, "first": "harness", "order": ["harness", "ours"],
-               "harness": {"ok": True, "tps": 1000.0, "output_lens": [512] * 128},
-               "ours": {"ok": True, "tps": 1000.0 * ratio, "output_lens": [512] * 128, "same_order": True}}
+    run = {"ok": True, "output_lens": [512] * 128, "input_lens": [40] * 128,
+           "server": {"requests": 132, "e2e_s": 58.0, "decode_s": 57.0}}  # what the run's summary reads
+    rounds = [{"round": n, "first": "harness", "order": ["harness", "ours"], "harness": {**run, "tps": 1000.0},
+               "ours": {**run, "tps": 1000.0 * ratio, "same_order": True}}
               for n, ratio in enumerate((1.004, 0.996, 1.001))]  # fmt: skip
     host = {"seconds": 90, "median_cpu_ms": 0.77, "low_quartile_cpu_ms": 0.76, "high_quartile_cpu_ms": 0.78}
     (part / "whole-128x512.json").write_text(json.dumps({"sizes": {"128x512": {"rounds": rounds, "host_before": host}}}))
