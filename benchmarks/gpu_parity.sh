@@ -17,6 +17,9 @@
 #   follow [S]    show the running part's log for up to S seconds (default 540), until it
 #                 ends; copy the results to $OUT; exit 0 when it has ended, 3 while it runs
 #   collect       copy the results to $OUT
+#   host PART     the host so far by PART's probe (probe.jsonl): its cpu_ms median and quartiles
+#                 and quiet or busy by the confirming rule's 1 ms cut; exit 0 quiet, 1 busy, 3 no
+#                 probe figures yet (no GPU work)
 #
 # When a part ends, its whole runs are pooled with the rounds on record
 # (benchmarks/pool_parity.py, benchmarks/results/gpu-parity-rounds.csv) and the figures printed in
@@ -37,7 +40,10 @@
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
 # PER_REQUEST_PASSES=1, PER_REQUEST_SIZE=48x128 (PROMPTSxTOKENS of its passes), PER_REQUEST_FIRST=0
-# (1: the per-request passes before the whole runs), PER_REQUEST_CONNECTION (ours's protocol in
+# (1: the per-request passes before the whole runs), PER_REQUEST_IF_QUIET=0 (1, with
+# PER_REQUEST_FIRST=1 and PROBE_CPUS: the per-request pass only when the probe calls the host
+# quiet so far, over the server's start; on a busy host the part goes straight to the whole
+# runs, whose pairs go to the pool), PER_REQUEST_CONNECTION (ours's protocol in
 # them: harness or keep-alive; unset: measure_tps's default), PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
 # the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
 # round; unset: its default), OURS_IDLE_S (seconds: a further side, ours:idle, that waits this long
@@ -80,7 +86,13 @@ steps() {
     local dir="$PARITY_DIR/$part"
     mkdir -p "$dir"
     local status=0
-    if [ "${PER_REQUEST_FIRST:-0}" = 1 ]; then per_request "$part" || status=1; fi
+    if [ "${PER_REQUEST_FIRST:-0}" = 1 ]; then
+        if [ "${PER_REQUEST_IF_QUIET:-0}" = 1 ] && [ -n "${PROBE_CPUS:-}" ] && ! host_so_far "$part"; then
+            echo "== $part: the host is not quiet so far, so no per-request pass (PER_REQUEST_IF_QUIET=1)"
+        else
+            per_request "$part" || status=1
+        fi
+    fi
     for size_rounds in "$@"; do
         local size=${size_rounds%:*} rounds=${size_rounds#*:} budget=()
         if [ -n "${PART_DEADLINE:-}" ]; then budget=(--budget-s "$((PART_DEADLINE - $(date +%s)))"); fi
@@ -96,6 +108,23 @@ steps() {
     if [ "${PER_REQUEST_FIRST:-0}" != 1 ]; then per_request "$part" || status=1; fi
     echo "== $part: steps done ($(date +%T)), status $status"
     return $status
+}
+
+# the host so far by the part's probe, judged as confirm_parity.py judges the host before the
+# rounds (parity.host_state, the fixed parity.QUIET_CPU_MS): exit 0 quiet, 1 busy, 3 no figures
+host_so_far() {
+    local probe="$PARITY_DIR/$1/probe.jsonl"
+    [ -s "$probe" ] || { echo "== $1: no probe figures in $probe"; return 3; }
+    PYTHONPATH="$ROOT/benchmarks${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - "$probe" "$1" <<'PY'
+import sys
+import parity
+state = parity.host_state(parity.load_probe(sys.argv[1]))
+if state is None:
+    print(f"== {sys.argv[2]}: no probe figures in {sys.argv[1]}")
+    sys.exit(3)
+print(f"== {sys.argv[2]}: the host so far: {state.describe()}")
+sys.exit(0 if state.quiet else 1)
+PY
 }
 
 # the per-request benchmark on the part's server: PER_REQUEST_PASSES passes of PER_REQUEST_SIZE
@@ -243,6 +272,7 @@ case ${1:-} in
         ;;
     follow) follow "${2:-540}" ;;
     collect) collect ;;
+    host) [ -n "${2:-}" ] || { echo "host needs a part: host part1" >&2; exit 2; }; host_so_far "$2" ;;
     plan) plan ;;
     *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,49 @@ def test_a_part_judges_its_runs_at_the_challenges_size_by_the_confirming_rule(tm
     assert "== smoke: the confirming-run rule" in done.stdout
     assert "a quiet host" in done.stdout and "3 pairs" in done.stdout
     assert "verdict: whole runs confirm" in done.stdout and "no per-request figures at 128x512" in done.stdout
+
+
+def _probe_file(path: Path, cpu_ms: list[float]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"t": 1796289000.0 + n, "cpu_ms": value, "mem_ms": 3.0, "n": 10})
+             for n, value in enumerate(cpu_ms)]  # fmt: skip
+    path.write_text("\n".join(lines) + '\n{"t": 17962')  # a torn last line, as from a probe still writing
+    return path
+
+
+def test_host_judges_the_probe_so_far_by_the_fixed_cut(tmp_path) -> None:
+    quiet = [0.76, 0.77, 0.78, 0.75, 0.79, 1.4]  # one busy second does not move the median
+    busy = [1.2, 1.6, 1.9, 0.8, 2.0, 1.5, 1.3]
+    for part, values, code, word in (("q", quiet, 0, "quiet"), ("b", busy, 1, "busy")):
+        _probe_file(tmp_path / part / "probe.jsonl", values)
+        done = _script("host", part, PARITY_DIR=str(tmp_path))
+        low, median, high = statistics.quantiles(values, n=4, method="inclusive")
+        assert done.returncode == code, done.stdout + done.stderr
+        assert done.stdout.strip() == (f"== {part}: the host so far: probe cpu_ms median {median:.3f} (quartiles "
+                                       f"{low:.3f} and {high:.3f}, {len(values)} s): a {word} host")  # fmt: skip
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "probe.jsonl").write_text('{"t": 1796289000.0, "mem_ms": 3.0}\n')
+    for part in ("empty", "absent"):
+        done = _script("host", part, PARITY_DIR=str(tmp_path))
+        assert done.returncode == 3 and "no probe figures" in done.stdout and "Traceback" not in done.stderr
+    missing = _script("host", PARITY_DIR=str(tmp_path))
+    assert missing.returncode == 2 and missing.stderr.strip() == "host needs a part: host part1"
+
+
+def test_a_busy_host_skips_the_per_request_pass_only_when_asked(tmp_path) -> None:
+    # the steps alone, against no server (the per-request benchmark then fails at once): what matters
+    # is whether it was started, which its banner line says
+    _probe_file(tmp_path / "part1" / "probe.jsonl", [1.6, 1.7, 1.8])
+    client = tmp_path / "bench_serving.py"
+    client.write_text("raise SystemExit('never run')\n")
+    env = {"PARITY_DIR": str(tmp_path), "BENCH_SERVING": str(client), "PARITY_BASE_URL": "http://127.0.0.1:9",
+           "PARITY_MODEL": "m", "PARITY_SERVER_PID": "1", "PER_REQUEST_FIRST": "1", "PROBE_CPUS": "13",
+           "MANIFEST": str(tmp_path / "missing.json")}  # fmt: skip
+    asked = _script("_steps", "part1", PER_REQUEST_IF_QUIET="1", **env)
+    assert "the host is not quiet so far, so no per-request pass" in asked.stdout
+    assert "per request, 1 passes" not in asked.stdout
+    not_asked = _script("_steps", "part1", **env)
+    assert "per request, 1 passes of 48 x 128" in not_asked.stdout and "not quiet so far" not in not_asked.stdout
+    _probe_file(tmp_path / "part1" / "probe.jsonl", [0.76, 0.77, 0.78])
+    quiet = _script("_steps", "part1", PER_REQUEST_IF_QUIET="1", **env)
+    assert "a quiet host" in quiet.stdout and "per request, 1 passes of 48 x 128" in quiet.stdout
