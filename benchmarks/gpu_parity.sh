@@ -37,6 +37,9 @@
 # reasons once a second (nvidia-smi) into gpu.csv beside its runs, whose records carry their
 # unix start and end times.
 #
+# The client's file is copied into $PARITY_DIR/client when a part starts and the part runs that
+# copy, so a later call that does not carry .harness-client cannot take it away mid-part.
+#
 # Settings (environment): BENCH_SERVING (required for part1/part2/smoke), MANIFEST (default
 # sweeper/demo/data/manifest-gpu.json), PYTHON (default python3), BIG_ROUNDS=6, DEMO_ROUNDS=6,
 # PER_REQUEST_PASSES=1, PER_REQUEST_SIZE=48x128 (PROMPTSxTOKENS of its passes), PER_REQUEST_FIRST=0
@@ -69,7 +72,7 @@ PER_REQUEST_SIZE=${PER_REQUEST_SIZE:-48x128}
 PART2_BIG=${PART2_BIG:-0}
 TPS_GUESS=${TPS_GUESS:-750}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-mkdir -p "$PARITY_DIR"
+mkdir -p "$PARITY_DIR" && PARITY_DIR=$(cd "$PARITY_DIR" && pwd)
 
 need_client() {
     if [ -z "${BENCH_SERVING:-}" ] || [ ! -f "$BENCH_SERVING" ]; then
@@ -77,6 +80,14 @@ need_client() {
         exit 2
     fi
     BENCH_SERVING=$(cd "$(dirname "$BENCH_SERVING")" && pwd)/$(basename "$BENCH_SERVING")
+    # the part runs a copy of its own under $PARITY_DIR: the device's calls re-copy the working tree
+    # and drop the ignored files a call does not carry, so the checkout's file may vanish mid-part
+    local copy="$PARITY_DIR/client/$(basename "$BENCH_SERVING")"
+    if [ "$BENCH_SERVING" != "$copy" ]; then
+        mkdir -p "$PARITY_DIR/client" && cp "$BENCH_SERVING" "$copy" || {
+            echo "could not copy $BENCH_SERVING into $PARITY_DIR/client" >&2; exit 2; }
+    fi
+    BENCH_SERVING=$copy
     export BENCH_SERVING
 }
 

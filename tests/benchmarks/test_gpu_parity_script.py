@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_parity.sh"
@@ -38,6 +39,30 @@ def test_a_part_that_fails_returns_its_exit_code(tmp_path) -> None:
 def test_a_part_needs_the_clients_file(tmp_path) -> None:
     done = _script("smoke", PARITY_DIR=str(tmp_path), BENCH_SERVING=str(tmp_path / "absent.py"))
     assert done.returncode == 2 and "set BENCH_SERVING" in done.stderr
+
+
+def test_a_started_part_runs_its_own_copy_of_the_client(tmp_path) -> None:
+    # on the device a later call that does not carry .harness-client removes it from the checkout
+    # while the part runs (2026-12-03 14:09: five rounds lost their harness runs that way)
+    client = tmp_path / "harness-client" / "bench_serving.py"
+    client.parent.mkdir()
+    client.write_text("raise SystemExit('the harness client, never run here')\n")
+    parity = tmp_path / "parity"
+    env = {"PARITY_DIR": str(parity), "BENCH_SERVING": str(client), "MANIFEST": str(tmp_path / "missing.json")}
+    started = _script("start", "smoke", **env)
+    client.unlink()  # gone before the background part has looked for it
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 60
+    while not (parity / "smoke.done").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = (parity / "smoke.log").read_text()
+    assert (parity / "smoke.done").read_text().strip() == "2", log  # the server's failure, not the client's
+    assert "missing.json: no such file" in log
+    assert "set BENCH_SERVING" not in (parity / "smoke.nohup").read_text() + log
+    copy = parity / "client" / "bench_serving.py"
+    assert copy.read_text() == "raise SystemExit('the harness client, never run here')\n"
+    again = _script("smoke", **{**env, "BENCH_SERVING": str(copy)})  # the copy itself: not copied onto itself
+    assert again.returncode == 2 and "could not copy" not in again.stderr and "same file" not in again.stderr
 
 
 def test_a_part_judges_its_runs_at_the_challenges_size_by_the_confirming_rule(tmp_path) -> None:
