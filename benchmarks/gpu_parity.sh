@@ -47,8 +47,10 @@
 # PER_REQUEST_FIRST=1 and PROBE_CPUS: the per-request pass only when the probe calls the host
 # quiet so far, over the server's start; on a busy host the part goes straight to the whole
 # runs, whose pairs go to the pool), PER_REQUEST_CONNECTION (ours's protocol in
-# them: harness or keep-alive; unset: measure_tps's default), PART2_BIG=0, OURS_CONNECTION (measure_tps's connection protocol for
-# the whole runs: harness or keep-alive, or both, comma-separated, for a run of each in every
+# them: harness or keep-alive; unset: measure_tps's default), PART2_BIG=0 (BIG_ROUNDS
+# given for part2 with PART2_BIG unset is refused: part2 would run none of them),
+# OURS_CONNECTION (measure_tps's connection protocol for the whole runs: harness or
+# keep-alive, or both, comma-separated, for a run of each in every
 # round; unset: its default), OURS_IDLE_S (seconds: a further side, ours:idle, that waits this long
 # before its warm-up, the server idle, as while the harness's client starts; unset: no such side),
 # TPS_GUESS=750 (tok/s, for `plan` only), PART_BUDGET_S
@@ -65,6 +67,9 @@ cd "$ROOT" || exit 1
 PARITY_DIR=${PARITY_DIR:-${TMPDIR:-/tmp}/gpu_parity}
 MANIFEST=${MANIFEST:-sweeper/demo/data/manifest-gpu.json}
 PYTHON=${PYTHON:-python3}
+# part2 has rounds at 128x512 only with PART2_BIG=1: BIG_ROUNDS given for it with PART2_BIG unset
+# is a mistake (on the device it costs a server start and a session's last minutes), not a default
+BIG_ROUNDS_GIVEN=${BIG_ROUNDS:+1} PART2_BIG_GIVEN=${PART2_BIG:+1}
 BIG_ROUNDS=${BIG_ROUNDS:-6}
 DEMO_ROUNDS=${DEMO_ROUNDS:-6}
 PER_REQUEST_PASSES=${PER_REQUEST_PASSES:-1}
@@ -89,6 +94,13 @@ need_client() {
     fi
     BENCH_SERVING=$copy
     export BENCH_SERVING
+}
+
+check_part() {
+    if [ "$1" = part2 ] && [ -n "$BIG_ROUNDS_GIVEN" ] && [ -z "$PART2_BIG_GIVEN" ] && [ "$BIG_ROUNDS" != 0 ]; then
+        echo "part2 runs no rounds at 128x512 unless PART2_BIG=1: set PART2_BIG=1 for BIG_ROUNDS=$BIG_ROUNDS there, or PART2_BIG=0 for none" >&2
+        exit 2
+    fi
 }
 
 # the steps run against the server hold_server.py started (its URL, name and pid in the env)
@@ -156,6 +168,7 @@ per_request() {
 
 run_part() {
     local part=$1
+    check_part "$part"
     need_client
     local sizes
     case $part in
@@ -274,6 +287,7 @@ case ${1:-} in
     part1|part2|smoke) run_part "$1" ;;
     start)
         part=${2:?start needs a part}
+        check_part "$part"
         need_client
         echo "$part" > "$PARITY_DIR/running"
         rm -f "$PARITY_DIR/$part.done"

@@ -41,6 +41,23 @@ def test_a_part_needs_the_clients_file(tmp_path) -> None:
     assert done.returncode == 2 and "set BENCH_SERVING" in done.stderr
 
 
+def test_part2_refuses_big_rounds_it_would_not_run(tmp_path) -> None:
+    # 2026-12-03 14:30: BIG_ROUNDS=1 for part2 without PART2_BIG ran no round at 128x512 at all
+    client = tmp_path / "bench_serving.py"
+    client.write_text("raise SystemExit('never run')\n")
+    env = {"PARITY_DIR": str(tmp_path / "parity"), "BENCH_SERVING": str(client), "MANIFEST": str(tmp_path / "no.json")}
+    for command in (("part2",), ("start", "part2")):
+        refused = _script(*command, BIG_ROUNDS="1", **env)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.strip() == ("part2 runs no rounds at 128x512 unless PART2_BIG=1: set PART2_BIG=1 "
+                                          "for BIG_ROUNDS=1 there, or PART2_BIG=0 for none")  # fmt: skip
+        assert not (tmp_path / "parity" / "running").exists() and not (tmp_path / "parity" / "part2").exists()
+    for settings in ({"PART2_BIG": "1"}, {"PART2_BIG": "0"}, {}):  # asked for, declined, or the default
+        accepted = _script("part2", BIG_ROUNDS="1", **settings, **env) if settings else _script("part2", **env)
+        assert accepted.returncode == 2 and "PART2_BIG" not in accepted.stderr
+        assert "no.json: no such file" in accepted.stdout  # it went on to start the server
+
+
 def test_a_started_part_runs_its_own_copy_of_the_client(tmp_path) -> None:
     # on the device a later call that does not carry .harness-client removes it from the checkout
     # while the part runs (2026-12-03 14:09: five rounds lost their harness runs that way)
