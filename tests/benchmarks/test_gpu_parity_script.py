@@ -52,8 +52,9 @@ def test_part2_refuses_big_rounds_it_would_not_run(tmp_path) -> None:
         assert refused.stderr.strip() == ("part2 runs no rounds at 128x512 unless PART2_BIG=1: set PART2_BIG=1 "
                                           "for BIG_ROUNDS=1 there, or PART2_BIG=0 for none")  # fmt: skip
         assert not (tmp_path / "parity" / "running").exists() and not (tmp_path / "parity" / "part2").exists()
-    for settings in ({"PART2_BIG": "1"}, {"PART2_BIG": "0"}, {}):  # asked for, declined, or the default
-        accepted = _script("part2", BIG_ROUNDS="1", **settings, **env) if settings else _script("part2", **env)
+    asked, declined, default = {"BIG_ROUNDS": "1", "PART2_BIG": "1"}, {"BIG_ROUNDS": "1", "PART2_BIG": "0"}, {}
+    for settings in (asked, declined, default):
+        accepted = _script("part2", **settings, **env)
         assert accepted.returncode == 2 and "PART2_BIG" not in accepted.stderr
         assert "no.json: no such file" in accepted.stdout  # it went on to start the server
 
