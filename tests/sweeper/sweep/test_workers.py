@@ -184,7 +184,10 @@ def test_ctrl_c_reaches_every_worker_once_and_each_marks_its_trial(tmp_path: Pat
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     log = tmp_path / "servers.jsonl"
-    config = {"storage": url, "study": "ctrl-c", "n_trials": 200, "log": str(log), "sleep": 0.3}
+    # a trial sleeps 1.5 s after its line: the Ctrl-C comes at most a poll (0.3 s) and the timer
+    # (0.1 s) after the sixth line, so that line's worker is still in its trial. With 0.3 s, on a
+    # loaded 2-core machine both workers were at times between trials, and none had one to mark.
+    config = {"storage": url, "study": "ctrl-c", "n_trials": 200, "log": str(log), "sleep": 1.5}
     polls: list[int] = []
     sent: list[bool] = []
 
