@@ -18,7 +18,11 @@ reads that record, adds the rounds of new result files of ``tps_vs_harness_clien
 * for each probe figure, the ratio at equal host speed over the rounds that have it
   (``parity.adjusted_ratio``: the log ratio fitted on the log of the probe's ratio);
 * the pooled figure over the runs on quiet hosts, and over those on busy ones
-  (``--quiet-cpu-ms``, 1 ms), and over runs without a probe.
+  (``--quiet-cpu-ms``, 1 ms), and over runs without a probe;
+* over the rounds whose server's own time is on record (vLLM's end-to-end time per
+  request, from its ``/metrics``, over each side's run), that time ours / harness, and
+  ours / harness with it held equal: the TPS ratio times the server's time ratio, what
+  the two clients and the API server's path add, apart from how fast the server ran.
 
 ::
 
@@ -54,7 +58,11 @@ PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
 QUIET_CPU_MS = parity.QUIET_CPU_MS
 HOST_CLASSES = ("quiet", "busy", "no probe")
 ROUND_FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection", "harness_tps", "ours_tps")
-FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")))
+# the server's own end-to-end time per request (ms) over each side's run; records written before these
+# columns were kept lack them, and rounds measured before have them blank
+SERVER_FIELDS = ("server_e2e_ms_harness", "server_e2e_ms_ours")
+FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")),
+          *SERVER_FIELDS)  # fmt: skip
 
 
 class RecordError(ValueError):
@@ -74,10 +82,27 @@ class Round:
     harness_tps: float
     ours_tps: float
     probe: dict[str, tuple[float, float]]  # key -> (during the harness's run, during ours)
+    server_e2e_ms: tuple[float, float] | None = None  # the server's own time per request: (harness, ours)
 
     @property
     def ratio(self) -> float:
         return self.ours_tps / self.harness_tps
+
+    @property
+    def server_time_ratio(self) -> float | None:
+        """The server's own end-to-end time per request, ours / harness (None where not on record)."""
+        return self.server_e2e_ms[1] / self.server_e2e_ms[0] if self.server_e2e_ms else None
+
+    @property
+    def ratio_at_equal_server_time(self) -> float | None:
+        """TPS ours / harness had the server been as fast in both runs: what the clients and the API path add.
+
+        A run's wall time is the server's own time for its requests plus what lies outside it (the
+        client, the HTTP and API server's path, the gaps between requests), so TPS ours / harness
+        is the server's time ratio, inverted, times the ratio of those outside shares.
+        """
+        server = self.server_time_ratio
+        return self.ratio * server if server else None
 
     @property
     def host_cpu_ms(self) -> float | None:
@@ -90,6 +115,8 @@ class Round:
         for key in PROBE_KEYS:
             harness, ours = self.probe.get(key, ("", ""))
             row[f"probe_{key}_harness"], row[f"probe_{key}_ours"] = str(harness), str(ours)
+        harness, ours = self.server_e2e_ms or ("", "")
+        row["server_e2e_ms_harness"], row["server_e2e_ms_ours"] = str(harness), str(ours)
         return row
 
 
@@ -109,7 +136,7 @@ def load_record(path: Path) -> list[Round]:
         return []
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
-        missing = [name for name in FIELDS if name not in (reader.fieldnames or [])]
+        missing = [name for name in FIELDS if name not in (reader.fieldnames or []) and name not in SERVER_FIELDS]
         if missing:
             raise RecordError(f"{path}: the record has no column {missing[0]!r}")
         rounds = []
@@ -121,6 +148,11 @@ def load_record(path: Path) -> list[Round]:
                 if harness and ours:
                     probe[key] = (_positive(harness, where, f"probe_{key}_harness"),
                                   _positive(ours, where, f"probe_{key}_ours"))  # fmt: skip
+            server = None
+            harness, ours = ((row.get(name) or "").strip() for name in SERVER_FIELDS)
+            if harness or ours:
+                server = (_positive(harness, where, "server_e2e_ms_harness"),
+                          _positive(ours, where, "server_e2e_ms_ours"))  # fmt: skip
             if row["first"] not in ("harness", "ours"):
                 raise RecordError(f"{where}: first is 'harness' or 'ours', not {row['first']!r}")
             try:
@@ -130,7 +162,8 @@ def load_record(path: Path) -> list[Round]:
             rounds.append(Round(run=row["run"], size=row["size"], round=number, first=row["first"],
                                 server_cpus=row["server_cpus"], ours_connection=row["ours_connection"],
                                 harness_tps=_positive(row["harness_tps"], where, "harness_tps"),
-                                ours_tps=_positive(row["ours_tps"], where, "ours_tps"), probe=probe))  # fmt: skip
+                                ours_tps=_positive(row["ours_tps"], where, "ours_tps"), probe=probe,
+                                server_e2e_ms=server))  # fmt: skip
     return rounds
 
 
@@ -154,10 +187,19 @@ def rounds_from_result(path: Path, *, run: str, server_cpus: str) -> list[Round]
                 during = ((harness.get("probe") or {}).get(key), (ours.get("probe") or {}).get(key))
                 if all(during):
                     probe[key] = (float(during[0]), float(during[1]))
+            server = (server_e2e_ms(harness), server_e2e_ms(ours))
             rounds.append(Round(run=run, size=size, round=int(row["round"]), first=order[0] if order else "",
                                 server_cpus=server_cpus, ours_connection=connection,
-                                harness_tps=float(harness["tps"]), ours_tps=float(ours["tps"]), probe=probe))  # fmt: skip
+                                harness_tps=float(harness["tps"]), ours_tps=float(ours["tps"]), probe=probe,
+                                server_e2e_ms=server if all(server) else None))  # fmt: skip
     return rounds
+
+
+def server_e2e_ms(side: dict[str, Any]) -> float | None:
+    """A side's server end-to-end time per request in ms (its ``/metrics`` deltas; its warm-up included)."""
+    served = side.get("server") or {}
+    requests, e2e_s = served.get("requests"), served.get("e2e_s")
+    return float(e2e_s) / float(requests) * 1000 if requests and e2e_s else None
 
 
 def save_record(path: Path, rounds: list[Round]) -> None:
@@ -184,6 +226,8 @@ class Pooled:
     adjusted: dict[str, parity.AdjustedRatio]
     quiet_cpu_ms: float
     by_host: dict[str, parity.RatioSummary]  # "quiet", "busy", "no probe" -> the rounds of those runs
+    server_time: parity.RatioSummary | None  # the server's own time per request, ours / harness
+    at_equal_server_time: parity.RatioSummary | None  # TPS ours / harness with that time held equal
 
 
 def host_class(host_cpu_ms: float | None, quiet_cpu_ms: float) -> str:
@@ -214,10 +258,14 @@ def pool(rounds: list[Round], *, half_width: float = 0.02, quiet_cpu_ms: float =
         if len(covered) >= 3:
             covariate = [math.log(item.probe[key][1] / item.probe[key][0]) for item in covered]
             adjusted[key] = parity.adjusted_ratio([item.ratio for item in covered], covariate)
+    timed = [item for item in rounds if item.server_e2e_ms]
+    server_time = parity.ratio_summary([item.server_time_ratio for item in timed]) if timed else None
+    equal_server = parity.ratio_summary([item.ratio_at_equal_server_time for item in timed]) if timed else None
     return Pooled(by_run={run: parity.ratio_summary(ratios) for run, ratios in by_run.items()},
                   host_cpu_ms=host_cpu_ms, pooled=pooled, pairs_needed=needed, adjusted=adjusted,
                   quiet_cpu_ms=quiet_cpu_ms,
-                  by_host={name: parity.ratio_summary(by_host[name]) for name in HOST_CLASSES if name in by_host})  # fmt: skip
+                  by_host={name: parity.ratio_summary(by_host[name]) for name in HOST_CLASSES if name in by_host},
+                  server_time=server_time, at_equal_server_time=equal_server)  # fmt: skip
 
 
 def select(rounds: list[Round], *, size: str | None, server_cpus: str | None,
@@ -245,6 +293,12 @@ def report(rounds: list[Round], result: Pooled) -> None:
         if fit.residual_sd:
             print(f"  at its residual spread an interval within 0.98-1.02 needs about "
                   f"{parity.pairs_for_interval(fit.residual_sd, 0.02)} pairs")  # fmt: skip
+    if result.server_time and result.at_equal_server_time:
+        runs = len({item.run for item in rounds if item.server_e2e_ms})
+        print(f"the server's own time per request (vLLM's e2e), ours / harness, over the {result.server_time.count} "
+              f"rounds of {runs} runs that have it: {result.server_time.describe()}")
+        print(f"  ours / harness with that time held equal (what the clients and the API path add): "
+              f"{result.at_equal_server_time.describe()}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

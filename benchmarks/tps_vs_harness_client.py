@@ -383,6 +383,11 @@ def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str 
         for key in ("e2e_s", "decode_s"):
             summary[f"server_{key}_ratio"] = parity.ratio_summary(
                 [per_measured(r[side], key) / per_measured(r[against], key) for r in done]).__dict__
+        # the TPS ratio had the server been as fast in both runs: times the server's own time ratio, what
+        # is left is the ratio of what lies outside the server (the clients, the API path, the gaps)
+        summary["equal_server_time_ratio"] = parity.ratio_summary(
+            [ratio * per_measured(r[side], "e2e_s") / per_measured(r[against], "e2e_s")
+             for ratio, r in zip(ratios, done)]).__dict__  # fmt: skip
         # the ratio at equal host speed, as the probe on other cores saw it (host_probe.py)
         adjusted = {}
         for key in PROBE_KEYS:
@@ -417,6 +422,9 @@ def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any
         print(f"geometric mean {side} / {against}: {ratio.describe()}")
         print(f"the server's e2e time per request, {side} / {against}: "
               f"{parity.RatioSummary(**summary['server_e2e_s_ratio']).describe()}")
+        if "equal_server_time_ratio" in summary:
+            print(f"{side} / {against} with the server's own time held equal (what the clients and the API path "
+                  f"add): {parity.RatioSummary(**summary['equal_server_time_ratio']).describe()}")  # fmt: skip
         print(f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
               f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}")
         for key, fit in summary.get("adjusted", {}).items():

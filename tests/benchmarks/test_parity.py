@@ -174,6 +174,14 @@ def test_size_summary_and_parse_size(load_benchmark) -> None:
     assert summary["ratio"]["geometric_mean"] == pytest.approx(math.sqrt(100 / 98 * 101 / 103))
     assert summary["same_tokens"] is True and summary["prompt_token_offsets"] == [6]
     assert summary["server_e2e_s_ratio"]["geometric_mean"] == pytest.approx(1 / summary["ratio"]["geometric_mean"])
+    # here the server's time alone sets each run's TPS: held equal, the clients read the same
+    assert summary["equal_server_time_ratio"]["geometric_mean"] == pytest.approx(1.0)
+    # ours 2 % and 3 % slower than the harness over a server as fast in both runs: the clients' own part
+    served = side(100.0, 0)["server"]
+    slower = [{"ours": {**side(100.0 / 1.02, 6), "server": served}, "harness": side(100.0, 0)},
+              {"ours": {**side(100.0 / 1.03, 6), "server": served}, "harness": side(100.0, 0)}]
+    clients = bench.size_summary(slower)["equal_server_time_ratio"]
+    assert clients["geometric_mean"] == pytest.approx(math.sqrt(1 / 1.02 / 1.03)) and clients["count"] == 2
 
 
 def test_ours_sides_and_a_summary_against_another_side(load_benchmark) -> None:
