@@ -48,6 +48,14 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
     return {key: after[key] - before[key] for key in before}
 
 
+def ms_per_request(served: Mapping[str, float], key: str) -> float:
+    """A server time sum of a run's counter deltas (``e2e_s``, ``decode_s``, ...) per request, in ms.
+
+    The requests counted are all the run sent, its warm-up's included.
+    """
+    return served[key] / max(served["requests"], 1) * 1000
+
+
 # -- prompts -------------------------------------------------------------------------------------
 
 

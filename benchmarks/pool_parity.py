@@ -198,8 +198,7 @@ def rounds_from_result(path: Path, *, run: str, server_cpus: str) -> list[Round]
 def server_e2e_ms(side: dict[str, Any]) -> float | None:
     """A side's server end-to-end time per request in ms (its ``/metrics`` deltas; its warm-up included)."""
     served = side.get("server") or {}
-    requests, e2e_s = served.get("requests"), served.get("e2e_s")
-    return float(e2e_s) / float(requests) * 1000 if requests and e2e_s else None
+    return parity.ms_per_request(served, "e2e_s") if served.get("requests") and served.get("e2e_s") else None
 
 
 def save_record(path: Path, rounds: list[Round]) -> None:

@@ -312,12 +312,12 @@ def timed_window(row: dict[str, Any]) -> tuple[float, float] | None:
 def describe_run(row: dict[str, Any]) -> str:
     if not row.get("ok") or row.get("tps") is None:
         return f"  {row['side']:<8} FAILED: {row.get('error', 'not every request completed')[-600:]}"
-    served, n = row["server"], max(row["server"]["requests"], 1)
+    served = row["server"]
     return (f"  {row['side']:<8} {row['tps']:8.2f} tok/s; {len(row['latencies_s'])} requests, "
             f"{sum(row['output_lens'])} tokens in {row['duration_s']:.2f} s, between requests "
             f"{row['gap_per_request_ms']:.2f} ms each; client CPU {row['client_cpu_s']:.2f} s in "
             f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
-            f"e2e {served['e2e_s'] / n * 1000:.1f} ms, decode {served['decode_s'] / n * 1000:.1f} ms each, "
+            f"e2e {per_measured(row, 'e2e_s'):.1f} ms, decode {per_measured(row, 'decode_s'):.1f} ms each, "
             f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
             f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}"
             f"{describe_probe(row)}")  # fmt: skip
@@ -339,7 +339,7 @@ def describe_thread(row: dict[str, Any]) -> str:
 
 def per_measured(row: dict[str, Any], key: str) -> float:
     """A server time sum per request (ms), the warm-up's requests included in the count."""
-    return row["server"][key] / max(row["server"]["requests"], 1) * 1000
+    return parity.ms_per_request(row["server"], key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,14 +380,14 @@ def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str 
         # order differ by one constant
         offsets = {o - h for r in done for o, h in zip(r[side]["input_lens"], r[against]["input_lens"])}
         summary["prompt_token_offsets"] = sorted(offsets)
-        for key in ("e2e_s", "decode_s"):
-            summary[f"server_{key}_ratio"] = parity.ratio_summary(
-                [per_measured(r[side], key) / per_measured(r[against], key) for r in done]).__dict__
+        server_ratios = {key: [per_measured(r[side], key) / per_measured(r[against], key) for r in done]
+                         for key in ("e2e_s", "decode_s")}  # fmt: skip
+        for key, by_round in server_ratios.items():
+            summary[f"server_{key}_ratio"] = parity.ratio_summary(by_round).__dict__
         # the TPS ratio had the server been as fast in both runs: times the server's own time ratio, what
         # is left is the ratio of what lies outside the server (the clients, the API path, the gaps)
         summary["equal_server_time_ratio"] = parity.ratio_summary(
-            [ratio * per_measured(r[side], "e2e_s") / per_measured(r[against], "e2e_s")
-             for ratio, r in zip(ratios, done)]).__dict__  # fmt: skip
+            [ratio * server for ratio, server in zip(ratios, server_ratios["e2e_s"])]).__dict__
         # the ratio at equal host speed, as the probe on other cores saw it (host_probe.py)
         adjusted = {}
         for key in PROBE_KEYS:
