@@ -154,10 +154,22 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
     from sweeper.study import standing
 
     space = space_from_dict(
-        {"name": "claims", "parameters": [{"name": "c", "type": "int", "low": 0, "high": CONFIGURATIONS - 1,
-                                           "affects": "speed", "default": 0, "env": "C"}]},
+        {
+            "name": "claims",
+            "parameters": [
+                {
+                    "name": "c",
+                    "type": "int",
+                    "low": 0,
+                    "high": CONFIGURATIONS - 1,
+                    "affects": "speed",
+                    "default": 0,
+                    "env": "C",
+                }
+            ],
+        },
         source="claims",
-    ).bind({})  # fmt: skip
+    ).bind({})
     tps = truth(spec.landscape, spec.seed)
     servers = NoisyServers(tps, spec.noise, spec.seed)
     confirm = confirm_settings(spec.setting)
@@ -166,10 +178,19 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
     started = time.monotonic()
     try:
         result = sweeper.run_study(
-            space, servers, study_name=name, storage=str(database), n_trials=spec.setting.budget,
-            ppl_cap_rel=1.05, sampler=spec.sampler, seed=spec.seed, reuse_quality=True,
-            confirm=confirm, enqueue_base=True, handle_signals=False,
-        )  # fmt: skip
+            space,
+            servers,
+            study_name=name,
+            storage=str(database),
+            n_trials=spec.setting.budget,
+            ppl_cap_rel=1.05,
+            sampler=spec.sampler,
+            seed=spec.seed,
+            reuse_quality=True,
+            confirm=confirm,
+            enqueue_base=True,
+            handle_signals=False,
+        )
         trials = result.status.trials
         now = standing(trials, confirm)
     finally:
@@ -233,8 +254,9 @@ def run_version(
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sweeper-claims-", dir=shm if shm.is_dir() else None) as folder:
         context = multiprocessing.get_context("spawn")
-        with context.Pool(jobs, initializer=_start_worker, initargs=(str(code_root), folder),
-                          maxtasksperchild=50) as pool:  # fmt: skip
+        with context.Pool(
+            jobs, initializer=_start_worker, initargs=(str(code_root), folder), maxtasksperchild=50
+        ) as pool:
             found = pool.apply(_where_sweeper_is, (str(code_root),))
             if Path(found) != code_root.resolve():
                 raise RuntimeError(f"version {label}: sweeper was imported from {found}, not {code_root}")
@@ -255,8 +277,9 @@ def run_version(
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(REPOSITORY), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(REPOSITORY), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def version_label(version: str) -> str:
@@ -268,7 +291,10 @@ def version_label(version: str) -> str:
 
 
 def run_versions(
-    versions: Sequence[str], specs: Sequence[StudySpec], jobs: int, sink: Any = None,
+    versions: Sequence[str],
+    specs: Sequence[StudySpec],
+    jobs: int,
+    sink: Any = None,
     done: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Each version's studies, less those in ``done`` (records of an earlier run of the same version)."""
@@ -347,12 +373,18 @@ def summarize(records: Iterable[Mapping[str, Any]], *, pool_noise: bool = False)
         outcomes = [outcome(r) for r in group]
         cells.append(
             Cell(
-                version=version, setting=setting, landscape=landscape, noise=noise, studies=len(group),
-                faster=sum(r["claim"] == "faster" for r in group), right=outcomes.count("right"),
-                fast=outcomes.count("fast"), wrong=outcomes.count("wrong"),
+                version=version,
+                setting=setting,
+                landscape=landscape,
+                noise=noise,
+                studies=len(group),
+                faster=sum(r["claim"] == "faster" for r in group),
+                right=outcomes.count("right"),
+                fast=outcomes.count("fast"),
+                wrong=outcomes.count("wrong"),
                 median_servers=statistics.median(r["servers"] for r in group),
                 seconds=sum(r["seconds"] for r in group),
-            )  # fmt: skip
+            )
         )
     return cells
 
@@ -375,8 +407,18 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
         {(s, landscape, n) for _, s, landscape, n in cells if n is not None or landscape == "null"},
         key=lambda k: (list(SETTINGS).index(k[0]), LANDSCAPES.index(k[1]), k[2] is None, k[2] or 0),
     )
-    head = ("setting", "landscape", "server noise (SD)", "code", "studies", "claims faster (95 % interval)",
-            "claims the 1.25x", "claims the 1.10x", "claims a wrong one", "median servers")  # fmt: skip
+    head = (
+        "setting",
+        "landscape",
+        "server noise (SD)",
+        "code",
+        "studies",
+        "claims faster (95 % interval)",
+        "claims the 1.25x",
+        "claims the 1.10x",
+        "claims a wrong one",
+        "median servers",
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for setting, landscape, noise in rows:
         for version in versions:
@@ -385,11 +427,17 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
                 continue
             alt = landscape == "alt"
             row = (
-                f"{setting} ({SETTINGS[setting].budget} trials)", landscape,
-                "pooled" if noise is None else f"{noise:.0%}", version, str(cell.studies), _faster_text(cell),
-                _share(cell.right, cell.studies) if alt else "-", _share(cell.fast, cell.studies) if alt else "-",
-                _share(cell.wrong, cell.studies), f"{cell.median_servers:g}",
-            )  # fmt: skip
+                f"{setting} ({SETTINGS[setting].budget} trials)",
+                landscape,
+                "pooled" if noise is None else f"{noise:.0%}",
+                version,
+                str(cell.studies),
+                _faster_text(cell),
+                _share(cell.right, cell.studies) if alt else "-",
+                _share(cell.fast, cell.studies) if alt else "-",
+                _share(cell.wrong, cell.studies),
+                f"{cell.median_servers:g}",
+            )
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -446,14 +494,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alt", type=int, default=80, help="alt studies per setting and noise (default 80)")
     parser.add_argument("--run-null", type=int, help="null studies per noise for the run setting (default --null)")
     parser.add_argument("--run-alt", type=int, help="alt studies per noise for the run setting (default --alt)")
-    parser.add_argument("--noises", default=",".join(f"{n:g}" for n in NOISES),
-                        help="comma-separated between-server SDs (default 0.05,0.1,0.15)")
+    parser.add_argument(
+        "--noises",
+        default=",".join(f"{n:g}" for n in NOISES),
+        help="comma-separated between-server SDs (default 0.05,0.1,0.15)",
+    )
     parser.add_argument("--sampler", default=None, help="default: the code's default (guided)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--quick", action="store_true", help="4 null and 4 alt studies per cell")
     parser.add_argument("--records", help="write one JSON line per study to this file")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the studies already in --records and run only the others")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the studies already in --records and run only the others"
+    )
     parser.add_argument("--from-records", nargs="+", help="print the table from record files; run nothing")
     args = parser.parse_args(argv)
     if args.from_records:
@@ -467,9 +519,13 @@ def main(argv: list[str] | None = None) -> int:
         null, alt = (4, 4) if args.quick else (args.null, args.alt)
         specs = specs_for([s for s in settings if s != "run"], null, alt, args.sampler, noises)
         if "run" in settings:
-            specs += specs_for(["run"], null if args.quick or args.run_null is None else args.run_null,
-                               alt if args.quick or args.run_alt is None else args.run_alt, args.sampler,
-                               noises)  # fmt: skip
+            specs += specs_for(
+                ["run"],
+                null if args.quick or args.run_null is None else args.run_null,
+                alt if args.quick or args.run_alt is None else args.run_alt,
+                args.sampler,
+                noises,
+            )
         started = time.monotonic()
         versions = [v for v in args.versions.split(",") if v]
         done = []

@@ -69,8 +69,10 @@ class PerRequest:
     high: float
 
     def describe(self) -> str:
-        return (f"TPS ours / harness {self.tps_ratio:.4f} (95 % bootstrap interval {self.low:.4f} to "
-                f"{self.high:.4f}; {self.prompts} prompts x {self.output_tokens} tokens)")  # fmt: skip
+        return (
+            f"TPS ours / harness {self.tps_ratio:.4f} (95 % bootstrap interval {self.low:.4f} to "
+            f"{self.high:.4f}; {self.prompts} prompts x {self.output_tokens} tokens)"
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,9 +142,12 @@ def judge(whole_path: Path, per_request_path: Path | None, *, size: str = SIZE) 
     if host is None:
         return Verdict(code=NOT_A_CONFIRMING_RUN, line="not a confirming run: no probe before the rounds")
     if not host.quiet:
-        return Verdict(code=NOT_A_CONFIRMING_RUN, host=host,
-                       line=f"not a confirming run: the host was busy before the rounds (median cpu_ms "
-                            f"{host.median_cpu_ms:.3f}, the cut {parity.QUIET_CPU_MS}); its pairs go to the pool")  # fmt: skip
+        return Verdict(
+            code=NOT_A_CONFIRMING_RUN,
+            host=host,
+            line=f"not a confirming run: the host was busy before the rounds (median cpu_ms "
+            f"{host.median_cpu_ms:.3f}, the cut {parity.QUIET_CPU_MS}); its pairs go to the pool",
+        )
     per_request = None
     if per_request_path is not None:
         rows = _read_json(per_request_path)
@@ -157,32 +162,59 @@ def judge(whole_path: Path, per_request_path: Path | None, *, size: str = SIZE) 
     except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
         raise InputError(f"{whole_path}: a round without its figures ({exc!r})") from None
     if len(ratios) < 2:
-        return Verdict(code=NOT_CONFIRMED, host=host, per_request=per_request,
-                       line=f"does not confirm: {len(ratios)} complete pair(s), an interval needs two")  # fmt: skip
+        return Verdict(
+            code=NOT_CONFIRMED,
+            host=host,
+            per_request=per_request,
+            line=f"does not confirm: {len(ratios)} complete pair(s), an interval needs two",
+        )
     whole = parity.ratio_summary(ratios)
     if problems:
-        return Verdict(code=NOT_CONFIRMED, host=host, whole=whole, per_request=per_request,
-                       line=f"does not confirm: {'; '.join(problems)}")  # fmt: skip
+        return Verdict(
+            code=NOT_CONFIRMED,
+            host=host,
+            whole=whole,
+            per_request=per_request,
+            line=f"does not confirm: {'; '.join(problems)}",
+        )
     inside = BAND[0] <= whole.low and whole.high <= BAND[1]
     interval = f"whole-run interval {whole.low:.4f} to {whole.high:.4f}"
     if not inside:
-        return Verdict(code=NOT_CONFIRMED, host=host, whole=whole, per_request=per_request,
-                       line=f"does not confirm: the {interval} reaches outside {BAND[0]}-{BAND[1]}")  # fmt: skip
+        return Verdict(
+            code=NOT_CONFIRMED,
+            host=host,
+            whole=whole,
+            per_request=per_request,
+            line=f"does not confirm: the {interval} reaches outside {BAND[0]}-{BAND[1]}",
+        )
     if per_request is None:
-        return Verdict(code=NO_PER_REQUEST, host=host, whole=whole,
-                       line=f"whole runs confirm (the {interval} lies within {BAND[0]}-{BAND[1]}), but the "
-                            f"session has no per-request figures at {size}: the done-when is not met")  # fmt: skip
-    return Verdict(code=CONFIRMED, host=host, whole=whole, per_request=per_request,
-                   line=f"confirmed: the {interval} lies within {BAND[0]}-{BAND[1]}, with per-request "
-                        f"figures at {size} from the same session")  # fmt: skip
+        return Verdict(
+            code=NO_PER_REQUEST,
+            host=host,
+            whole=whole,
+            line=f"whole runs confirm (the {interval} lies within {BAND[0]}-{BAND[1]}), but the "
+            f"session has no per-request figures at {size}: the done-when is not met",
+        )
+    return Verdict(
+        code=CONFIRMED,
+        host=host,
+        whole=whole,
+        per_request=per_request,
+        line=f"confirmed: the {interval} lies within {BAND[0]}-{BAND[1]}, with per-request "
+        f"figures at {size} from the same session",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("whole", type=Path, help="the session's whole-run file (tps_vs_harness_client.py --out)")
-    parser.add_argument("--per-request", type=Path, help="the session's per-request file (tps_client_per_request.py --json)")
+    parser.add_argument(
+        "--per-request", type=Path, help="the session's per-request file (tps_client_per_request.py --json)"
+    )
     args = parser.parse_args(argv)
     try:
         verdict = judge(args.whole, args.per_request)

@@ -129,8 +129,13 @@ class Spread:
         return statistics.stdev(math.log(v) for v in self.values) if len(self.values) > 1 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"values": list(self.values), "mean": self.mean, "relative_range": self.relative_range,
-                "cv": self.cv, "log_sd": self.log_sd}  # fmt: skip
+        return {
+            "values": list(self.values),
+            "mean": self.mean,
+            "relative_range": self.relative_range,
+            "cv": self.cv,
+            "log_sd": self.log_sd,
+        }
 
 
 class Recorder:
@@ -141,8 +146,11 @@ class Recorder:
         self.path = out_dir / "gpu_check.jsonl"
 
     def write(self, part: str, **figures: Any) -> None:
-        line = {"part": part, "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                **figures}  # fmt: skip
+        line = {
+            "part": part,
+            "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **figures,
+        }
         with open(self.path, "a") as handle:
             handle.write(json.dumps(line, default=str) + "\n")
         print(json.dumps(line, default=str), flush=True)
@@ -161,31 +169,43 @@ def summary_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
     for record in records:
         part = record.get("part")
         if part == "info":
-            lines.append(f"info: {record.get('gpu')} driver {record.get('driver')} CUDA {record.get('cuda')}, "
-                         f"torch {record.get('torch')}, vLLM {record.get('vllm')}")  # fmt: skip
+            lines.append(
+                f"info: {record.get('gpu')} driver {record.get('driver')} CUDA {record.get('cuda')}, "
+                f"torch {record.get('torch')}, vLLM {record.get('vllm')}"
+            )
         elif part == "serve":
-            lines.append(f"serve: ready {record['ready_s']:.0f} s, PPL {record.get('ppl')}, "
-                         f"{record.get('tps'):.1f} tok/s, acceptance {record.get('acceptance_length')}, "
-                         f"{record.get('gpu_memory_mib')} MiB")  # fmt: skip
+            lines.append(
+                f"serve: ready {record['ready_s']:.0f} s, PPL {record.get('ppl')}, "
+                f"{record.get('tps'):.1f} tok/s, acceptance {record.get('acceptance_length')}, "
+                f"{record.get('gpu_memory_mib')} MiB"
+            )
         elif part == "startup":
             phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in record.get("phases", {}).items())
-            lines.append(f"startup {record['case']} (window {record.get('sliding_window')}): ready "
-                         f"{record['ready_s']:.0f} s = {phases}; compile {record.get('compile_s')} s, "
-                         f"cache hit {record.get('cache_hit')}; trial {record['trial_s']:.0f} s = "
-                         f"{record['trials_per_hour']:.0f} trials/h")  # fmt: skip
+            lines.append(
+                f"startup {record['case']} (window {record.get('sliding_window')}): ready "
+                f"{record['ready_s']:.0f} s = {phases}; compile {record.get('compile_s')} s, "
+                f"cache hit {record.get('cache_hit')}; trial {record['trial_s']:.0f} s = "
+                f"{record['trials_per_hour']:.0f} trials/h"
+            )
         elif part == "startup-trial":
             phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in record.get("phases", {}).items())
-            lines.append(f"startup of sweeper's {record['trial']}: {phases}; compile {record.get('compile_s')} s, "
-                         f"cache hit {record.get('cache_hit')} ({', '.join(record.get('cache_hashes', []))})")  # fmt: skip
+            lines.append(
+                f"startup of sweeper's {record['trial']}: {phases}; compile {record.get('compile_s')} s, "
+                f"cache hit {record.get('cache_hit')} ({', '.join(record.get('cache_hashes', []))})"
+            )
         elif part == "resume-kill":
-            lines.append(f"resume: SIGKILL in trial {record['killed_trial']} at {record.get('gpu_memory_at_kill_mib')} "
-                         f"MiB (idle {record.get('idle_mib')}); freed after {record.get('freed_after_s')} s, "
-                         f"GPU processes left {record.get('pids_after')}")  # fmt: skip
+            lines.append(
+                f"resume: SIGKILL in trial {record['killed_trial']} at {record.get('gpu_memory_at_kill_mib')} "
+                f"MiB (idle {record.get('idle_mib')}); freed after {record.get('freed_after_s')} s, "
+                f"GPU processes left {record.get('pids_after')}"
+            )
         elif part == "resume":
-            lines.append(f"resume: re-run rc {record.get('rc')} in {record.get('rerun_s')} s; {record.get('complete')} "
-                         f"complete, killed trial now {record.get('killed_state_after')}, retried as "
-                         f"{record.get('killed_retried_as')}, lost {record.get('lost')}, run twice "
-                         f"{record.get('run_twice')}: {'ok' if record.get('ok') else 'NOT ok'}")  # fmt: skip
+            lines.append(
+                f"resume: re-run rc {record.get('rc')} in {record.get('rerun_s')} s; {record.get('complete')} "
+                f"complete, killed trial now {record.get('killed_state_after')}, retried as "
+                f"{record.get('killed_retried_as')}, lost {record.get('lost')}, run twice "
+                f"{record.get('run_twice')}: {'ok' if record.get('ok') else 'NOT ok'}"
+            )
         elif part == "noise":
             noise.setdefault(str(record["sizes"]), []).append(float(record["tps"]))
         elif part == "ctk":
@@ -197,9 +217,11 @@ def summary_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
     for sizes, values in noise.items():
         if len(values) > 1:
             spread = Spread(tuple(values))
-            lines.append(f"noise {sizes}: {len(values)} servers, mean {spread.mean:.1f} tok/s, "
-                         f"range {100 * spread.relative_range:.1f} %, cv {100 * (spread.cv or 0):.1f} %, "
-                         f"sd of log TPS {spread.log_sd or 0:.3f}")  # fmt: skip
+            lines.append(
+                f"noise {sizes}: {len(values)} servers, mean {spread.mean:.1f} tok/s, "
+                f"range {100 * spread.relative_range:.1f} %, cv {100 * (spread.cv or 0):.1f} %, "
+                f"sd of log TPS {spread.log_sd or 0:.3f}"
+            )
     for top_k, values in sorted(acceptance.items()):
         lines.append(f"ctk {top_k}: acceptance length {', '.join(f'{v:.2f}' for v in values)}")
     return lines
@@ -238,7 +260,9 @@ _COMPILE_MISS = re.compile(r"Compiling a graph for compile range .* takes ([\d.]
 _COMPILE_HIT = re.compile(r"Directly load the compiled graph")
 _CACHE_DIR = re.compile(r"torch_compile_cache/([0-9a-f]+)/")
 _GRAPHS = re.compile(r"Graph capturing finished in ([\d.]+) secs")
-_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?")
+_INIT_ENGINE = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s(?: \(compilation: ([\d.]+) s\))?"
+)
 
 
 def _seconds_of_day(line: str) -> int | None:
@@ -271,10 +295,17 @@ class Startup:
         return self.compile_misses == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phases": dict(self.phases), "compile_s": self.compile_s, "compile_hits": self.compile_hits,
-                "compile_misses": self.compile_misses, "cache_hit": self.cache_hit,
-                "cache_hashes": list(self.cache_hashes), "graph_capture_s": self.graph_capture_s,
-                "init_engine_s": self.init_engine_s, "ready_s": self.ready_s}  # fmt: skip
+        return {
+            "phases": dict(self.phases),
+            "compile_s": self.compile_s,
+            "compile_hits": self.compile_hits,
+            "compile_misses": self.compile_misses,
+            "cache_hit": self.cache_hit,
+            "cache_hashes": list(self.cache_hashes),
+            "graph_capture_s": self.graph_capture_s,
+            "init_engine_s": self.init_engine_s,
+            "ready_s": self.ready_s,
+        }
 
 
 def parse_startup(text: str, ready_s: float | None = None) -> Startup:
@@ -457,9 +488,16 @@ def gpu_info() -> dict[str, Any]:
 # -- measuring --------------------------------------------------------------
 
 
-def settings_for(sizes: tuple[int, int], *, ppl: bool, log_path: Path, overrides: Mapping[str, str],
-                 prompts: Path | None = None, warmup_requests: int = 4,
-                 ppl_records: int | None = None) -> EvalSettings:  # fmt: skip
+def settings_for(
+    sizes: tuple[int, int],
+    *,
+    ppl: bool,
+    log_path: Path,
+    overrides: Mapping[str, str],
+    prompts: Path | None = None,
+    warmup_requests: int = 4,
+    ppl_records: int | None = None,
+) -> EvalSettings:
     num_prompts, output_len = sizes
     demo = demo_paths()
     return EvalSettings(
@@ -474,8 +512,15 @@ def settings_for(sizes: tuple[int, int], *, ppl: bool, log_path: Path, overrides
     )
 
 
-def measure(manifest: Manifest, sizes: tuple[int, int], out_dir: Path, label: str, *, ppl: bool = False,
-            overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
+def measure(
+    manifest: Manifest,
+    sizes: tuple[int, int],
+    out_dir: Path,
+    label: str,
+    *,
+    ppl: bool = False,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """One fresh server: start, measure, stop; the figures that matter here."""
     log = out_dir / "logs" / f"{label}.log"
     with PeakMemory() as memory:
@@ -504,9 +549,16 @@ def prompts_for(sizes_list: Sequence[tuple[int, int]], out: Path) -> Path | None
     return padded_prompts((demo.prompts_tuning, demo.prompts_heldout), wanted, out / "work" / f"prompts-{wanted}.json")
 
 
-def serve_and_time(manifest: Manifest, out_dir: Path, label: str, sizes_list: Sequence[tuple[int, int]],
-                   on_figure: Callable[[dict[str, Any]], None], *, overrides: Mapping[str, str] | None = None,
-                   trial_first: bool = False) -> dict[str, Any]:  # fmt: skip
+def serve_and_time(
+    manifest: Manifest,
+    out_dir: Path,
+    label: str,
+    sizes_list: Sequence[tuple[int, int]],
+    on_figure: Callable[[dict[str, Any]], None],
+    *,
+    overrides: Mapping[str, str] | None = None,
+    trial_first: bool = False,
+) -> dict[str, Any]:
     """One fresh server timed at each of several sizes in turn; ``on_figure`` gets each size's
     figures as soon as they are measured. With ``trial_first`` the first size is measured as
     a demo trial is (PPL on 16 records, one TPS warm-up request). Returns the server's
@@ -519,58 +571,99 @@ def serve_and_time(manifest: Manifest, out_dir: Path, label: str, sizes_list: Se
         with server:
             for index, sizes in enumerate(sizes_list):
                 trial = trial_first and index == 0
-                settings = settings_for(sizes, ppl=trial, log_path=log, overrides=overrides or {}, prompts=prompts,
-                                        warmup_requests=1 if trial else 4,
-                                        ppl_records=DEMO_PPL_RECORDS)  # fmt: skip
+                settings = settings_for(
+                    sizes,
+                    ppl=trial,
+                    log_path=log,
+                    overrides=overrides or {},
+                    prompts=prompts,
+                    warmup_requests=1 if trial else 4,
+                    ppl_records=DEMO_PPL_RECORDS,
+                )
                 if index:
                     settings = dataclasses.replace(settings, warmup=WarmupSettings(enabled=False))
                 timings: dict[str, float] = {}
-                result = measure_server(server.base_url, server.served_model_name, load_eval_data(manifest, settings),
-                                        settings, warmup=settings.warmup, timings=timings)  # fmt: skip
+                result = measure_server(
+                    server.base_url,
+                    server.served_model_name,
+                    load_eval_data(manifest, settings),
+                    settings,
+                    warmup=settings.warmup,
+                    timings=timings,
+                )
                 if index == 0:
                     first_timings = timings
                 data = result.to_dict(details=False)
-                on_figure({"sizes": list(sizes), "tps": data["tps"], "ppl": data["ppl"], "requests": data["completed"],
-                           "output_tokens": data["output_tokens"], "duration_s": data["duration_s"],
-                           "acceptance_length": data["mean_acceptance_length"],
-                           "ready_s": server.ready_seconds, "gpu_memory_mib": memory.peak_mib})  # fmt: skip
+                on_figure(
+                    {
+                        "sizes": list(sizes),
+                        "tps": data["tps"],
+                        "ppl": data["ppl"],
+                        "requests": data["completed"],
+                        "output_tokens": data["output_tokens"],
+                        "duration_s": data["duration_s"],
+                        "acceptance_length": data["mean_acceptance_length"],
+                        "ready_s": server.ready_seconds,
+                        "gpu_memory_mib": memory.peak_mib,
+                    }
+                )
             stopping = time.monotonic()
         stop_s = time.monotonic() - stopping
-    return {"ready_s": server.ready_seconds, "stop_s": round(stop_s, 2),
-            "measure_s": round(sum(first_timings.values()), 2), "log": log}  # fmt: skip
+    return {
+        "ready_s": server.ready_seconds,
+        "stop_s": round(stop_s, 2),
+        "measure_s": round(sum(first_timings.values()), 2),
+        "log": log,
+    }
 
 
 def compile_cache_dir() -> Path:
     root = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm"
+    )
     return Path(root) / "torch_compile_cache"
 
 
 def part_startup(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.Namespace) -> None:
     """cold, repeat (same configuration), window (another sliding window): where each start-up goes."""
     cache = compile_cache_dir()
-    recorder.write("startup-cache", cache_dir=str(cache), entries_before=sorted(p.name for p in cache.glob("*"))
-                   if cache.is_dir() else [])  # fmt: skip
+    recorder.write(
+        "startup-cache",
+        cache_dir=str(cache),
+        entries_before=sorted(p.name for p in cache.glob("*")) if cache.is_dir() else [],
+    )
     base = manifest.env.get("SLIDING_WINDOW")
     cases = (("cold", {}), ("repeat", {}), ("window", {"SLIDING_WINDOW": str(args.new_window)}))
     for case, overrides in cases:
         sizes_list = (DEMO_SIZES, *(s for s in args.sizes if s != DEMO_SIZES)) if not overrides else (DEMO_SIZES,)
         figures: list[dict[str, Any]] = []
 
-        def on_figure(found: dict[str, Any], case: str = case, overrides: dict[str, str] = overrides,
-                      figures: list[dict[str, Any]] = figures) -> None:
+        def on_figure(
+            found: dict[str, Any],
+            case: str = case,
+            overrides: dict[str, str] = overrides,
+            figures: list[dict[str, Any]] = figures,
+        ) -> None:
             figures.append(found)
             if not overrides:  # the base configuration in a fresh server: a noise figure too
                 recorder.write("noise", server=f"startup-{case}", **found)
 
-        served = serve_and_time(manifest, out, f"startup-{case}", sizes_list, on_figure, overrides=overrides,
-                                trial_first=True)  # fmt: skip
+        served = serve_and_time(
+            manifest, out, f"startup-{case}", sizes_list, on_figure, overrides=overrides, trial_first=True
+        )
         startup = parse_startup(served["log"].read_text(errors="replace"), served["ready_s"])
         trial_s = served["ready_s"] + served["measure_s"] + served["stop_s"]
-        recorder.write("startup", case=case, sliding_window=overrides.get("SLIDING_WINDOW", base),
-                       trial_s=round(trial_s, 1), trials_per_hour=round(trials_per_hour(trial_s), 1),
-                       measure_s=served["measure_s"], stop_s=served["stop_s"],
-                       demo_tps=figures[0]["tps"] if figures else None, **startup.to_dict())  # fmt: skip
+        recorder.write(
+            "startup",
+            case=case,
+            sliding_window=overrides.get("SLIDING_WINDOW", base),
+            trial_s=round(trial_s, 1),
+            trials_per_hour=round(trials_per_hour(trial_s), 1),
+            measure_s=served["measure_s"],
+            stop_s=served["stop_s"],
+            demo_tps=figures[0]["tps"] if figures else None,
+            **startup.to_dict(),
+        )
 
 
 # -- SIGKILL of the sweeper and the resume -------------------------------------
@@ -582,13 +675,22 @@ def trial_table(storage: str, study_name: str) -> list[dict[str, Any]]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=study_name, storage=storage)
-    return [{"number": trial.number, "state": trial.state.name, "params": trial.params,
-             "role": trial.user_attrs.get("sweeper:role"), "retry_of": trial.user_attrs.get("sweeper:retry_of"),
-             "values": trial.values} for trial in study.get_trials(deepcopy=False)]  # fmt: skip
+    return [
+        {
+            "number": trial.number,
+            "state": trial.state.name,
+            "params": trial.params,
+            "role": trial.user_attrs.get("sweeper:role"),
+            "retry_of": trial.user_attrs.get("sweeper:retry_of"),
+            "values": trial.values,
+        }
+        for trial in study.get_trials(deepcopy=False)
+    ]
 
 
-def resume_verdict(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
-                   killed: int, n_trials: int) -> dict[str, Any]:  # fmt: skip
+def resume_verdict(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], killed: int, n_trials: int
+) -> dict[str, Any]:
     """Did the re-run resume the study with no trial lost and none run twice?
 
     ``before``: the trial table right after the SIGKILL (``killed`` still RUNNING
@@ -632,9 +734,25 @@ def part_resume(manifest: Manifest, out: Path, recorder: Recorder, args: argpars
     work = out / "work" / "resume"
     work.mkdir(parents=True, exist_ok=True)
     storage, study = f"sqlite:///{work / 'study.db'}", "gpu-resume"
-    command = [sys.executable, "-m", "sweeper", "run", "--storage", storage, "--study", study,
-               "--n-trials", str(args.resume_trials), "--gpus", "0", "--plain", "--run-dir", str(work / "runs"),
-               "--ppl-records", str(DEMO_PPL_RECORDS)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "sweeper",
+        "run",
+        "--storage",
+        storage,
+        "--study",
+        study,
+        "--n-trials",
+        str(args.resume_trials),
+        "--gpus",
+        "0",
+        "--plain",
+        "--run-dir",
+        str(work / "runs"),
+        "--ppl-records",
+        str(DEMO_PPL_RECORDS),
+    ]
     log = out / "logs" / "resume-run.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     idle = nvml_used_mib() or 0.0
@@ -677,10 +795,17 @@ def part_resume(manifest: Manifest, out: Path, recorder: Recorder, args: argpars
         time.sleep(0.25)
     reader.join(timeout=5)
     before = trial_table(storage, study)
-    recorder.write("resume-kill", killed_trial=args.kill_trial, gpu_memory_at_kill_mib=held, idle_mib=idle,
-                   pids_at_kill=pids_at_kill, memory_after_kill=readings[:8] + readings[-2:],
-                   freed_after_s=freed_after, pids_after=nvml_pids(),
-                   trials=[{k: t[k] for k in ("number", "state", "params")} for t in before])  # fmt: skip
+    recorder.write(
+        "resume-kill",
+        killed_trial=args.kill_trial,
+        gpu_memory_at_kill_mib=held,
+        idle_mib=idle,
+        pids_at_kill=pids_at_kill,
+        memory_after_kill=readings[:8] + readings[-2:],
+        freed_after_s=freed_after,
+        pids_after=nvml_pids(),
+        trials=[{k: t[k] for k in ("number", "state", "params")} for t in before],
+    )
     lines.clear()
     with open(log, "a") as handle:
         handle.write("\n=== the same command again ===\n")
@@ -691,9 +816,14 @@ def part_resume(manifest: Manifest, out: Path, recorder: Recorder, args: argpars
     reader.join(timeout=5)
     after = trial_table(storage, study)
     notes = [line.strip() for line in lines if re.search(r"stale|again|resum|recover|worker start", line, re.I)]
-    recorder.write("resume", rc=again.returncode, rerun_s=round(time.monotonic() - began, 1),
-                   **resume_verdict(before, after, args.kill_trial, args.resume_trials),
-                   trials=after, notes=notes[:12])  # fmt: skip
+    recorder.write(
+        "resume",
+        rc=again.returncode,
+        rerun_s=round(time.monotonic() - began, 1),
+        **resume_verdict(before, after, args.kill_trial, args.resume_trials),
+        trials=after,
+        notes=notes[:12],
+    )
     for server_log in sorted((work / "runs").glob("*/trial-*/server.log")):
         startup = parse_startup(server_log.read_text(errors="replace"))
         recorder.write("startup-trial", trial=server_log.parent.name, **startup.to_dict())
@@ -707,8 +837,13 @@ def part_noise(manifest: Manifest, out: Path, recorder: Recorder, args: argparse
             break
         order = args.sizes if server % 2 == 0 else tuple(reversed(args.sizes))
         started = time.monotonic()
-        serve_and_time(manifest, out, f"noise-{server}", order,
-                       lambda figures, server=server: recorder.write("noise", server=server, **figures))
+        serve_and_time(
+            manifest,
+            out,
+            f"noise-{server}",
+            order,
+            lambda figures, server=server: recorder.write("noise", server=server, **figures),
+        )
         longest = max(longest, time.monotonic() - started)
 
 
@@ -716,8 +851,9 @@ def part_ctk(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.N
     for repeat in range(args.repeats):
         order = args.top_k if repeat % 2 == 0 else tuple(reversed(args.top_k))
         for top_k in order:
-            figures = measure(manifest, (16, 128), out, f"ctk-{top_k}-{repeat}",
-                              overrides={"CENTROID_TOP_K": str(top_k)})  # fmt: skip
+            figures = measure(
+                manifest, (16, 128), out, f"ctk-{top_k}-{repeat}", overrides={"CENTROID_TOP_K": str(top_k)}
+            )
             recorder.write("ctk", top_k=top_k, repeat=repeat, **figures)
 
 
@@ -751,7 +887,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--resume-trials", type=int, default=2, help="resume: the study's --n-trials")
     parser.add_argument("--kill-trial", type=int, default=1, help="resume: SIGKILL during this trial")
     parser.add_argument("--kill-within-s", type=float, default=300.0, help="resume: give up waiting after this")
-    parser.add_argument("--kill-after-s", type=float, default=20.0, help="resume without NVML: kill this long into the trial")
+    parser.add_argument(
+        "--kill-after-s", type=float, default=20.0, help="resume without NVML: kill this long into the trial"
+    )
     parser.add_argument("--held-mib", type=float, default=2048.0, help="resume: memory over idle that means held")
     parser.add_argument("--repeats", type=int, default=2, help="ctk / eager: servers per setting")
     parser.add_argument("--top-k", default="1,8,32", help="ctk: CENTROID_TOP_K values")

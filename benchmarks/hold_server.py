@@ -64,12 +64,21 @@ def main() -> None:
     with ServerProcess(manifest, log_path=args.log, ready_timeout_s=args.ready_timeout) as server:
         os.sched_setaffinity(0, args.client_cpus or everywhere)
         if args.server_cpus or args.client_cpus:
-            print(f"server on CPUs {sorted(args.server_cpus or everywhere)}, the command on "
-                  f"{sorted(args.client_cpus or everywhere)}", flush=True)  # fmt: skip
-        print(f"server ready in {server.ready_seconds:.0f} s at {server.base_url} (pid {server.pid}); "
-              f"log {args.log}", flush=True)  # fmt: skip
-        env = {**os.environ, "PARITY_BASE_URL": server.base_url, "PARITY_MODEL": server.served_model_name,
-               "PARITY_SERVER_PID": str(server.pid)}  # fmt: skip
+            print(
+                f"server on CPUs {sorted(args.server_cpus or everywhere)}, the command on "
+                f"{sorted(args.client_cpus or everywhere)}",
+                flush=True,
+            )
+        print(
+            f"server ready in {server.ready_seconds:.0f} s at {server.base_url} (pid {server.pid}); log {args.log}",
+            flush=True,
+        )
+        env = {
+            **os.environ,
+            "PARITY_BASE_URL": server.base_url,
+            "PARITY_MODEL": server.served_model_name,
+            "PARITY_SERVER_PID": str(server.pid),
+        }
         code = subprocess.run(command, env=env, check=False).returncode
     print(f"server stopped; the command's exit code {code}", flush=True)
     raise SystemExit(code)

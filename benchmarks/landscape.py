@@ -160,9 +160,7 @@ class Landscape:
 
     def tps_of(self, params: Mapping[str, Any]) -> float:
         return float(
-            self.true_tps(
-                params["sliding_window"], params["centroid_top_k"], params["num_speculative_tokens"]
-            )
+            self.true_tps(params["sliding_window"], params["centroid_top_k"], params["num_speculative_tokens"])
         )
 
     def is_feasible(self, params: Mapping[str, Any]) -> bool:

@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 from storage import TrialStore
-from sweeper.sweep import DEMO_SIZES, RunPlan, prepare
 from sweeper.study import run_study
+from sweeper.sweep import DEMO_SIZES, RunPlan, prepare
 
 MEASURED_PHASES = ("start", "warmup", "ppl", "tps", "fidelity", "teardown")
 
@@ -68,8 +68,10 @@ def main() -> None:
     )
     store = TrialStore(url)
     records = sorted(store.records(result.study_name, details=True), key=lambda r: r.number)
-    print(f"study {result.study_name}: {len(records)} trials, {args.num_prompts} prompts x "
-          f"{args.output_len} tokens per trial, database {url}")
+    print(
+        f"study {result.study_name}: {len(records)} trials, {args.num_prompts} prompts x "
+        f"{args.output_len} tokens per trial, database {url}"
+    )
     header = f"{'trial':>5} {'state':<9} {'wall s':>7} {'measured s':>10} {'overhead s':>10} {'share':>6}  phases"
     print(header)
     shares, full, early = [], [], []
@@ -96,7 +98,9 @@ def main() -> None:
     print()
     print(f"overhead share: median {statistics.median(shares):.2%}, max {max(shares):.2%} (goal <= 3 %)")
     if gaps:
-        print(f"trial end -> next trial start: median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s (goal <= 5 s)")
+        print(
+            f"trial end -> next trial start: median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s (goal <= 5 s)"
+        )
     if full and early:
         ratio = statistics.median(early) / statistics.median(full)
         print(f"early-stopped trial / full trial wall time: {ratio:.2f} (goal <= 0.5)")

@@ -211,8 +211,15 @@ def thread_states(pids: set[int]) -> list[ThreadState]:
                 continue
             name = text[text.find("(") + 1 : text.rfind(")")]
             rest = text[text.rfind(")") + 2 :].split()
-            states.append(ThreadState(pid=pid, tid=int(tid), name=name, processor=int(rest[36]),
-                                      cpu_s=(int(rest[11]) + int(rest[12])) / ticks))  # fmt: skip
+            states.append(
+                ThreadState(
+                    pid=pid,
+                    tid=int(tid),
+                    name=name,
+                    processor=int(rest[36]),
+                    cpu_s=(int(rest[11]) + int(rest[12])) / ticks,
+                )
+            )
     return states
 
 
@@ -263,8 +270,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 400):
         m2 = 2 * m
-        for numerator in (m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
-                          -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))):  # fmt: skip
+        for numerator in (
+            m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
+            -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1)),
+        ):
             d = 1.0 + numerator * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + numerator / c
@@ -321,8 +330,10 @@ class RatioSummary:
     def describe(self) -> str:
         if self.low is None:
             return f"{self.geometric_mean:.4f} ({self.count} pair, no interval)"
-        return (f"{self.geometric_mean:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
-                f"{self.count} pairs, SD of the log ratio {self.log_sd:.4f})")  # fmt: skip
+        return (
+            f"{self.geometric_mean:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
+            f"{self.count} pairs, SD of the log ratio {self.log_sd:.4f})"
+        )
 
 
 def ratio_summary(ratios: Sequence[float], *, confidence: float = 0.95) -> RatioSummary:
@@ -331,12 +342,19 @@ def ratio_summary(ratios: Sequence[float], *, confidence: float = 0.95) -> Ratio
     logs = [math.log(r) for r in ratios]
     mean = statistics.fmean(logs)
     if len(logs) < 2:
-        return RatioSummary(count=1, geometric_mean=math.exp(mean), low=None, high=None, log_sd=None,
-                            confidence=confidence)  # fmt: skip
+        return RatioSummary(
+            count=1, geometric_mean=math.exp(mean), low=None, high=None, log_sd=None, confidence=confidence
+        )
     sd = statistics.stdev(logs)
     half = t_quantile(0.5 + confidence / 2.0, len(logs) - 1) * sd / math.sqrt(len(logs))
-    return RatioSummary(count=len(logs), geometric_mean=math.exp(mean), low=math.exp(mean - half),
-                        high=math.exp(mean + half), log_sd=sd, confidence=confidence)  # fmt: skip
+    return RatioSummary(
+        count=len(logs),
+        geometric_mean=math.exp(mean),
+        low=math.exp(mean - half),
+        high=math.exp(mean + half),
+        log_sd=sd,
+        confidence=confidence,
+    )
 
 
 def round_order(index: int, sides: tuple[str, ...] = ("harness", "ours")) -> tuple[str, ...]:
@@ -425,23 +443,38 @@ class HostState:
     quiet: bool  # median under the cut (QUIET_CPU_MS unless told otherwise)
 
     def describe(self) -> str:
-        return (f"probe cpu_ms median {self.median_cpu_ms:.3f} (quartiles {self.low_quartile_cpu_ms:.3f} and "
-                f"{self.high_quartile_cpu_ms:.3f}, {self.seconds} s): a {'quiet' if self.quiet else 'busy'} host")  # fmt: skip
+        return (
+            f"probe cpu_ms median {self.median_cpu_ms:.3f} (quartiles {self.low_quartile_cpu_ms:.3f} and "
+            f"{self.high_quartile_cpu_ms:.3f}, {self.seconds} s): a {'quiet' if self.quiet else 'busy'} host"
+        )
 
 
-def host_state(lines: Sequence[Mapping[str, float]], *, start: float | None = None, end: float | None = None,
-               quiet_cpu_ms: float = QUIET_CPU_MS) -> HostState | None:  # fmt: skip
+def host_state(
+    lines: Sequence[Mapping[str, float]],
+    *,
+    start: float | None = None,
+    end: float | None = None,
+    quiet_cpu_ms: float = QUIET_CPU_MS,
+) -> HostState | None:
     """The probe's ``cpu_ms`` over its seconds in [start, end] (unix times; open ends take all); None without any."""
-    values = [line["cpu_ms"] for line in lines if "cpu_ms" in line
-              and (start is None or line["t"] >= start) and (end is None or line["t"] <= end)]  # fmt: skip
+    values = [
+        line["cpu_ms"]
+        for line in lines
+        if "cpu_ms" in line and (start is None or line["t"] >= start) and (end is None or line["t"] <= end)
+    ]
     if not values:
         return None
     if len(values) == 1:
         low = median = high = values[0]
     else:
         low, median, high = statistics.quantiles(values, n=4, method="inclusive")
-    return HostState(seconds=len(values), median_cpu_ms=median, low_quartile_cpu_ms=low,
-                     high_quartile_cpu_ms=high, quiet=median < quiet_cpu_ms)  # fmt: skip
+    return HostState(
+        seconds=len(values),
+        median_cpu_ms=median,
+        low_quartile_cpu_ms=low,
+        high_quartile_cpu_ms=high,
+        quiet=median < quiet_cpu_ms,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -466,20 +499,22 @@ class AdjustedRatio:
     def describe(self) -> str:
         if self.adjusted is None:
             return f"no adjusted figure ({self.count} pairs)"
-        return (f"{self.adjusted:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
-                f"{self.count} pairs, slope {self.slope:.3f}, residual SD of the log ratio "
-                f"{self.residual_sd:.4f})")  # fmt: skip
+        return (
+            f"{self.adjusted:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
+            f"{self.count} pairs, slope {self.slope:.3f}, residual SD of the log ratio "
+            f"{self.residual_sd:.4f})"
+        )
 
 
-def adjusted_ratio(ratios: Sequence[float], covariate: Sequence[float], *,
-                   confidence: float = 0.95) -> AdjustedRatio:  # fmt: skip
+def adjusted_ratio(ratios: Sequence[float], covariate: Sequence[float], *, confidence: float = 0.95) -> AdjustedRatio:
     """Least squares of log(ratio) on ``covariate``; the intercept, exponentiated, with its t interval."""
     if len(ratios) != len(covariate) or any(not r > 0 for r in ratios):
         raise ValueError("adjusted_ratio needs one covariate per ratio and positive ratios")
     n = len(ratios)
     ys = [math.log(r) for r in ratios]
-    none = AdjustedRatio(count=n, adjusted=None, low=None, high=None, slope=None, residual_sd=None,
-                         confidence=confidence)  # fmt: skip
+    none = AdjustedRatio(
+        count=n, adjusted=None, low=None, high=None, slope=None, residual_sd=None, confidence=confidence
+    )
     if n < 3:
         return none
     x_mean, y_mean = statistics.fmean(covariate), statistics.fmean(ys)
@@ -491,6 +526,12 @@ def adjusted_ratio(ratios: Sequence[float], covariate: Sequence[float], *,
     residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(covariate, ys)) / (n - 2)
     se = math.sqrt(residual_var * (1.0 / n + x_mean**2 / sxx))
     half = t_quantile(0.5 + confidence / 2.0, n - 2) * se
-    return AdjustedRatio(count=n, adjusted=math.exp(intercept), low=math.exp(intercept - half),
-                         high=math.exp(intercept + half), slope=slope, residual_sd=math.sqrt(residual_var),
-                         confidence=confidence)  # fmt: skip
+    return AdjustedRatio(
+        count=n,
+        adjusted=math.exp(intercept),
+        low=math.exp(intercept - half),
+        high=math.exp(intercept + half),
+        slope=slope,
+        residual_sd=math.sqrt(residual_var),
+        confidence=confidence,
+    )

@@ -61,8 +61,7 @@ ROUND_FIELDS = ("run", "size", "round", "first", "server_cpus", "ours_connection
 # the server's own end-to-end time per request (ms) over each side's run; records written before these
 # columns were kept lack them, and rounds measured before have them blank
 SERVER_FIELDS = ("server_e2e_ms_harness", "server_e2e_ms_ours")
-FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")),
-          *SERVER_FIELDS)  # fmt: skip
+FIELDS = (*ROUND_FIELDS, *(f"probe_{key}_{side}" for key in PROBE_KEYS for side in ("harness", "ours")), *SERVER_FIELDS)
 
 
 class RecordError(ValueError):
@@ -146,24 +145,37 @@ def load_record(path: Path) -> list[Round]:
             for key in PROBE_KEYS:
                 harness, ours = row[f"probe_{key}_harness"].strip(), row[f"probe_{key}_ours"].strip()
                 if harness and ours:
-                    probe[key] = (_positive(harness, where, f"probe_{key}_harness"),
-                                  _positive(ours, where, f"probe_{key}_ours"))  # fmt: skip
+                    probe[key] = (
+                        _positive(harness, where, f"probe_{key}_harness"),
+                        _positive(ours, where, f"probe_{key}_ours"),
+                    )
             server = None
             harness, ours = ((row.get(name) or "").strip() for name in SERVER_FIELDS)
             if harness or ours:
-                server = (_positive(harness, where, "server_e2e_ms_harness"),
-                          _positive(ours, where, "server_e2e_ms_ours"))  # fmt: skip
+                server = (
+                    _positive(harness, where, "server_e2e_ms_harness"),
+                    _positive(ours, where, "server_e2e_ms_ours"),
+                )
             if row["first"] not in ("harness", "ours"):
                 raise RecordError(f"{where}: first is 'harness' or 'ours', not {row['first']!r}")
             try:
                 number = int(row["round"])
             except ValueError:
                 raise RecordError(f"{where}: round is not a whole number: {row['round']!r}") from None
-            rounds.append(Round(run=row["run"], size=row["size"], round=number, first=row["first"],
-                                server_cpus=row["server_cpus"], ours_connection=row["ours_connection"],
-                                harness_tps=_positive(row["harness_tps"], where, "harness_tps"),
-                                ours_tps=_positive(row["ours_tps"], where, "ours_tps"), probe=probe,
-                                server_e2e_ms=server))  # fmt: skip
+            rounds.append(
+                Round(
+                    run=row["run"],
+                    size=row["size"],
+                    round=number,
+                    first=row["first"],
+                    server_cpus=row["server_cpus"],
+                    ours_connection=row["ours_connection"],
+                    harness_tps=_positive(row["harness_tps"], where, "harness_tps"),
+                    ours_tps=_positive(row["ours_tps"], where, "ours_tps"),
+                    probe=probe,
+                    server_e2e_ms=server,
+                )
+            )
     return rounds
 
 
@@ -188,10 +200,20 @@ def rounds_from_result(path: Path, *, run: str, server_cpus: str) -> list[Round]
                 if all(during):
                     probe[key] = (float(during[0]), float(during[1]))
             server = (server_e2e_ms(harness), server_e2e_ms(ours))
-            rounds.append(Round(run=run, size=size, round=int(row["round"]), first=order[0] if order else "",
-                                server_cpus=server_cpus, ours_connection=connection,
-                                harness_tps=float(harness["tps"]), ours_tps=float(ours["tps"]), probe=probe,
-                                server_e2e_ms=server if all(server) else None))  # fmt: skip
+            rounds.append(
+                Round(
+                    run=run,
+                    size=size,
+                    round=int(row["round"]),
+                    first=order[0] if order else "",
+                    server_cpus=server_cpus,
+                    ours_connection=connection,
+                    harness_tps=float(harness["tps"]),
+                    ours_tps=float(ours["tps"]),
+                    probe=probe,
+                    server_e2e_ms=server if all(server) else None,
+                )
+            )
     return rounds
 
 
@@ -260,18 +282,29 @@ def pool(rounds: list[Round], *, half_width: float = 0.02, quiet_cpu_ms: float =
     timed = [item for item in rounds if item.server_e2e_ms]
     server_time = parity.ratio_summary([item.server_time_ratio for item in timed]) if timed else None
     equal_server = parity.ratio_summary([item.ratio_at_equal_server_time for item in timed]) if timed else None
-    return Pooled(by_run={run: parity.ratio_summary(ratios) for run, ratios in by_run.items()},
-                  host_cpu_ms=host_cpu_ms, pooled=pooled, pairs_needed=needed, adjusted=adjusted,
-                  quiet_cpu_ms=quiet_cpu_ms,
-                  by_host={name: parity.ratio_summary(by_host[name]) for name in HOST_CLASSES if name in by_host},
-                  server_time=server_time, at_equal_server_time=equal_server)  # fmt: skip
+    return Pooled(
+        by_run={run: parity.ratio_summary(ratios) for run, ratios in by_run.items()},
+        host_cpu_ms=host_cpu_ms,
+        pooled=pooled,
+        pairs_needed=needed,
+        adjusted=adjusted,
+        quiet_cpu_ms=quiet_cpu_ms,
+        by_host={name: parity.ratio_summary(by_host[name]) for name in HOST_CLASSES if name in by_host},
+        server_time=server_time,
+        at_equal_server_time=equal_server,
+    )
 
 
-def select(rounds: list[Round], *, size: str | None, server_cpus: str | None,
-           ours_connection: str | None) -> list[Round]:  # fmt: skip
-    return [item for item in rounds
-            if (size is None or item.size == size) and (server_cpus is None or item.server_cpus == server_cpus)
-            and (ours_connection is None or item.ours_connection == ours_connection)]  # fmt: skip
+def select(
+    rounds: list[Round], *, size: str | None, server_cpus: str | None, ours_connection: str | None
+) -> list[Round]:
+    return [
+        item
+        for item in rounds
+        if (size is None or item.size == size)
+        and (server_cpus is None or item.server_cpus == server_cpus)
+        and (ours_connection is None or item.ours_connection == ours_connection)
+    ]
 
 
 def report(rounds: list[Round], result: Pooled) -> None:
@@ -283,35 +316,56 @@ def report(rounds: list[Round], result: Pooled) -> None:
     if result.pairs_needed:
         print(f"  at this spread an interval within 0.98-1.02 needs about {result.pairs_needed} pairs")
     for name, summary in result.by_host.items():
-        which = {"quiet": f"on quiet hosts (the probe's cpu_ms over the run under {result.quiet_cpu_ms:g} ms)",
-                 "busy": f"on busy hosts (the probe's cpu_ms over the run {result.quiet_cpu_ms:g} ms or more)",
-                 "no probe": "without a probe"}[name]  # fmt: skip
+        which = {
+            "quiet": f"on quiet hosts (the probe's cpu_ms over the run under {result.quiet_cpu_ms:g} ms)",
+            "busy": f"on busy hosts (the probe's cpu_ms over the run {result.quiet_cpu_ms:g} ms or more)",
+            "no probe": "without a probe",
+        }[name]
         print(f"runs {which}: ours / harness {summary.describe()}")
     for key, fit in result.adjusted.items():
         print(f"at equal host speed by the probe's {key}: {fit.describe()}")
         if fit.residual_sd:
-            print(f"  at its residual spread an interval within 0.98-1.02 needs about "
-                  f"{parity.pairs_for_interval(fit.residual_sd, 0.02)} pairs")  # fmt: skip
+            print(
+                f"  at its residual spread an interval within 0.98-1.02 needs about "
+                f"{parity.pairs_for_interval(fit.residual_sd, 0.02)} pairs"
+            )
     if result.server_time and result.at_equal_server_time:
         runs = len({item.run for item in rounds if item.server_e2e_ms})
-        print(f"the server's own time per request (vLLM's e2e), ours / harness, over the {result.server_time.count} "
-              f"rounds of {runs} runs that have it: {result.server_time.describe()}")
-        print(f"  ours / harness with that time held equal (what the clients and the API path add): "
-              f"{result.at_equal_server_time.describe()}")  # fmt: skip
+        print(
+            f"the server's own time per request (vLLM's e2e), ours / harness, over the {result.server_time.count} "
+            f"rounds of {runs} runs that have it: {result.server_time.describe()}"
+        )
+        print(
+            f"  ours / harness with that time held equal (what the clients and the API path add): "
+            f"{result.at_equal_server_time.describe()}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--record", type=Path, default=RECORD, help="the rounds on record (default: benchmarks/results/gpu-parity-rounds.csv)")
-    parser.add_argument("--add", action="append", default=[], metavar="LABEL=FILE",
-                        help="a result file of tps_vs_harness_client.py (--out), its rounds labelled LABEL")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=RECORD,
+        help="the rounds on record (default: benchmarks/results/gpu-parity-rounds.csv)",
+    )
+    parser.add_argument(
+        "--add",
+        action="append",
+        default=[],
+        metavar="LABEL=FILE",
+        help="a result file of tps_vs_harness_client.py (--out), its rounds labelled LABEL",
+    )
     parser.add_argument("--server-cpus", help="the added runs' server CPUs ('any' for none); also a filter")
     parser.add_argument("--size", help="only rounds of this size (128x512)")
     parser.add_argument("--ours-connection", help="only rounds where ours used this protocol (harness, keep-alive)")
-    parser.add_argument("--quiet-cpu-ms", type=float, default=QUIET_CPU_MS,
-                        help="a run's host counts as quiet when the probe's cpu_ms over its rounds is under "
-                             f"this ({QUIET_CPU_MS:g}); the rounds are pooled by host too")  # fmt: skip
+    parser.add_argument(
+        "--quiet-cpu-ms",
+        type=float,
+        default=QUIET_CPU_MS,
+        help="a run's host counts as quiet when the probe's cpu_ms over its rounds is under "
+        f"this ({QUIET_CPU_MS:g}); the rounds are pooled by host too",
+    )
     parser.add_argument("--save", action="store_true", help="append the added rounds to the record")
     args = parser.parse_args(argv)
     try:
@@ -331,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
             if not found:
                 raise RecordError(f"{name}: no round where both sides completed")
             added += found
-        chosen = select(rounds + added, size=args.size, server_cpus=args.server_cpus,
-                        ours_connection=args.ours_connection)  # fmt: skip
+        chosen = select(
+            rounds + added, size=args.size, server_cpus=args.server_cpus, ours_connection=args.ours_connection
+        )
         report(chosen, pool(chosen, quiet_cpu_ms=args.quiet_cpu_ms))
         if args.save and added:
             save_record(args.record, added)

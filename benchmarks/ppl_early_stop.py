@@ -97,22 +97,22 @@ def main() -> None:
         cells = []
         for boundary, fpc in rules.values():
             rates = [
-                float((first_stops(*population(CAP, spread, n, seed), args.sims, rng, boundary,
-                                   fpc=fpc) < n).mean())  # fmt: skip
+                float((first_stops(*population(CAP, spread, n, seed), args.sims, rng, boundary, fpc=fpc) < n).mean())
                 for seed in range(args.populations)
             ]
             cells.append(f"{100 * max(rates):5.2f}% max")
         print(f"{spread:>7} " + " ".join(f"{cell:>12}" for cell in cells))
-    print("\nconfigurations over the cap (spread 0.3): share stopped early, mean records scored of "
-          f"{n}")
+    print(f"\nconfigurations over the cap (spread 0.3): share stopped early, mean records scored of {n}")
     print(f"{'PPL':>7} " + " ".join(f"{name:>18}" for name in rules))
     for over in (1.02, 1.05, 1.10, 1.25, 2.0):
         cells = []
         for boundary, fpc in rules.values():
-            stops = np.concatenate([
-                first_stops(*population(CAP * over, 0.3, n, seed), args.sims // 4, rng, boundary, fpc=fpc)
-                for seed in range(args.populations)
-            ])  # fmt: skip
+            stops = np.concatenate(
+                [
+                    first_stops(*population(CAP * over, 0.3, n, seed), args.sims // 4, rng, boundary, fpc=fpc)
+                    for seed in range(args.populations)
+                ]
+            )
             cells.append(f"{100 * float((stops < n).mean()):5.1f}% {float(stops.mean()):6.1f}")
         print(f"{CAP * over:>7.3f} " + " ".join(f"{cell:>18}" for cell in cells))
 

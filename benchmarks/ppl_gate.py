@@ -90,11 +90,7 @@ from sweeper.study import Measurement, TrialEvent  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "sweeper" / "demo" / "data"
-BASE_ENV = {
-    "SPECULATIVE_CONFIG": json.dumps(
-        {"method": "mtp", "model": "drafter", "num_speculative_tokens": 4}
-    )
-}
+BASE_ENV = {"SPECULATIVE_CONFIG": json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 4})}
 KNOWN_WINDOW = 188
 BASE_WINDOW = 512  # the base configuration's window (the space's default)
 WILSON_Z = 1.959964  # 95 %
@@ -103,9 +99,7 @@ WILSON_Z = 1.959964  # 95 %
 NARROW_WINDOW = 20  # the demo model's window whose records give the per-record change (--relative)
 
 
-def demo_record_scores(
-    cache: Path | None = None, sliding_window: int | None = None
-) -> list[tuple[float, int]]:
+def demo_record_scores(cache: Path | None = None, sliding_window: int | None = None) -> list[tuple[float, int]]:
     """(NLL, scored tokens) of each demo PPL record, by transformers on the CPU.
 
     ``sliding_window``: the model's local-attention window (None: its own, 32).
@@ -130,9 +124,7 @@ def demo_record_scores(
     return scores
 
 
-def record_sensitivity(
-    base: list[tuple[float, int]], narrow: list[tuple[float, int]]
-) -> list[float]:
+def record_sensitivity(base: list[tuple[float, int]], narrow: list[tuple[float, int]]) -> list[float]:
     """Each record's change of log PPL per token from ``base`` to ``narrow``, over the mean change.
 
     Token-weighted, the values average 1 (module docstring, "A relative cap").
@@ -195,9 +187,7 @@ class EdgeLandscape(Landscape):
             self.rerun_shift = float(nll[fresh].sum() / tokens[fresh].sum() - base)
             mean = nll[tune].sum() / tokens[tune].sum()
             residuals = nll[tune] - mean * tokens[tune]
-            self.stderr = float(
-                math.sqrt((residuals**2).sum() / (records - 1) / records) / tokens[tune].mean()
-            )
+            self.stderr = float(math.sqrt((residuals**2).sum() / (records - 1) / records) / tokens[tune].mean())
             self._offsets = nll[tune] / tokens[tune] - base  # each drawn record's own difficulty
             self._tokens = tokens[tune].astype(int)
         # under a relative cap: each record's share of a configuration's change of log PPL
@@ -355,10 +345,9 @@ def run_task(task: Task) -> dict:
         "max_window": max(windows.values()) if windows else 0,
         "windows": len(windows),
         "answer_over": None if answer is None else not land.is_feasible(answer),
-        "rerun_fails": None if answer is None else (
-            land.rerun_ratio(answer) > land.cap_rel if task.relative
-            else land.rerun_ppl(answer) > PPL_CAP
-        ),
+        "rerun_fails": None
+        if answer is None
+        else (land.rerun_ratio(answer) > land.cap_rel if task.relative else land.rerun_ppl(answer) > PPL_CAP),
         "tps_ratio": None if answer is None else land.tps_of(answer) / land.best_tps,
         "pass_probability": None if best is None else best.extras.get("ppl_pass_probability"),
         "seconds": round(time.monotonic() - started, 2),
@@ -419,7 +408,9 @@ def gate_table(tasks: list[Task], results: dict[str, dict], levels: list) -> lis
         "(median, 90th pct) |",
     ]
     lines.append("|---" * 7 + "|")
-    by_level = {c: {t.seed: results[t.key()] for t in tasks if t.confidence == c and t.key() in results} for c in levels}
+    by_level = {
+        c: {t.seed: results[t.key()] for t in tasks if t.confidence == c and t.key() in results} for c in levels
+    }
     point = by_level.get(None, {})
     for c in levels:
         chunk = list(by_level[c].values())
@@ -433,10 +424,7 @@ def gate_table(tasks: list[Task], results: dict[str, dict], levels: list) -> lis
             if seed in point and r["tps_ratio"] and point[seed]["tps_ratio"]
         ]
         label = "point estimate" if c is None else f"{c:.0%} confidence"
-        paired_text = (
-            "-" if c is None or not paired
-            else f"{_quantile(paired, 0.5):.2%}, {_quantile(paired, 0.9):.2%}"
-        )
+        paired_text = "-" if c is None or not paired else f"{_quantile(paired, 0.5):.2%}, {_quantile(paired, 0.9):.2%}"
         lines.append(
             f"| {label} | {len(chunk)} | {_share([r['answer_over'] for r in chunk])} | "
             f"{_share([r['rerun_fails'] for r in chunk])} | "
@@ -487,30 +475,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--landscapes", default="0-5", help="trap: landscape numbers, e.g. 0-5")
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=1, help="studies in parallel (default 1)")
-    parser.add_argument("--noise", "--tps-noise", dest="noise", type=float, default=0.01,
-                        help="relative TPS noise (default 0.01)")
+    parser.add_argument(
+        "--noise", "--tps-noise", dest="noise", type=float, default=0.01, help="relative TPS noise (default 0.01)"
+    )
     parser.add_argument("--ppl-noise", type=float, default=0.002, help="gate: PPL reading noise")
     parser.add_argument("--ppl-noises", default="0.002,0.01", help="trap: PPL reading noises")
     parser.add_argument("--edge-offset", type=float, default=0.001, help="edge window: cap + this")
     parser.add_argument("--records", type=int, default=128, help="tuning records")
     parser.add_argument("--rerun-records", type=int, default=128, help="private records")
+    parser.add_argument("--confidences", default="none,0.8,0.9,0.95", help="gate runs: 'none' is the point gate")
     parser.add_argument(
-        "--confidences", default="none,0.8,0.9,0.95", help="gate runs: 'none' is the point gate"
-    )
-    parser.add_argument(
-        "--relative", action="store_true",
+        "--relative",
+        action="store_true",
         help="gate: a relative cap (PPL / baseline PPL, the base measured on the same records)",
     )
     parser.add_argument("--scores-cache", type=Path, default=None)
-    parser.add_argument(
-        "--log", type=Path, default=None, help="append each study's result (JSONL); resume from it"
-    )
+    parser.add_argument("--log", type=Path, default=None, help="append each study's result (JSONL); resume from it")
     args = parser.parse_args(argv)
     started = time.monotonic()
     done = _read_log(args.log)
     with tempfile.TemporaryDirectory(prefix="sweeper-ppl-gate-") as tmp:
-        common = dict(noise=args.noise, trials=args.trials, records=args.records,
-                      rerun_records=args.rerun_records, edge_offset=args.edge_offset, folder=tmp)  # fmt: skip
+        common = dict(
+            noise=args.noise,
+            trials=args.trials,
+            records=args.records,
+            rerun_records=args.rerun_records,
+            edge_offset=args.edge_offset,
+            folder=tmp,
+        )
         if args.kind == "gate":
             scores = tuple(demo_record_scores(args.scores_cache))
             nll = sum(n for n, _ in scores)
@@ -524,14 +516,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.records} of them and is re-run on {args.rerun_records} others; PPL reading "
                 f"noise {args.ppl_noise:g}, TPS noise {args.noise:.0%}, {args.trials} trials, "
                 f"{args.seeds} seeds"
-                + (f"; relative cap, per-record changes sd {np.std(sensitivity):.2f}"
-                   if args.relative else "")
+                + (f"; relative cap, per-record changes sd {np.std(sensitivity):.2f}" if args.relative else "")
                 + "\n"
             )
             levels = [None if c == "none" else float(c) for c in args.confidences.split(",")]
             tasks = [
-                Task("gate", seed, seed, c, True, ppl_noise=args.ppl_noise, scores=scores,
-                     relative=args.relative, sensitivity=sensitivity, **common)  # fmt: skip
+                Task(
+                    "gate",
+                    seed,
+                    seed,
+                    c,
+                    True,
+                    ppl_noise=args.ppl_noise,
+                    scores=scores,
+                    relative=args.relative,
+                    sensitivity=sensitivity,
+                    **common,
+                )
                 for seed in range(args.seeds)
                 for c in levels
             ]
@@ -545,8 +546,11 @@ def main(argv: list[str] | None = None) -> int:
                 for seed in range(args.seeds)
             ]
         todo = [t for t in tasks if t.key() not in done]
-        print(f"{len(tasks) - len(todo)} of {len(tasks)} studies in the log; running {len(todo)}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{len(tasks) - len(todo)} of {len(tasks)} studies in the log; running {len(todo)}",
+            file=sys.stderr,
+            flush=True,
+        )
         results = dict(done)
 
         def record(task: Task, result: dict) -> None:
@@ -557,8 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                     log.write(json.dumps(line) + "\n")
             count = len(results) - len(done)
             if count % 10 == 0 or count == len(todo):
-                print(f"{count}/{len(todo)} studies, {time.monotonic() - started:.0f} s",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(f"{count}/{len(todo)} studies, {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 
         if args.jobs <= 1:
             for task in todo:

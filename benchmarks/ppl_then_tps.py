@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(f"\n{args.rounds} round(s), {4 * args.rounds} servers, {time.time() - began:.0f} s")
     for (who, mode), values in readings.items():
-        print(f"  {who:6s} {mode:9s} geometric mean {geometric_mean(values):8.2f}  ({', '.join(f'{v:.1f}' for v in values)})")
+        print(
+            f"  {who:6s} {mode:9s} geometric mean {geometric_mean(values):8.2f}  ({', '.join(f'{v:.1f}' for v in values)})"
+        )
     if args.rounds >= 2:
         for who in manifests:
             pairs = list(zip(readings[(who, "ppl-first")], readings[(who, "tps-only")]))

@@ -54,9 +54,7 @@ from search_spaces import load_preset  # noqa: E402
 from storage import TrialStore  # noqa: E402
 from sweeper.study import ConfirmSettings, Measurement, TrialEvent, standing  # noqa: E402
 
-BASE_ENV = {
-    "SPECULATIVE_CONFIG": '{"method": "mtp", "model": "drafter", "num_speculative_tokens": 4}'
-}
+BASE_ENV = {"SPECULATIVE_CONFIG": '{"method": "mtp", "model": "drafter", "num_speculative_tokens": 4}'}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -138,18 +136,32 @@ def run_one(seed: int, *, screening: bool, cap: int, costs: Costs, folder: Path)
 
     try:
         result = sweeper.run_study(
-            space, clock, study_name=name, storage=url, n_trials=cap, ppl_cap=PPL_CAP, seed=seed,
-            reuse_quality=True, confirm=confirm, enqueue_base=True, progress=progress,
+            space,
+            clock,
+            study_name=name,
+            storage=url,
+            n_trials=cap,
+            ppl_cap=PPL_CAP,
+            seed=seed,
+            reuse_quality=True,
+            confirm=confirm,
+            enqueue_base=True,
+            progress=progress,
             handle_signals=False,
-        )  # fmt: skip
+        )
     finally:
         store.close()
     final = standing(result.status.trials, confirm).incumbent
     share = landscape.tps_of(final.params) / landscape.best_tps if final is not None else 0.0
     found = reached[0] if reached else (None, None)
-    return Outcome(gpu_s=found[0], trials=found[1], screened_out=clock.screened_out,
-                   total_gpu_s=clock.seconds, total_trials=len(result.status.trials),
-                   answer_share=share)  # fmt: skip
+    return Outcome(
+        gpu_s=found[0],
+        trials=found[1],
+        screened_out=clock.screened_out,
+        total_gpu_s=clock.seconds,
+        total_trials=len(result.status.trials),
+        answer_share=share,
+    )
 
 
 def _median(values: list[float | None]) -> str:
@@ -172,21 +184,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screen-bias", type=float, default=Costs.screen_bias)
     args = parser.parse_args(argv)
     seeds, cap = (3, 30) if args.quick else (args.seeds, args.cap)
-    costs = Costs(start_s=args.start_s, ppl_s=args.ppl_s, server_noise=args.server_noise,
-                  screen_noise=args.screen_noise, screen_bias=args.screen_bias)  # fmt: skip
+    costs = Costs(
+        start_s=args.start_s,
+        ppl_s=args.ppl_s,
+        server_noise=args.server_noise,
+        screen_noise=args.screen_noise,
+        screen_bias=args.screen_bias,
+    )
     logging.basicConfig(level=logging.ERROR)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for screening in (False, True):
             outcomes = [
-                run_one(seed, screening=screening, cap=cap, costs=costs, folder=Path(folder))
-                for seed in range(seeds)
+                run_one(seed, screening=screening, cap=cap, costs=costs, folder=Path(folder)) for seed in range(seeds)
             ]
             rows.append((screening, outcomes))
-    print("| screen | seeds | confirmed near-best reached | median GPU s to it | median trials to it "
-          "| GPU h per study (median) | trials per study (median) | answer / best TPS (median, min) "
-          "| screened out (mean) |")  # fmt: skip
+    print(
+        "| screen | seeds | confirmed near-best reached | median GPU s to it | median trials to it "
+        "| GPU h per study (median) | trials per study (median) | answer / best TPS (median, min) "
+        "| screened out (mean) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for screening, outcomes in rows:
         reached = sum(o.gpu_s is not None for o in outcomes)

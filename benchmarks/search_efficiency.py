@@ -43,11 +43,7 @@ import sweeper  # noqa: E402
 from sweeper.study import TrialEvent  # noqa: E402
 
 # the user's base manifest: the stock drafter (centroid top-k 32) with 4 speculative tokens
-BASE_ENV = {
-    "SPECULATIVE_CONFIG": json.dumps(
-        {"method": "mtp", "model": "drafter", "num_speculative_tokens": 4}
-    )
-}
+BASE_ENV = {"SPECULATIVE_CONFIG": json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 4})}
 
 
 NOISES = (0.01, 0.05)
@@ -69,9 +65,7 @@ ROW_KINDS = (
     Row(mode="tps", sampler="gp", enqueue=False, slow=True, note="plain Optuna"),
     Row(mode="tps", sampler="tpe", enqueue=False, note="plain Optuna"),
 )
-ROWS = tuple(
-    dataclasses.replace(row, noise=noise) for noise in NOISES for row in ROW_KINDS
-)
+ROWS = tuple(dataclasses.replace(row, noise=noise) for noise in NOISES for row in ROW_KINDS)
 
 
 @dataclasses.dataclass
@@ -138,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=21, help="seeds per row (default 21)")
     parser.add_argument("--slow-seeds", type=int, default=3, help="seeds per GP row (default 3)")
     parser.add_argument("--cap", type=int, default=40, help="trial cap per run (default 40)")
-    parser.add_argument(
-        "--slow-cap", type=int, default=30, help="trial cap per GP run (default 30)"
-    )
+    parser.add_argument("--slow-cap", type=int, default=30, help="trial cap per GP run (default 30)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
     parser.add_argument("--quick", action="store_true", help="3 seeds, caps 30/20")
     parser.add_argument("--only", default="", help="comma-separated samplers to run")

@@ -28,8 +28,8 @@ import math
 import os
 import re
 import signal
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,12 +83,25 @@ def vllm_server(
     """Start a vLLM OpenAI server in its own process group; yield its base URL."""
     port = free_port()
     argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
-        "--override-generation-config", json.dumps({"temperature": 0.0}),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+        "--override-generation-config",
+        json.dumps({"temperature": 0.0}),
+    ]
     if window is not None:
         argv += ["--hf-overrides", json.dumps({"sliding_window": window})]
     if speculative is not None:
@@ -96,9 +109,7 @@ def vllm_server(
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
     url = f"http://127.0.0.1:{port}"
     with log_path.open("w") as log:
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             started = time.monotonic()
             while True:
@@ -141,6 +152,7 @@ def spec_counters(url: str) -> dict[str, float]:
 
 def acceptance(before: dict[str, float], after: dict[str, float]) -> tuple[float, list[float]]:
     """Mean acceptance length and per-position acceptance rates between two scrapes."""
+
     def delta(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
@@ -150,9 +162,7 @@ def acceptance(before: dict[str, float], after: dict[str, float]) -> tuple[float
     accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
     prefix = "vllm:spec_decode_num_accepted_tokens_per_pos_total["
     positions = sorted(int(k[len(prefix) : -1]) for k in after if k.startswith(prefix))
-    per_position = [
-        delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{p}]") / drafts for p in positions
-    ]
+    per_position = [delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{p}]") / drafts for p in positions]
     return 1.0 + accepted / drafts, per_position
 
 
@@ -169,9 +179,7 @@ def chat(client: httpx.Client, url: str, text: str, max_tokens: int) -> int:
     return int(response.json()["usage"]["completion_tokens"])
 
 
-def measure_decoding(
-    url: str, prompts: Sequence[str], warmup: str, max_tokens: int, rounds: int
-) -> dict[str, Any]:
+def measure_decoding(url: str, prompts: Sequence[str], warmup: str, max_tokens: int, rounds: int) -> dict[str, Any]:
     """TPS over ``prompts`` in each of ``rounds`` rounds (after one warm-up request).
 
     Other processes on a shared machine only ever slow a round down, so the
@@ -188,8 +196,13 @@ def measure_decoding(
             per_round.append(tokens / (time.perf_counter() - started))
         after = spec_counters(url)
     mean_length, per_position = acceptance(before, after)
-    return {"tps": max(per_round), "tps_median": statistics.median(per_round), "tps_rounds": per_round,
-            "acceptance_length": mean_length, "per_position": per_position}  # fmt: skip
+    return {
+        "tps": max(per_round),
+        "tps_median": statistics.median(per_round),
+        "tps_rounds": per_round,
+        "acceptance_length": mean_length,
+        "per_position": per_position,
+    }
 
 
 def measure_ppl(url: str, records: Sequence[dict[str, Any]]) -> float:
@@ -199,9 +212,13 @@ def measure_ppl(url: str, records: Sequence[dict[str, Any]]) -> float:
         for record in records:
             context, target = record["context_token_ids"], record["target_token_ids"]
             body = {
-                "model": SERVED_NAME, "prompt": context + target, "max_tokens": 1,
-                "temperature": 0.0, "prompt_logprobs": 1, "add_special_tokens": False,
-            }  # fmt: skip
+                "model": SERVED_NAME,
+                "prompt": context + target,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": 1,
+                "add_special_tokens": False,
+            }
             response = client.post(url + "/v1/completions", json=body, timeout=300)
             response.raise_for_status()
             entries = response.json()["choices"][0]["prompt_logprobs"]
@@ -231,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=DATA / "model")
     parser.add_argument("--drafter", type=Path, default=DATA / "drafter")
     parser.add_argument("--data", type=Path, default=DATA, help="folder of the prompt and PPL files")
-    parser.add_argument("--only", choices=["ppl", "k", "ctk"], action="append",
-                        help="sections to run (repeatable; default all)")
+    parser.add_argument(
+        "--only", choices=["ppl", "k", "ctk"], action="append", help="sections to run (repeatable; default all)"
+    )
     parser.add_argument("--windows", type=integers, default=[16, 24, 32, 48])
     parser.add_argument("--ks", type=integers, default=[0, 1, 2, 3, 4, 5, 6, 8])
     parser.add_argument("--ctks", type=integers, default=[1, 2, 4, 8, 16, 32])
@@ -265,9 +283,12 @@ def main(argv: list[str] | None = None) -> int:
                 with vllm_server(args.model, speculative=spec, log_path=work / f"k{k}.log") as url:
                     row = measure_decoding(url, prompts, warmup, args.max_tokens, args.rounds)
                 results["by_k"][k] = row
-                print(f"K {k:2d} (CTK {default_ctk}): TPS best {row['tps']:7.1f} median {row['tps_median']:7.1f}  acceptance length "
-                      f"{row['acceptance_length']:.3f}  per position "
-                      f"{[round(x, 3) for x in row['per_position']]}", flush=True)  # fmt: skip
+                print(
+                    f"K {k:2d} (CTK {default_ctk}): TPS best {row['tps']:7.1f} median {row['tps_median']:7.1f}  acceptance length "
+                    f"{row['acceptance_length']:.3f}  per position "
+                    f"{[round(x, 3) for x in row['per_position']]}",
+                    flush=True,
+                )
         if "ctk" in sections:
             for top_k in args.ctks:
                 drafter = drafter_copy(args.drafter, top_k, work)
@@ -275,9 +296,12 @@ def main(argv: list[str] | None = None) -> int:
                 with vllm_server(args.model, speculative=spec, log_path=work / f"ctk{top_k}.log") as url:
                     row = measure_decoding(url, prompts, warmup, args.max_tokens, args.rounds)
                 results["by_ctk"][top_k] = row
-                print(f"CTK {top_k:3d} (K {args.ctk_k}): TPS best {row['tps']:7.1f} median {row['tps_median']:7.1f}  acceptance length "
-                      f"{row['acceptance_length']:.3f}  per position "
-                      f"{[round(x, 3) for x in row['per_position']]}", flush=True)  # fmt: skip
+                print(
+                    f"CTK {top_k:3d} (K {args.ctk_k}): TPS best {row['tps']:7.1f} median {row['tps_median']:7.1f}  acceptance length "
+                    f"{row['acceptance_length']:.3f}  per position "
+                    f"{[round(x, 3) for x in row['per_position']]}",
+                    flush=True,
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

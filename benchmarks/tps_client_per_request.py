@@ -54,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
+import parity  # noqa: E402
+from tps_vs_harness_client import demo_prompt_pairs, ours_sides  # noqa: E402
 
 from evaluators import TpsSettings, load_prompts  # noqa: E402
 from evaluators._common import make_client  # noqa: E402
@@ -62,8 +64,6 @@ from evaluators.tps import _send, select_prompts  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
-import parity  # noqa: E402
-from tps_vs_harness_client import demo_prompt_pairs, ours_sides  # noqa: E402
 
 # run by the client venv's python: one harness request per line read, its figures written back
 CHILD = textwrap.dedent(
@@ -138,28 +138,41 @@ def prompt_pairs(rows: list[dict]) -> dict[tuple[int, str], dict[str, dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--client-python", default=sys.executable,
-                        help="python of the venv with sglang 0.5.2, or the one that runs --client-script "
-                             "(default: this one)")
+    parser.add_argument(
+        "--client-python",
+        default=sys.executable,
+        help="python of the venv with sglang 0.5.2, or the one that runs --client-script (default: this one)",
+    )
     parser.add_argument("--manifest", help="default: the bundled demo")
     parser.add_argument("--prompts", help="default: the demo's tuning prompts")
-    parser.add_argument("--num-prompts", type=int, default=48,
-                        help="over the demo's 48 tuning prompts: its held-out ones and reversed copies "
-                             "(those tps_vs_harness_client.py sends at that size)")
+    parser.add_argument(
+        "--num-prompts",
+        type=int,
+        default=48,
+        help="over the demo's 48 tuning prompts: its held-out ones and reversed copies "
+        "(those tps_vs_harness_client.py sends at that size)",
+    )
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2, help="passes over the prompts (default 2)")
-    parser.add_argument("--connection", default=TpsSettings.connection,
-                        help="ours: harness (measure_tps's default: a connection per request, as the "
-                             "harness's client opens) or keep-alive (one connection for the pass; what this "
-                             "benchmark did before 2026-12-02), or both, comma-separated (harness,keep-alive: "
-                             "a request of each for every prompt, the order turned one place a prompt); "
-                             f"default {TpsSettings.connection}")
+    parser.add_argument(
+        "--connection",
+        default=TpsSettings.connection,
+        help="ours: harness (measure_tps's default: a connection per request, as the "
+        "harness's client opens) or keep-alive (one connection for the pass; what this "
+        "benchmark did before 2026-12-02), or both, comma-separated (harness,keep-alive: "
+        "a request of each for every prompt, the order turned one place a prompt); "
+        f"default {TpsSettings.connection}",
+    )
     parser.add_argument("--json", help="write every request's figures here")
     parser.add_argument("--base-url", help="measure this running server instead of starting one")
     parser.add_argument("--model", help="its served model name (with --base-url)")
-    parser.add_argument("--bench-serving-file", "--client-script", dest="bench_serving_file",
-                        help="load the client's request function from this copy of sglang/bench_serving.py "
-                             "(it needs only aiohttp, numpy, requests, tqdm and transformers), not from sglang")
+    parser.add_argument(
+        "--bench-serving-file",
+        "--client-script",
+        dest="bench_serving_file",
+        help="load the client's request function from this copy of sglang/bench_serving.py "
+        "(it needs only aiohttp, numpy, requests, tqdm and transformers), not from sglang",
+    )
     args = parser.parse_args()
     if args.base_url and not args.model:
         parser.error("--base-url needs --model")
@@ -182,19 +195,39 @@ def main() -> None:
             prompts = select_prompts(load_prompts(dataset), settings)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="per-request-") as folder:
-        serving = (contextlib.nullcontext(RunningServer(args.base_url.rstrip("/"), args.model)) if args.base_url
-                   else ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900))
+        serving = (
+            contextlib.nullcontext(RunningServer(args.base_url.rstrip("/"), args.model))
+            if args.base_url
+            else ServerProcess(manifest, log_path=Path(folder) / "server.log", ready_timeout_s=900)
+        )
         with serving as server:
-            print(f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
-                  f"{args.output_len} tokens, {args.passes} passes, the clients taking turns; ours with "
-                  f"{', '.join(f'{s}: {c}' for s, c in connections.items())}", flush=True)  # fmt: skip
+            print(
+                f"server ready in {server.ready_seconds:.0f} s; {len(prompts)} prompts x "
+                f"{args.output_len} tokens, {args.passes} passes, the clients taking turns; ours with "
+                f"{', '.join(f'{s}: {c}' for s, c in connections.items())}",
+                flush=True,
+            )
             child = subprocess.Popen(
-                [client_command(args.client_python), "-c", CHILD,
-                 f"{server.base_url}/v1/chat/completions", server.served_model_name],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                env={**os.environ, "HF_HUB_OFFLINE": "1",
-                     **({"BENCH_SERVING_FILE": os.path.abspath(args.bench_serving_file)} if args.bench_serving_file else {})},
-            )  # fmt: skip
+                [
+                    client_command(args.client_python),
+                    "-c",
+                    CHILD,
+                    f"{server.base_url}/v1/chat/completions",
+                    server.served_model_name,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={
+                    **os.environ,
+                    "HF_HUB_OFFLINE": "1",
+                    **(
+                        {"BENCH_SERVING_FILE": os.path.abspath(args.bench_serving_file)}
+                        if args.bench_serving_file
+                        else {}
+                    ),
+                },
+            )
             try:
                 if child.stdout.readline().strip() != "ready":
                     raise SystemExit("the harness client's child did not start")
@@ -208,9 +241,14 @@ def main() -> None:
                 # one kept for the pass); the /metrics scrapes on a connection of their own
                 with contextlib.ExitStack() as clients:
                     metrics = clients.enter_context(make_client(server.base_url))
-                    ours = {side: clients.enter_context(make_client(
-                        server.base_url, settings.request_timeout_s, keep_alive=protocol == "keep-alive"))
-                        for side, protocol in connections.items()}  # fmt: skip
+                    ours = {
+                        side: clients.enter_context(
+                            make_client(
+                                server.base_url, settings.request_timeout_s, keep_alive=protocol == "keep-alive"
+                            )
+                        )
+                        for side, protocol in connections.items()
+                    }
                     for index in range(4):  # warm every client's path up
                         for client in ours.values():
                             _send(client, server.served_model_name, prompts[0], index, settings, max_tokens=32)
@@ -227,13 +265,26 @@ def main() -> None:
                                 else:
                                     # the protocol is the client's (made above); _send only sends
                                     record = _send(ours[side], server.served_model_name, prompt, 0, settings)
-                                    figures = {"ok": record.ok, "latency_s": record.latency_s,
-                                               "output_tokens": record.output_tokens, "error": record.error}
+                                    figures = {
+                                        "ok": record.ok,
+                                        "latency_s": record.latency_s,
+                                        "output_tokens": record.output_tokens,
+                                        "error": record.error,
+                                    }
                                 after = server_sums(metrics)
                                 served = {key: after[key] - before[key] for key in before}
-                                rows.append({"pass": turn, "prompt_id": prompt.id, "side": side,
-                                             "connection": connections.get(side, "harness"), "place": place,
-                                             "first": place == 0, **figures, "server": served})
+                                rows.append(
+                                    {
+                                        "pass": turn,
+                                        "prompt_id": prompt.id,
+                                        "side": side,
+                                        "connection": connections.get(side, "harness"),
+                                        "place": place,
+                                        "first": place == 0,
+                                        **figures,
+                                        "server": served,
+                                    }
+                                )
                         print(f"  pass {turn + 1} done at load {os.getloadavg()[0]:.1f}", flush=True)
             finally:
                 child.stdin.close()
@@ -245,32 +296,45 @@ def main() -> None:
         raise SystemExit(f"{len(bad)} requests failed or came back short; first: {bad[0]}")
     pairs = prompt_pairs(rows)
     counted = sum(1 for r in rows if round(r["server"]["requests"]) == 1)
-    print(f"{len(pairs)} prompts with a request of each side ({', '.join(sides)}); the server had counted "
-          f"the request by the time it answered in {counted} of {len(rows)}")  # fmt: skip
+    print(
+        f"{len(pairs)} prompts with a request of each side ({', '.join(sides)}); the server had counted "
+        f"the request by the time it answered in {counted} of {len(rows)}"
+    )
     comparisons = [(side, "harness") for side in sides[1:]] + [(side, sides[1]) for side in sides[2:]]
     for side, against in comparisons:
         client_ratio = [p[side]["latency_s"] / p[against]["latency_s"] for p in pairs.values()]
         server_ratio = [p[side]["server"]["e2e_s"] / p[against]["server"]["e2e_s"] for p in pairs.values()]
-        outside = [(p[side]["latency_s"] - p[side]["server"]["e2e_s"])
-                   - (p[against]["latency_s"] - p[against]["server"]["e2e_s"]) for p in pairs.values()]  # fmt: skip
+        outside = [
+            (p[side]["latency_s"] - p[side]["server"]["e2e_s"])
+            - (p[against]["latency_s"] - p[against]["server"]["e2e_s"])
+            for p in pairs.values()
+        ]
         g, lo, hi = geometric_interval(client_ratio)
-        print(f"latency {side} / {against}, as each client timed it: {g:.4f} (95 % interval {lo:.4f} to "
-              f"{hi:.4f}); TPS {against}-equivalent ratio {1 / g:.4f}")  # fmt: skip
+        print(
+            f"latency {side} / {against}, as each client timed it: {g:.4f} (95 % interval {lo:.4f} to "
+            f"{hi:.4f}); TPS {against}-equivalent ratio {1 / g:.4f}"
+        )
         g, lo, hi = geometric_interval(server_ratio)
         print(f"  the server's own end-to-end time, {side} / {against}: {g:.4f} (95 % interval {lo:.4f} to {hi:.4f})")
-        print(f"  time outside the server, {side} minus {against}: median "
-              f"{statistics.median(outside) * 1000:.2f} ms per request")  # fmt: skip
+        print(
+            f"  time outside the server, {side} minus {against}: median "
+            f"{statistics.median(outside) * 1000:.2f} ms per request"
+        )
     first = [r["latency_s"] for r in rows if r["place"] == 0]
     last = [r["latency_s"] for r in rows if r["place"] == len(sides) - 1]
-    print(f"first of a prompt's requests / last of them (order effect): "
-          f"{statistics.median(first) / statistics.median(last):.4f}")
+    print(
+        f"first of a prompt's requests / last of them (order effect): "
+        f"{statistics.median(first) / statistics.median(last):.4f}"
+    )
     for side in sides:
         mine = [r for r in rows if r["side"] == side]
         tokens = sum(r["output_tokens"] for r in mine)
-        print(f"  {side:<8} {tokens / sum(r['latency_s'] for r in mine):7.2f} tok/s over its requests; server "
-              f"e2e {statistics.median(r['server']['e2e_s'] for r in mine) * 1000:6.1f} ms, decode "
-              f"{statistics.median(r['server']['decode_s'] for r in mine) * 1000:6.1f} ms, prefill "
-              f"{statistics.median(r['server']['prefill_s'] for r in mine) * 1000:5.1f} ms (medians)")
+        print(
+            f"  {side:<8} {tokens / sum(r['latency_s'] for r in mine):7.2f} tok/s over its requests; server "
+            f"e2e {statistics.median(r['server']['e2e_s'] for r in mine) * 1000:6.1f} ms, decode "
+            f"{statistics.median(r['server']['decode_s'] for r in mine) * 1000:6.1f} ms, prefill "
+            f"{statistics.median(r['server']['prefill_s'] for r in mine) * 1000:5.1f} ms (medians)"
+        )
 
 
 if __name__ == "__main__":

@@ -35,10 +35,18 @@ def main() -> None:
     parser.add_argument("--prompts", required=True, help="a ShareGPT JSON file")
     parser.add_argument("--num-prompts", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=512)
-    parser.add_argument("--connection", choices=CONNECTIONS, default=TpsSettings.connection,
-                        help="harness: a connection per request; keep-alive: one for the run")
-    parser.add_argument("--idle-before-s", type=float, default=0.0,
-                        help="seconds to wait before the warm-up, the server idle (default 0)")
+    parser.add_argument(
+        "--connection",
+        choices=CONNECTIONS,
+        default=TpsSettings.connection,
+        help="harness: a connection per request; keep-alive: one for the run",
+    )
+    parser.add_argument(
+        "--idle-before-s",
+        type=float,
+        default=0.0,
+        help="seconds to wait before the warm-up, the server idle (default 0)",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     if not 0 <= args.idle_before_s <= 600:
@@ -63,17 +71,21 @@ def main() -> None:
     result = measure_tps(args.base_url, args.model, prompts, settings, progress=progress)
     finished = time.perf_counter()
     times = os.times()
-    Path(args.out).write_text(json.dumps({
-        "result": result.to_dict(),
-        "started_unix": started_unix,  # the unix time of ``started``, which the other times count from
-        "request_ends_s": [t - started for t in ends],
-        "warmup_done_s": marks.get("warmup_done", started) - started,
-        "process_s": finished - started,
-        "idle_before_s": idled,
-        "self_cpu_s": times.user + times.system,
-        # from the warm-up's end (the 1 s pause, then the timed requests) to the end
-        "window_cpu_s": times.user + times.system - marks.get("warmup_cpu", 0.0),
-    }))  # fmt: skip
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "result": result.to_dict(),
+                "started_unix": started_unix,  # the unix time of ``started``, which the other times count from
+                "request_ends_s": [t - started for t in ends],
+                "warmup_done_s": marks.get("warmup_done", started) - started,
+                "process_s": finished - started,
+                "idle_before_s": idled,
+                "self_cpu_s": times.user + times.system,
+                # from the warm-up's end (the 1 s pause, then the timed requests) to the end
+                "window_cpu_s": times.user + times.system - marks.get("warmup_cpu", 0.0),
+            }
+        )
+    )
     if not result.ok:
         print(f"measure_tps failed: {result.first_error}", file=sys.stderr)
         raise SystemExit(1)

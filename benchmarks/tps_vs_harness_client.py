@@ -80,8 +80,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-
 import parity  # noqa: E402
+
 from evaluators import TpsSettings, load_prompts  # noqa: E402
 from evaluators.spec_metrics import parse_metrics  # noqa: E402
 from evaluators.tps import CONNECTIONS, select_prompts  # noqa: E402
@@ -91,10 +91,22 @@ from sweeper.serving import ServerProcess  # noqa: E402
 
 OURS_CLIENT = Path(__file__).resolve().parent / "tps_ours_client.py"
 HARNESS_FLAGS = [
-    "--backend", "vllm-chat", "--dataset-name", "sharegpt", "--disable-stream",
-    "--max-concurrency", "1", "--request-rate", "inf", "--warmup-requests", "4", "--seed", "1",
-    "--extra-request-body", json.dumps({"ignore_eos": True}),
-]  # fmt: skip
+    "--backend",
+    "vllm-chat",
+    "--dataset-name",
+    "sharegpt",
+    "--disable-stream",
+    "--max-concurrency",
+    "1",
+    "--request-rate",
+    "inf",
+    "--warmup-requests",
+    "4",
+    "--seed",
+    "1",
+    "--extra-request-body",
+    json.dumps({"ignore_eos": True}),
+]
 # the host probe's figures (host_probe.py), and the time the harness's client takes from its timer's
 # end to its output file (its metrics and printing): its requests' unix times are counted back from it
 PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
@@ -169,13 +181,18 @@ class ServerWatch:
         for b in seen:
             cores[b[2]] = cores.get(b[2], 0) + 1
         clocks = [b[4] for b in seen if b[4] is not None]
-        return {"tid": top, "name": seen[0][1], "mean_share": totals[top] / max(len(self.samples), 1),
-                "cores": {str(c): n / len(seen) for c, n in sorted(cores.items())},
-                "median_mhz": statistics.median(clocks) if clocks else None}  # fmt: skip
+        return {
+            "tid": top,
+            "name": seen[0][1],
+            "mean_share": totals[top] / max(len(self.samples), 1),
+            "cores": {str(c): n / len(seen) for c, n in sorted(cores.items())},
+            "median_mhz": statistics.median(clocks) if clocks else None,
+        }
 
 
-def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str],
-              watch: ServerWatch | None = None) -> ChildRun:  # fmt: skip
+def run_child(
+    command: list[str], log: Path, timeout_s: float, env: dict[str, str], watch: ServerWatch | None = None
+) -> ChildRun:
     """Run ``command`` with its output to ``log``, reading its CPU time (and ``watch``, ~1/s) while it runs."""
     began = time.perf_counter()
     samples: list[tuple[float, float]] = []
@@ -202,15 +219,28 @@ def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, st
                 break
             time.sleep(0.05)
         child.returncode = os.waitstatus_to_exitcode(status)
-    return ChildRun(exit_code=child.returncode, wall_s=time.perf_counter() - began,
-                    cpu_s=usage.ru_utime + usage.ru_stime, cpu_samples=tuple(samples))  # fmt: skip
+    return ChildRun(
+        exit_code=child.returncode,
+        wall_s=time.perf_counter() - began,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        cpu_samples=tuple(samples),
+    )
 
 
 class Bench:
     """One server, one size: runs a side and returns its record."""
 
-    def __init__(self, args: argparse.Namespace, base_url: str, model: str, server_pid: int | None,
-                 tokenizer: str, dataset: Path, size: tuple[int, int], workdir: Path) -> None:  # fmt: skip
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        base_url: str,
+        model: str,
+        server_pid: int | None,
+        tokenizer: str,
+        dataset: Path,
+        size: tuple[int, int],
+        workdir: Path,
+    ) -> None:
         self.args, self.base_url, self.model, self.server_pid = args, base_url, model, server_pid
         self.sides = ours_sides(args.ours_connection, args.ours_idle_s)
         self.tokenizer, self.dataset, self.workdir = tokenizer, dataset, workdir
@@ -221,16 +251,48 @@ class Bench:
     def harness_command(self, result: Path) -> list[str]:
         python = self.args.client_python or sys.executable
         head = [python, self.args.client_script] if self.args.client_script else [python, "-m", "sglang.bench_serving"]
-        return [*head, *HARNESS_FLAGS, "--base-url", self.base_url, "--model", self.model,
-                "--tokenizer", self.tokenizer, "--dataset-path", str(self.dataset),
-                "--num-prompts", str(self.num_prompts), "--sharegpt-output-len", str(self.output_len),
-                "--output-file", str(result), "--output-details", "--disable-tqdm"]  # fmt: skip
+        return [
+            *head,
+            *HARNESS_FLAGS,
+            "--base-url",
+            self.base_url,
+            "--model",
+            self.model,
+            "--tokenizer",
+            self.tokenizer,
+            "--dataset-path",
+            str(self.dataset),
+            "--num-prompts",
+            str(self.num_prompts),
+            "--sharegpt-output-len",
+            str(self.output_len),
+            "--output-file",
+            str(result),
+            "--output-details",
+            "--disable-tqdm",
+        ]
 
     def ours_command(self, result: Path, side: OursSide) -> list[str]:
-        return [sys.executable, str(OURS_CLIENT), "--base-url", self.base_url, "--model", self.model,
-                "--prompts", str(self.dataset), "--num-prompts", str(self.num_prompts),
-                "--output-len", str(self.output_len), "--connection", side.connection,
-                "--idle-before-s", str(side.idle_before_s), "--out", str(result)]  # fmt: skip
+        return [
+            sys.executable,
+            str(OURS_CLIENT),
+            "--base-url",
+            self.base_url,
+            "--model",
+            self.model,
+            "--prompts",
+            str(self.dataset),
+            "--num-prompts",
+            str(self.num_prompts),
+            "--output-len",
+            str(self.output_len),
+            "--connection",
+            side.connection,
+            "--idle-before-s",
+            str(side.idle_before_s),
+            "--out",
+            str(result),
+        ]
 
     def run(self, side: str, tag: str) -> dict[str, Any]:
         result = self.workdir / f"{tag}-{side.replace(':', '-')}.json"
@@ -252,23 +314,36 @@ class Bench:
         served = parity.counter_delta(counters, server_counters(self.base_url))
         ticks = os.sysconf("SC_CLK_TCK")
         row: dict[str, Any] = {
-            "side": side, "started_at": started_at, "ended_at": time.time(),
-            "exit_code": code, "process_wall_s": wall, "client_cpu_s": cpu,
-            "server_cpu_s": server_cpu, "host_busy_cores": (host_after[0] - host[0]) / ticks / wall,
+            "side": side,
+            "started_at": started_at,
+            "ended_at": time.time(),
+            "exit_code": code,
+            "process_wall_s": wall,
+            "client_cpu_s": cpu,
+            "server_cpu_s": server_cpu,
+            "host_busy_cores": (host_after[0] - host[0]) / ticks / wall,
             "host_busy_share": (host_after[0] - host[0]) / max(host_after[1] - host[1], 1),
-            "load": os.getloadavg()[0], "server": served, "command": command[1:],
+            "load": os.getloadavg()[0],
+            "server": served,
+            "command": command[1:],
             "cpu_samples": [list(s) for s in child.cpu_samples],
-            "server_threads": watch.samples, "server_busiest_thread": watch.summary(),
-        }  # fmt: skip
+            "server_threads": watch.samples,
+            "server_busiest_thread": watch.summary(),
+        }
         if code != 0 or not result.exists():
             tail = log.read_text()[-3000:]
             return {**row, "ok": False, "error": f"exit code {code}: {tail}"}
         if side == "harness":
             run = parity.parse_harness_result(result.read_text())
-            row |= {"ok": run.completed == self.num_prompts and not run.errors, "tps": run.tps,
-                    "duration_s": run.duration_s, "latencies_s": list(run.latencies_s),
-                    "output_lens": list(run.output_lens), "input_lens": list(run.input_lens),
-                    "errors": list(run.errors)[:3]}  # fmt: skip
+            row |= {
+                "ok": run.completed == self.num_prompts and not run.errors,
+                "tps": run.tps,
+                "duration_s": run.duration_s,
+                "latencies_s": list(run.latencies_s),
+                "output_lens": list(run.output_lens),
+                "input_lens": list(run.input_lens),
+                "errors": list(run.errors)[:3],
+            }
             # the client writes its file just after its timer stops (its metrics and printing take a
             # fraction of a second), and its requests run back to back: their unix times, to ~0.5 s
             ended = result.stat().st_mtime - HARNESS_WRITE_S
@@ -278,18 +353,29 @@ class Bench:
             measured = data["result"]
             requests = measured["requests"]
             latencies = [r["latency_s"] for r in requests]
-            gaps = parity.gaps_between(data["request_ends_s"], latencies) if len(data["request_ends_s"]) == len(
-                latencies) else []
-            row |= {"ok": measured["tps"] is not None, "tps": measured["tps"], "duration_s": measured["duration_s"],
-                    "latencies_s": latencies, "output_lens": [r["output_tokens"] for r in requests],
-                    "input_lens": [r["prompt_tokens"] for r in requests],
-                    "prompt_ids": [r["prompt_id"] for r in requests], "gaps_between_s": gaps,
-                    "child_self_cpu_s": data["self_cpu_s"], "child_process_s": data["process_s"],
-                    "child_window_cpu_s": data.get("window_cpu_s"),
-                    "idle_before_s": data.get("idle_before_s", 0.0)}  # fmt: skip
+            gaps = (
+                parity.gaps_between(data["request_ends_s"], latencies)
+                if len(data["request_ends_s"]) == len(latencies)
+                else []
+            )
+            row |= {
+                "ok": measured["tps"] is not None,
+                "tps": measured["tps"],
+                "duration_s": measured["duration_s"],
+                "latencies_s": latencies,
+                "output_lens": [r["output_tokens"] for r in requests],
+                "input_lens": [r["prompt_tokens"] for r in requests],
+                "prompt_ids": [r["prompt_id"] for r in requests],
+                "gaps_between_s": gaps,
+                "child_self_cpu_s": data["self_cpu_s"],
+                "child_process_s": data["process_s"],
+                "child_window_cpu_s": data.get("window_cpu_s"),
+                "idle_before_s": data.get("idle_before_s", 0.0),
+            }
             if "started_unix" in data and len(data["request_ends_s"]) == len(latencies):
-                row["request_starts_unix"] = [data["started_unix"] + end - latency
-                                              for end, latency in zip(data["request_ends_s"], latencies)]  # fmt: skip
+                row["request_starts_unix"] = [
+                    data["started_unix"] + end - latency for end, latency in zip(data["request_ends_s"], latencies)
+                ]
         row |= parity.gap_summary(row["duration_s"], row["latencies_s"])
         window = timed_window(row)
         if self.args.probe_log and window:
@@ -313,14 +399,16 @@ def describe_run(row: dict[str, Any]) -> str:
     if not row.get("ok") or row.get("tps") is None:
         return f"  {row['side']:<8} FAILED: {row.get('error', 'not every request completed')[-600:]}"
     served = row["server"]
-    return (f"  {row['side']:<8} {row['tps']:8.2f} tok/s; {len(row['latencies_s'])} requests, "
-            f"{sum(row['output_lens'])} tokens in {row['duration_s']:.2f} s, between requests "
-            f"{row['gap_per_request_ms']:.2f} ms each; client CPU {row['client_cpu_s']:.2f} s in "
-            f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
-            f"e2e {per_measured(row, 'e2e_s'):.1f} ms, decode {per_measured(row, 'decode_s'):.1f} ms each, "
-            f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
-            f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}"
-            f"{describe_probe(row)}")  # fmt: skip
+    return (
+        f"  {row['side']:<8} {row['tps']:8.2f} tok/s; {len(row['latencies_s'])} requests, "
+        f"{sum(row['output_lens'])} tokens in {row['duration_s']:.2f} s, between requests "
+        f"{row['gap_per_request_ms']:.2f} ms each; client CPU {row['client_cpu_s']:.2f} s in "
+        f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
+        f"e2e {per_measured(row, 'e2e_s'):.1f} ms, decode {per_measured(row, 'decode_s'):.1f} ms each, "
+        f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
+        f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}"
+        f"{describe_probe(row)}"
+    )
 
 
 def describe_probe(row: dict[str, Any]) -> str:
@@ -359,7 +447,8 @@ def ours_sides(connections: str, idle_s: float | None = None) -> dict[str, OursS
     unknown = [c for c in wanted if c not in CONNECTIONS]
     if not wanted or unknown or len(set(wanted)) < len(wanted):
         raise argparse.ArgumentTypeError(
-            f"--ours-connection: one or more of {', '.join(CONNECTIONS)}, each once, not {connections!r}")
+            f"--ours-connection: one or more of {', '.join(CONNECTIONS)}, each once, not {connections!r}"
+        )
     sides = {("ours" if i == 0 else f"ours:{c}"): OursSide(c) for i, c in enumerate(wanted)}
     if idle_s is not None:
         if not 0 < idle_s <= 600:
@@ -380,14 +469,17 @@ def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str 
         # order differ by one constant
         offsets = {o - h for r in done for o, h in zip(r[side]["input_lens"], r[against]["input_lens"])}
         summary["prompt_token_offsets"] = sorted(offsets)
-        server_ratios = {key: [per_measured(r[side], key) / per_measured(r[against], key) for r in done]
-                         for key in ("e2e_s", "decode_s")}  # fmt: skip
+        server_ratios = {
+            key: [per_measured(r[side], key) / per_measured(r[against], key) for r in done]
+            for key in ("e2e_s", "decode_s")
+        }
         for key, by_round in server_ratios.items():
             summary[f"server_{key}_ratio"] = parity.ratio_summary(by_round).__dict__
         # the TPS ratio had the server been as fast in both runs: times the server's own time ratio, what
         # is left is the ratio of what lies outside the server (the clients, the API path, the gaps)
         summary["equal_server_time_ratio"] = parity.ratio_summary(
-            [ratio * server for ratio, server in zip(ratios, server_ratios["e2e_s"])]).__dict__
+            [ratio * server for ratio, server in zip(ratios, server_ratios["e2e_s"])]
+        ).__dict__
         # the ratio at equal host speed, as the probe on other cores saw it (host_probe.py)
         adjusted = {}
         for key in PROBE_KEYS:
@@ -400,38 +492,51 @@ def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str 
     return summary
 
 
-def print_table(label: str, rounds: list[dict[str, Any]], summary: dict[str, Any],
-                side: str = "ours", against: str = "harness") -> None:  # fmt: skip
+def print_table(
+    label: str, rounds: list[dict[str, Any]], summary: dict[str, Any], side: str = "ours", against: str = "harness"
+) -> None:
     print(f"\n{label}: {side} / {against} by round (H: {against}, O: {side})")
-    print(f"{'round':>5} {'first':<15} {'H':>8} {'O':>8} {'ratio':>6} | {'gap ms/req H':>12} {'O':>6} | "
-          f"{'srv e2e ms H':>12} {'O':>7} | {'decode ms H':>11} {'O':>7} | {'win CPU s H':>11} {'O':>5} | "
-          f"{'host cores H':>12} {'O':>5}")  # fmt: skip
+    print(
+        f"{'round':>5} {'first':<15} {'H':>8} {'O':>8} {'ratio':>6} | {'gap ms/req H':>12} {'O':>6} | "
+        f"{'srv e2e ms H':>12} {'O':>7} | {'decode ms H':>11} {'O':>7} | {'win CPU s H':>11} {'O':>5} | "
+        f"{'host cores H':>12} {'O':>5}"
+    )
     for r in rounds:
         h, o = r.get(against, {}), r.get(side, {})
         if not (h.get("ok") and o.get("ok")):
             print(f"{r['round']:>5} {r['first']:<15} failed")
             continue
-        print(f"{r['round']:>5} {r['first']:<15} {h['tps']:8.2f} {o['tps']:8.2f} {o['tps'] / h['tps']:6.3f} | "
-              f"{h['gap_per_request_ms']:12.2f} {o['gap_per_request_ms']:6.2f} | "
-              f"{per_measured(h, 'e2e_s'):12.1f} {per_measured(o, 'e2e_s'):7.1f} | "
-              f"{per_measured(h, 'decode_s'):11.1f} {per_measured(o, 'decode_s'):7.1f} | "
-              f"{h['client_window_cpu_s']:11.2f} {o['client_window_cpu_s']:5.2f} | "
-              f"{h['host_busy_cores']:12.2f} {o['host_busy_cores']:5.2f}")  # fmt: skip
+        print(
+            f"{r['round']:>5} {r['first']:<15} {h['tps']:8.2f} {o['tps']:8.2f} {o['tps'] / h['tps']:6.3f} | "
+            f"{h['gap_per_request_ms']:12.2f} {o['gap_per_request_ms']:6.2f} | "
+            f"{per_measured(h, 'e2e_s'):12.1f} {per_measured(o, 'e2e_s'):7.1f} | "
+            f"{per_measured(h, 'decode_s'):11.1f} {per_measured(o, 'decode_s'):7.1f} | "
+            f"{h['client_window_cpu_s']:11.2f} {o['client_window_cpu_s']:5.2f} | "
+            f"{h['host_busy_cores']:12.2f} {o['host_busy_cores']:5.2f}"
+        )
     if "ratio" in summary:
         ratio = parity.RatioSummary(**summary["ratio"])
         print(f"geometric mean {side} / {against}: {ratio.describe()}")
-        print(f"the server's e2e time per request, {side} / {against}: "
-              f"{parity.RatioSummary(**summary['server_e2e_s_ratio']).describe()}")
+        print(
+            f"the server's e2e time per request, {side} / {against}: "
+            f"{parity.RatioSummary(**summary['server_e2e_s_ratio']).describe()}"
+        )
         if "equal_server_time_ratio" in summary:
-            print(f"{side} / {against} with the server's own time held equal (what the clients and the API path "
-                  f"add): {parity.RatioSummary(**summary['equal_server_time_ratio']).describe()}")  # fmt: skip
-        print(f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
-              f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}")
+            print(
+                f"{side} / {against} with the server's own time held equal (what the clients and the API path "
+                f"add): {parity.RatioSummary(**summary['equal_server_time_ratio']).describe()}"
+            )
+        print(
+            f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
+            f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}"
+        )
         for key, fit in summary.get("adjusted", {}).items():
             shown = {k: v for k, v in fit.items() if k != "covariate"}
             steps = ", ".join(f"{math.exp(c):.3f}" for c in fit["covariate"])
-            print(f"at equal host speed by the probe's {key} (its {side} / {against} by round: {steps}): "
-                  f"{parity.AdjustedRatio(**shown).describe()}")  # fmt: skip
+            print(
+                f"at equal host speed by the probe's {key} (its {side} / {against} by round: {steps}): "
+                f"{parity.AdjustedRatio(**shown).describe()}"
+            )
 
 
 def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | None = None) -> None:
@@ -440,8 +545,12 @@ def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | N
     One character a request: ``.`` under 0.9 of that prompt's median time per token over all
     runs, ``-`` up to 1.1, ``+`` up to 1.3, ``#`` above; runs in the order they ran.
     """
-    runs = [(r["round"], side, r[side]) for r in rounds for side in r.get("order", ("harness", "ours"))
-            if r.get(side, {}).get("ok")]  # fmt: skip
+    runs = [
+        (r["round"], side, r[side])
+        for r in rounds
+        for side in r.get("order", ("harness", "ours"))
+        if r.get(side, {}).get("ok")
+    ]
     if len(runs) < 2:
         return
     per_token = [[lat / max(n, 1) for lat, n in zip(row["latencies_s"], row["output_lens"])] for _, _, row in runs]
@@ -449,8 +558,10 @@ def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | N
         relative = parity.relative_speed_by_request(per_token)
     except ValueError:
         return
-    print(f"\n{label}: time per token of each request over that prompt's median over all runs "
-          f"('.' < 0.9 <= '-' < 1.1 <= '+' < 1.3 <= '#'), runs in the order they ran")  # fmt: skip
+    print(
+        f"\n{label}: time per token of each request over that prompt's median over all runs "
+        f"('.' < 0.9 <= '-' < 1.1 <= '+' < 1.3 <= '#'), runs in the order they ran"
+    )
     for (index, side, row), values in zip(runs, relative):
         strip = "".join("." if v < 0.9 else "-" if v < 1.1 else "+" if v < 1.3 else "#" for v in values)
         slow = sum(v >= 1.1 for v in values) / len(values)
@@ -459,8 +570,9 @@ def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | N
         print_probe_correlation(label, [row for _, _, row in runs], relative, parity.load_probe(probe_log))
 
 
-def print_probe_correlation(label: str, rows: list[dict[str, Any]], relative: list[list[float]],
-                            lines: list[dict[str, float]]) -> None:  # fmt: skip
+def print_probe_correlation(
+    label: str, rows: list[dict[str, Any]], relative: list[list[float]], lines: list[dict[str, float]]
+) -> None:
     """Does the probe on other cores see the server's slow stretches? Request by request, over all runs.
 
     The correlation of the log of each request's relative time per token (the speed map's
@@ -475,8 +587,10 @@ def print_probe_correlation(label: str, rows: list[dict[str, Any]], relative: li
                     pairs.append((math.log(value), math.log(seen)))
         if len(pairs) >= 3 and len({p[1] for p in pairs}) > 1:
             r = statistics.correlation([p[0] for p in pairs], [p[1] for p in pairs])
-            print(f"{label}: the server's time per token against the probe's {key}, request by request: "
-                  f"correlation {r:+.3f} over {len(pairs)} requests")  # fmt: skip
+            print(
+                f"{label}: the server's time per token against the probe's {key}, request by request: "
+                f"correlation {r:+.3f} over {len(pairs)} requests"
+            )
 
 
 def summarize(entry: dict[str, Any], rounds: list[dict[str, Any]], sides: tuple[str, ...]) -> None:
@@ -499,9 +613,11 @@ def demo_prompt_pairs(source: str | None, count: int) -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--client-script", help="the harness client's bench_serving.py (from the sglang 0.5.2 wheel)")
     parser.add_argument("--client-python", help="the interpreter that runs the client (default: this one)")
     parser.add_argument("--manifest", help="default: the bundled CPU demo")
@@ -514,15 +630,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one run per client, per size (6)")
     parser.add_argument("--budget-s", type=float, help="start no round that would end after this many seconds")
     parser.add_argument("--work-dir", help="keep each run's output here (default: a temporary folder)")
-    parser.add_argument("--ours-connection", default=TpsSettings.connection,
-                        help="measure_tps's connection protocol, or several, comma-separated, each run in "
-                             f"every round ({', '.join(CONNECTIONS)}; default: its own default, "
-                             f"{TpsSettings.connection})")  # fmt: skip
-    parser.add_argument("--ours-idle-s", type=float,
-                        help="add a side ours:idle, which waits this many seconds before its warm-up (the "
-                             "server idle, as while the harness's client starts; about 8.5 on the H200)")
-    parser.add_argument("--probe-log", help="host_probe.py's output while the runs ran: each run's record gets "
-                                            "the probe's figures, and the summary the ratio at equal host speed")
+    parser.add_argument(
+        "--ours-connection",
+        default=TpsSettings.connection,
+        help="measure_tps's connection protocol, or several, comma-separated, each run in "
+        f"every round ({', '.join(CONNECTIONS)}; default: its own default, "
+        f"{TpsSettings.connection})",
+    )
+    parser.add_argument(
+        "--ours-idle-s",
+        type=float,
+        help="add a side ours:idle, which waits this many seconds before its warm-up (the "
+        "server idle, as while the harness's client starts; about 8.5 on the H200)",
+    )
+    parser.add_argument(
+        "--probe-log",
+        help="host_probe.py's output while the runs ran: each run's record gets "
+        "the probe's figures, and the summary the ratio at equal host speed",
+    )
     parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
     args = parser.parse_args()
     if args.client_script:
@@ -545,18 +670,25 @@ def main() -> None:
     tokenizer = args.tokenizer or manifest.env.get("MODEL_ID") or manifest.model_id
     if (Path(manifest.folder) / tokenizer).is_dir():  # a folder beside the manifest
         tokenizer = str(Path(manifest.folder) / tokenizer)
-    report: dict[str, Any] = {"began": time.strftime("%Y-%m-%d %H:%M:%S"), "manifest": manifest.name,
-                              "host_cpus": os.cpu_count(), "ours_connection": args.ours_connection,
-                              "ours_idle_s": args.ours_idle_s,
-                              "sizes": {}}  # fmt: skip
+    report: dict[str, Any] = {
+        "began": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "manifest": manifest.name,
+        "host_cpus": os.cpu_count(),
+        "ours_connection": args.ours_connection,
+        "ours_idle_s": args.ours_idle_s,
+        "sizes": {},
+    }
 
     def save() -> None:
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1))
 
     with contextlib.ExitStack() as stack:
-        workdir = Path(args.work_dir) if args.work_dir else Path(stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="harness-parity-")))  # fmt: skip
+        workdir = (
+            Path(args.work_dir)
+            if args.work_dir
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-parity-")))
+        )
         workdir.mkdir(parents=True, exist_ok=True)
         if args.base_url:
             base_url, model, server_pid = args.base_url.rstrip("/"), args.model, args.server_pid
@@ -585,8 +717,11 @@ def main() -> None:
             for index in range(args.rounds):
                 elapsed = time.monotonic() - began
                 if args.budget_s is not None and elapsed + last_round_s > args.budget_s:
-                    print(f"  time budget: {elapsed:.0f} s spent, a round takes {last_round_s:.0f} s; "
-                          f"stopping after {index} rounds", flush=True)  # fmt: skip
+                    print(
+                        f"  time budget: {elapsed:.0f} s spent, a round takes {last_round_s:.0f} s; "
+                        f"stopping after {index} rounds",
+                        flush=True,
+                    )
                     entry["stopped_by_budget"] = True
                     break
                 round_began = time.monotonic()
@@ -603,9 +738,11 @@ def main() -> None:
                 save()
                 for side in sides[1:]:
                     if record[side].get("ok") and record["harness"].get("ok"):
-                        print(f"  round {index}: {side} / harness "
-                              f"{record[side]['tps'] / record['harness']['tps']:.3f} ({last_round_s:.0f} s)",
-                              flush=True)  # fmt: skip
+                        print(
+                            f"  round {index}: {side} / harness "
+                            f"{record[side]['tps'] / record['harness']['tps']:.3f} ({last_round_s:.0f} s)",
+                            flush=True,
+                        )
             summarize(entry, rounds, sides)
             save()
     report["seconds"] = time.monotonic() - began
@@ -617,16 +754,19 @@ def main() -> None:
         print_speed_map(label, entry["rounds"], args.probe_log)
         windows = [w for w in (timed_window(r[side]) for r in entry["rounds"] for side in sides) if w]
         if args.probe_log and windows:
-            host = parity.host_state(parity.load_probe(args.probe_log), start=min(w[0] for w in windows),
-                                     end=max(w[1] for w in windows))  # fmt: skip
+            host = parity.host_state(
+                parity.load_probe(args.probe_log), start=min(w[0] for w in windows), end=max(w[1] for w in windows)
+            )
             if host:
                 entry["host_during"] = dataclasses.asdict(host)
                 print(f"{label}: the host during the rounds: {host.describe()}")
         for pair, summary in entry["pairs"].items():
             sd = summary.get("ratio", {}).get("log_sd")
             if sd:
-                print(f"{label}, {pair}: at this spread (SD of the log ratio {sd:.4f}) an interval within "
-                      f"0.98-1.02 needs about {parity.pairs_for_interval(sd, 0.02)} pairs")  # fmt: skip
+                print(
+                    f"{label}, {pair}: at this spread (SD of the log ratio {sd:.4f}) an interval within "
+                    f"0.98-1.02 needs about {parity.pairs_for_interval(sd, 0.02)} pairs"
+                )
         orders = [r[s].get("same_order") for r in entry["rounds"] for s in sides[1:] if r[s].get("ok")]
         print(f"ours sent the prompts in the harness's order: {all(orders) if orders else None}")
     save()  # with the host's state during the rounds

@@ -43,10 +43,9 @@ from pathlib import Path
 
 from evaluators import PromptSet, TpsSettings, WarmupSettings, load_prompts, run_warmup
 from sweeper.demo import demo_paths
-from sweeper.measure import EvalData, EvalSettings, measure_server
-from sweeper.serving import model_limits
 from sweeper.manifest import Manifest, parse_assignments
-from sweeper.serving import ServerProcess
+from sweeper.measure import EvalData, EvalSettings, measure_server
+from sweeper.serving import ServerProcess, model_limits
 
 CLIENTS = ("sweeper", "sweeper_stream", "vllm")
 
@@ -80,24 +79,37 @@ def vllm_bench_run(
     add_cli_args(parser)
     args = parser.parse_args(
         [
-            "--backend", "openai-chat",
-            "--base-url", server.base_url,
-            "--endpoint", "/v1/chat/completions",
-            "--model", tokenizer,
-            "--tokenizer", tokenizer,
-            "--served-model-name", server.served_model_name,
-            "--dataset-name", "sharegpt",
-            "--dataset-path", str(sharegpt),
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            server.base_url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            tokenizer,
+            "--tokenizer",
+            tokenizer,
+            "--served-model-name",
+            server.served_model_name,
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            str(sharegpt),
             "--disable-shuffle",
-            "--num-prompts", str(tps.num_prompts),
-            "--sharegpt-output-len", str(tps.output_len),
+            "--num-prompts",
+            str(tps.num_prompts),
+            "--sharegpt-output-len",
+            str(tps.output_len),
             "--ignore-eos",
-            "--temperature", "0",
-            "--max-concurrency", "1",
-            "--num-warmups", str(tps.warmup_requests),
+            "--temperature",
+            "0",
+            "--max-concurrency",
+            "1",
+            "--num-warmups",
+            str(tps.warmup_requests),
             "--disable-tqdm",
         ]
-    )  # fmt: skip
+    )
     with contextlib.redirect_stdout(log):
         result = main(args)
     if result["completed"] != tps.num_prompts:
@@ -134,9 +146,7 @@ def main() -> None:
     one = TpsSettings(num_prompts=1, output_len=options.output_len, warmup_requests=0)
     settings = {
         "sweeper": one,
-        "sweeper_stream": TpsSettings(
-            num_prompts=1, output_len=options.output_len, warmup_requests=0, stream=True
-        ),
+        "sweeper_stream": TpsSettings(num_prompts=1, output_len=options.output_len, warmup_requests=0, stream=True),
         "vllm": one,
     }
     tokens = dict.fromkeys(CLIENTS, 0)
@@ -169,8 +179,7 @@ def main() -> None:
                     figures[client] = n / s
                 pairs.append(figures)
                 print(
-                    f"prompt {index + 1}/{len(prompts)}: "
-                    + ", ".join(f"{c} {figures[c]:.1f}" for c in CLIENTS),
+                    f"prompt {index + 1}/{len(prompts)}: " + ", ".join(f"{c} {figures[c]:.1f}" for c in CLIENTS),
                     file=sys.stderr,
                 )
     if options.verbose:
@@ -189,19 +198,14 @@ def main() -> None:
         "seconds": seconds,
         "ratio_stream_vs_vllm_bench": ratio,
         "ratio_nonstream_vs_vllm_bench": tps["sweeper"] / tps["vllm"],
-        "median_pair_ratio_stream_vs_vllm_bench": statistics.median(
-            p["sweeper_stream"] / p["vllm"] for p in pairs
-        ),
+        "median_pair_ratio_stream_vs_vllm_bench": statistics.median(p["sweeper_stream"] / p["vllm"] for p in pairs),
         "within_5_percent": abs(ratio - 1.0) <= 0.05,
         "wall_s": time.perf_counter() - began,
     }
     if options.json:
         print(json.dumps(summary, indent=2))
         return
-    print(
-        f"{options.num_prompts} prompts x {options.output_len} tokens, concurrency 1, "
-        f"manifest {manifest.name}"
-    )
+    print(f"{options.num_prompts} prompts x {options.output_len} tokens, concurrency 1, manifest {manifest.name}")
     print(f"{'client':<28} {'tokens':>8} {'seconds':>9} {'TPS':>9}")
     labels = {
         "sweeper": "sweeper eval (non-streaming)",
@@ -209,18 +213,13 @@ def main() -> None:
         "vllm": "vllm bench serve (streams)",
     }
     for client in CLIENTS:
-        print(
-            f"{labels[client]:<28} {tokens[client]:>8} {seconds[client]:>9.2f} {tps[client]:>9.2f}"
-        )
+        print(f"{labels[client]:<28} {tokens[client]:>8} {seconds[client]:>9.2f} {tps[client]:>9.2f}")
     verdict = "agree within 5 %" if summary["within_5_percent"] else "DIFFER by more than 5 %"
     print(
         f"sweeper eval --stream / vllm bench serve: {ratio:.3f} ({verdict}); "
         f"median per-prompt ratio {summary['median_pair_ratio_stream_vs_vllm_bench']:.3f}"
     )
-    print(
-        f"sweeper eval (non-streaming) / vllm bench serve: "
-        f"{summary['ratio_nonstream_vs_vllm_bench']:.3f}"
-    )
+    print(f"sweeper eval (non-streaming) / vllm bench serve: {summary['ratio_nonstream_vs_vllm_bench']:.3f}")
 
 
 if __name__ == "__main__":

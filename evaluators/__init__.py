@@ -40,13 +40,13 @@ from evaluators.fidelity import (
 from evaluators.intervals import (
     Interval,
     Spread,
+    blocked_spread,
+    paired_speedup_interval,
     pooled_spread,
     repeat_interval,
     request_interval,
     speedup_interval,
     tps_interval,
-    blocked_spread,
-    paired_speedup_interval,
 )
 from evaluators.ppl import (
     EarlyStopRule,
@@ -59,6 +59,8 @@ from evaluators.ppl import (
     ppl_gate,
     score_record,
 )
+from evaluators.ppl_records import PplRecord, PplRecordSet, check_ppl_records, load_ppl_records
+from evaluators.ppl_reference import build_ppl_reference
 from evaluators.ppl_uncertainty import (
     PplEstimate,
     bootstrap_pass_probability,
@@ -66,8 +68,6 @@ from evaluators.ppl_uncertainty import (
     predictive_sd,
     record_stderr,
 )
-from evaluators.ppl_records import PplRecord, PplRecordSet, check_ppl_records, load_ppl_records
-from evaluators.ppl_reference import build_ppl_reference
 from evaluators.prompts import Prompt, PromptSet, check_prompt_lengths, load_prompts
 from evaluators.spec_metrics import (
     SpecDecodeCounters,

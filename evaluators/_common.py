@@ -37,9 +37,7 @@ def report(progress: ProgressCallback | None, phase: str, done: int, total: int)
         logger.exception("progress callback failed for phase %r", phase)
 
 
-def make_client(
-    base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, keep_alive: bool = True
-) -> httpx.Client:
+def make_client(base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, keep_alive: bool = True) -> httpx.Client:
     """A client for one server; the caller closes it.
 
     ``keep_alive`` False: no idle connection is kept, so every request opens
@@ -87,15 +85,11 @@ def post_json(
     try:
         response = client.post(path, json=payload, **extra)
     except httpx.TimeoutException as exc:
-        raise MeasurementError(
-            f"{what}: timed out, no answer from {url} in time ({exc})", kind="timeout"
-        ) from exc
+        raise MeasurementError(f"{what}: timed out, no answer from {url} in time ({exc})", kind="timeout") from exc
     except httpx.HTTPError as exc:
         raise MeasurementError(f"{what}: request to {url} failed ({exc})") from exc
     if response.status_code != 200:
-        raise MeasurementError(
-            f"{what}: {url} answered {response.status_code}: {error_message(response)}"
-        )
+        raise MeasurementError(f"{what}: {url} answered {response.status_code}: {error_message(response)}")
     try:
         body = response.json()
     except ValueError as exc:

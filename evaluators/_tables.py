@@ -35,9 +35,7 @@ def load_rows(source: str | os.PathLike[str], *, split: str = "train") -> list[d
             raise DataError(f"{label}: is a folder; give a .json, .jsonl or .parquet file")
         builder = BUILDERS.get(path.suffix.lower())
         if builder is None:
-            raise DataError(
-                f"{label}: unknown file type {path.suffix!r}; use .json, .jsonl or .parquet"
-            )
+            raise DataError(f"{label}: unknown file type {path.suffix!r}; use .json, .jsonl or .parquet")
         if path.stat().st_size == 0:
             raise DataError(f"{label}: the file is empty")
         rows = _load_with_datasets(builder, label, data_files=str(path.resolve()), split="train")

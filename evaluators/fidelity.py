@@ -59,10 +59,7 @@ class FidelityReference:
             "format": FORMAT,
             "model": self.model,
             "output_len": self.output_len,
-            "entries": [
-                {"id": e.id, "prompt": e.prompt, "token_ids": list(e.token_ids)}
-                for e in self.entries
-            ],
+            "entries": [{"id": e.id, "prompt": e.prompt, "token_ids": list(e.token_ids)} for e in self.entries],
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -84,9 +81,7 @@ class FidelityReference:
         except json.JSONDecodeError as exc:
             raise DataError(f"{label}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise DataError(
-                f"{label}: not a fidelity reference (field 'format' must be {FORMAT!r})"
-            )
+            raise DataError(f"{label}: not a fidelity reference (field 'format' must be {FORMAT!r})")
         entries = data.get("entries")
         if not isinstance(entries, list) or not entries:
             raise DataError(f"{label}: field 'entries' must be a non-empty list")
@@ -161,9 +156,7 @@ def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | No
     return None
 
 
-def generate_token_ids(
-    client: httpx.Client, model: str, prompt: str, *, output_len: int, what: str
-) -> tuple[int, ...]:
+def generate_token_ids(client: httpx.Client, model: str, prompt: str, *, output_len: int, what: str) -> tuple[int, ...]:
     """Greedy generation of exactly ``output_len`` tokens (``ignore_eos``); the token ids."""
     payload = chat_payload(
         model,
@@ -179,9 +172,7 @@ def generate_token_ids(
     except (KeyError, IndexError, TypeError):
         token_ids = None
     if not is_int_list(token_ids):
-        raise MeasurementError(
-            f"{what}: the answer has no token_ids (return_token_ids unsupported?)"
-        )
+        raise MeasurementError(f"{what}: the answer has no token_ids (return_token_ids unsupported?)")
     return tuple(token_ids)
 
 

@@ -139,9 +139,7 @@ class Spread:
         return dataclasses.asdict(self)
 
 
-def pooled_spread(
-    groups: Sequence[Sequence[float]], *, prior: float, prior_df: float = 2.0
-) -> Spread:
+def pooled_spread(groups: Sequence[Sequence[float]], *, prior: float, prior_df: float = 2.0) -> Spread:
     """Pool the spread of log TPS over ``groups`` (each: one configuration's TPS figures).
 
     Each group of n figures adds n - 1 degrees of freedom; ``prior`` (the
@@ -227,9 +225,7 @@ def tps_interval(figures: Sequence[float], *, spread: Spread, confidence: float 
     )
 
 
-def blocked_spread(
-    races: Sequence[Sequence[Sequence[float]]], *, prior: float, prior_df: float = 2.0
-) -> Spread:
+def blocked_spread(races: Sequence[Sequence[Sequence[float]]], *, prior: float, prior_df: float = 2.0) -> Spread:
     """The between-server spread from interleaved rounds, with each round's drift taken out.
 
     ``races``: per race, its complete rounds, each round the TPS figures of
@@ -257,9 +253,7 @@ def blocked_spread(
         row_means = [statistics.fmean(row) for row in rows]
         column_means = [statistics.fmean(row[k] for row in rows) for k in range(width)]
         squares += sum(
-            (x - row_means[i] - column_means[k] + grand) ** 2
-            for i, row in enumerate(rows)
-            for k, x in enumerate(row)
+            (x - row_means[i] - column_means[k] + grand) ** 2 for i, row in enumerate(rows) for k, x in enumerate(row)
         )
         measured += (width - 1) * (len(rows) - 1)
     df = prior_df + measured

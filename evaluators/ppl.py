@@ -185,9 +185,7 @@ class RunningPpl:
         """
         if not self.finite:
             return True
-        rule = EarlyStopRule(
-            alpha=1.0 - confidence, min_records=min_records, population=self.population
-        )
+        rule = EarlyStopRule(alpha=1.0 - confidence, min_records=min_records, population=self.population)
         return rule.stops(self, cap)
 
 
@@ -295,9 +293,7 @@ class PplSettings:
 
     def __post_init__(self) -> None:
         if not 0.5 < self.stop_confidence < 1.0:
-            raise ValueError(
-                f"PplSettings.stop_confidence must be in (0.5, 1), not {self.stop_confidence}"
-            )
+            raise ValueError(f"PplSettings.stop_confidence must be in (0.5, 1), not {self.stop_confidence}")
         if self.stop_above is not None and not self.stop_above > 0:
             raise ValueError(f"PplSettings.stop_above must be positive, not {self.stop_above}")
         if self.max_records is not None and self.max_records < 1:
@@ -382,9 +378,7 @@ class PplResult:
         return data
 
 
-def score_record(
-    client: httpx.Client, model: str, record: PplRecord, *, timeout_s: float | None = None
-) -> RecordScore:
+def score_record(client: httpx.Client, model: str, record: PplRecord, *, timeout_s: float | None = None) -> RecordScore:
     """Score one record on the server ``client`` talks to (``timeout_s``: this request's)."""
     payload = {
         "model": model,
@@ -394,15 +388,11 @@ def score_record(
         "prompt_logprobs": 1,
         "add_special_tokens": False,
     }
-    body = post_json(
-        client, "/v1/completions", payload, what=f"PPL record {record.id!r}", timeout_s=timeout_s
-    )
+    body = post_json(client, "/v1/completions", payload, what=f"PPL record {record.id!r}", timeout_s=timeout_s)
     try:
         entries = body["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
-        raise MeasurementError(
-            f"PPL record {record.id!r}: the answer has no prompt_logprobs"
-        ) from None
+        raise MeasurementError(f"PPL record {record.id!r}: the answer has no prompt_logprobs") from None
     if not isinstance(entries, list) or len(entries) < record.score_end:
         raise MeasurementError(
             f"PPL record {record.id!r}: {len(entries) if isinstance(entries, list) else 0} "
@@ -414,9 +404,7 @@ def score_record(
         entry = entries[position]
         item = entry.get(str(token)) if isinstance(entry, dict) else None
         if not isinstance(item, dict) or item.get("logprob") is None:
-            raise MeasurementError(
-                f"PPL record {record.id!r}: no logprob for token {token} at position {position}"
-            )
+            raise MeasurementError(f"PPL record {record.id!r}: no logprob for token {token} at position {position}")
         logprob = float(item["logprob"])
         nll -= -math.inf if math.isnan(logprob) else logprob
     return RecordScore(id=record.id, nll=nll, tokens=record.scored_tokens)
@@ -451,9 +439,7 @@ def measure_ppl(
     with make_client(base_url, settings.request_timeout_s(0)) as client:
         for done, index in enumerate(order, start=1):
             record = chosen[index]
-            score = score_record(
-                client, model, record, timeout_s=settings.request_timeout_s(len(record.token_ids))
-            )
+            score = score_record(client, model, record, timeout_s=settings.request_timeout_s(len(record.token_ids)))
             if not score.finite:
                 logger.warning("PPL record %r has a non-finite NLL", score.id)
             running.add(score)
@@ -493,7 +479,5 @@ def measure_ppl(
         scores=tuple(running.scores),
         duration_s=time.perf_counter() - began,
     )
-    logger.info(
-        "PPL %.4f over %d tokens of %d records", result.ppl, result.tokens, result.records_scored
-    )
+    logger.info("PPL %.4f over %d tokens of %d records", result.ppl, result.tokens, result.records_scored)
     return result

@@ -90,13 +90,9 @@ class PplRecordSet:
     def head(self, count: int) -> PplRecordSet:
         return dataclasses.replace(self, records=self.records[:count])
 
-    def split(
-        self, *, heldout_fraction: float = 0.5, seed: int = 0
-    ) -> tuple[PplRecordSet, PplRecordSet]:
+    def split(self, *, heldout_fraction: float = 0.5, seed: int = 0) -> tuple[PplRecordSet, PplRecordSet]:
         """(tuning, held-out): seeded, deterministic, by id (see ``split_items``)."""
-        tuning, heldout = split_items(
-            self.records, lambda r: r.id, heldout_fraction=heldout_fraction, seed=seed
-        )
+        tuning, heldout = split_items(self.records, lambda r: r.id, heldout_fraction=heldout_fraction, seed=seed)
         return (
             PplRecordSet(source=f"{self.source} (tuning part)", records=tuple(tuning)),
             PplRecordSet(source=f"{self.source} (held-out part)", records=tuple(heldout)),
@@ -120,9 +116,7 @@ class PplRecordSet:
         return path
 
 
-def load_ppl_records(
-    source: str | os.PathLike[str], *, split: str = "train", limit: int | None = None
-) -> PplRecordSet:
+def load_ppl_records(source: str | os.PathLike[str], *, split: str = "train", limit: int | None = None) -> PplRecordSet:
     """Load a PPL reference set from a local JSON/JSONL/Parquet file or a hub dataset id.
 
     Raises DataError naming the source, the record and the field for a
@@ -135,9 +129,7 @@ def load_ppl_records(
     seen: dict[str, int] = {}
     for index, record in enumerate(records):
         if record.id in seen:
-            raise DataError(
-                f"{label}: record {index}: id {record.id!r} repeats record {seen[record.id]}"
-            )
+            raise DataError(f"{label}: record {index}: id {record.id!r} repeats record {seen[record.id]}")
         seen[record.id] = index
     if limit is not None:
         records = records[:limit]
@@ -154,16 +146,13 @@ def _record_from_row(row: dict[str, Any], index: int, label: str) -> PplRecord:
     has_prompt = row.get("prompt_token_ids") is not None
     if has_pair and has_prompt:
         raise DataError(
-            f"{where}: has both 'context_token_ids'/'target_token_ids' and 'prompt_token_ids'; "
-            "use one shape"
+            f"{where}: has both 'context_token_ids'/'target_token_ids' and 'prompt_token_ids'; use one shape"
         )
     if has_pair:
         context = _int_list(row, "context_token_ids", where)
         target = _int_list(row, "target_token_ids", where)
         if not context:
-            raise DataError(
-                f"{where}: field 'context_token_ids' is empty (the first token cannot be scored)"
-            )
+            raise DataError(f"{where}: field 'context_token_ids' is empty (the first token cannot be scored)")
         if not target:
             raise DataError(f"{where}: field 'target_token_ids' is empty")
         tokens = context + target
@@ -202,18 +191,14 @@ def _int_list(row: dict[str, Any], field: str, where: str) -> list[int]:
     if value is None:
         raise DataError(f"{where}: field '{field}' is missing")
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise DataError(
-            f"{where}: field '{field}' must be a list of integer token ids, "
-            f"not {type(value).__name__}"
-        )
+        raise DataError(f"{where}: field '{field}' must be a list of integer token ids, not {type(value).__name__}")
     tokens = []
     for item in value:
         if isinstance(item, float) and item.is_integer():
             item = int(item)
         if isinstance(item, bool) or not isinstance(item, int):
             raise DataError(
-                f"{where}: field '{field}' must be a list of integer token ids, "
-                f"not a list holding {item!r}"
+                f"{where}: field '{field}' must be a list of integer token ids, not a list holding {item!r}"
             )
         tokens.append(item)
     return tokens

@@ -158,9 +158,7 @@ class PplEstimate:
         if isinstance(self.records, bool) or not isinstance(self.records, int) or self.records < 1:
             raise ValueError(f"PplEstimate.records must be a positive integer, not {self.records!r}")
         if not self.stderr_log_ppl >= 0:
-            raise ValueError(
-                f"PplEstimate.stderr_log_ppl must be non-negative, not {self.stderr_log_ppl!r}"
-            )
+            raise ValueError(f"PplEstimate.stderr_log_ppl must be non-negative, not {self.stderr_log_ppl!r}")
 
     @classmethod
     def from_scores(cls, scores: Sequence[RecordScore]) -> PplEstimate:
@@ -196,10 +194,7 @@ class PplEstimate:
 
     def describe(self, cap: float, new_records: int | None = None) -> str:
         """``PPL 2.401; on 16 new records of this kind, under 2.42 with probability 0.93``."""
-        where = (
-            "the records' population" if new_records is None
-            else f"{new_records} new records of this kind"
-        )
+        where = "the records' population" if new_records is None else f"{new_records} new records of this kind"
         return (
             f"PPL {self.ppl:.4f}; on {where}, under {cap:g} with probability "
             f"{self.pass_probability(cap, new_records):.2f}"

@@ -54,9 +54,7 @@ class PromptSet:
 
     def split(self, *, heldout_fraction: float = 0.5, seed: int = 0) -> tuple[PromptSet, PromptSet]:
         """(tuning, held-out): seeded, deterministic, by id (see ``split_items``)."""
-        tuning, heldout = split_items(
-            self.prompts, lambda p: p.id, heldout_fraction=heldout_fraction, seed=seed
-        )
+        tuning, heldout = split_items(self.prompts, lambda p: p.id, heldout_fraction=heldout_fraction, seed=seed)
         return (
             PromptSet(source=f"{self.source} (tuning part)", prompts=tuple(tuning)),
             PromptSet(source=f"{self.source} (held-out part)", prompts=tuple(heldout)),
@@ -83,9 +81,7 @@ class PromptSet:
         return path
 
 
-def load_prompts(
-    source: str | os.PathLike[str], *, split: str = "train", limit: int | None = None
-) -> PromptSet:
+def load_prompts(source: str | os.PathLike[str], *, split: str = "train", limit: int | None = None) -> PromptSet:
     """Load a prompt set from a local JSON/JSONL/Parquet file or a hub dataset id.
 
     Raises DataError naming the source, the record and the field when a
@@ -97,9 +93,7 @@ def load_prompts(
     seen: dict[str, int] = {}
     for index, prompt in enumerate(prompts):
         if prompt.id in seen:
-            raise DataError(
-                f"{label}: record {index}: id {prompt.id!r} repeats record {seen[prompt.id]}"
-            )
+            raise DataError(f"{label}: record {index}: id {prompt.id!r} repeats record {seen[prompt.id]}")
         seen[prompt.id] = index
     if limit is not None:
         prompts = prompts[:limit]

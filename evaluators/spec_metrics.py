@@ -110,9 +110,7 @@ def _total(samples: Mapping[str, list[tuple[dict[str, str], float]]], name: str)
     return sum(value for _, value in samples.get(name, []))
 
 
-def scrape_spec_decode(
-    base_url: str, *, client: httpx.Client | None = None
-) -> SpecDecodeCounters | None:
+def scrape_spec_decode(base_url: str, *, client: httpx.Client | None = None) -> SpecDecodeCounters | None:
     """GET ``/metrics`` and read the spec-decode counters (None: the server has no drafter)."""
     url = f"{base_url.rstrip('/')}/metrics"
     try:
@@ -127,9 +125,7 @@ def scrape_spec_decode(
     return counters_from_metrics(response.text)
 
 
-def spec_decode_delta(
-    before: SpecDecodeCounters | None, after: SpecDecodeCounters | None
-) -> SpecDecodeStats | None:
+def spec_decode_delta(before: SpecDecodeCounters | None, after: SpecDecodeCounters | None) -> SpecDecodeStats | None:
     """Acceptance between two scrapes; None when the server does no speculative decoding."""
     if before is None or after is None:
         return None
@@ -141,9 +137,7 @@ def spec_decode_delta(
     new = after.accepted_per_position + (0.0,) * (size - len(after.accepted_per_position))
     per_position = tuple(round(b - a) for a, b in zip(old, new, strict=True))
     if min((drafts, draft_tokens, accepted, *per_position), default=0) < 0:
-        raise MeasurementError(
-            "the spec-decode counters went down between two scrapes (did the server restart?)"
-        )
+        raise MeasurementError("the spec-decode counters went down between two scrapes (did the server restart?)")
     return SpecDecodeStats(
         drafts=drafts,
         draft_tokens=draft_tokens,

@@ -116,19 +116,13 @@ class TpsSettings:
         if self.order not in ORDERS:
             raise ValueError(f"TpsSettings.order must be one of {ORDERS}, not {self.order!r}")
         if self.connection not in CONNECTIONS:
-            raise ValueError(
-                f"TpsSettings.connection must be one of {CONNECTIONS}, not {self.connection!r}"
-            )
+            raise ValueError(f"TpsSettings.connection must be one of {CONNECTIONS}, not {self.connection!r}")
         for field in ("num_prompts", "output_len", "warmup_requests", "warmup_output_len", "seed"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"TpsSettings.{field} must be a non-negative integer, not {value!r}"
-                )
+                raise ValueError(f"TpsSettings.{field} must be a non-negative integer, not {value!r}")
         if self.num_prompts < 1 or self.output_len < 1 or self.warmup_output_len < 1:
-            raise ValueError(
-                "TpsSettings.num_prompts, output_len and warmup_output_len must be at least 1"
-            )
+            raise ValueError("TpsSettings.num_prompts, output_len and warmup_output_len must be at least 1")
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "request_timeout_s": self.request_timeout_s}
@@ -196,9 +190,7 @@ class TpsResult:
         if self.ok:
             return
         detail = f"; first: {self.first_error}" if self.first_error else ""
-        raise MeasurementError(
-            f"TPS measurement failed: {self.completed}/{self.total} completed{detail}"
-        )
+        raise MeasurementError(f"TPS measurement failed: {self.completed}/{self.total} completed{detail}")
 
     def to_dict(self, *, requests: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -261,9 +253,7 @@ def measure_tps(
         unreachable: str | None = None
         for index, prompt in enumerate(chosen):
             if unreachable is not None:
-                records.append(
-                    RequestRecord(index=index, prompt_id=prompt.id, ok=False, error=unreachable)
-                )
+                records.append(RequestRecord(index=index, prompt_id=prompt.id, ok=False, error=unreachable))
                 continue
             record = _send(client, model, prompt, index, settings)
             records.append(record)
@@ -273,11 +263,7 @@ def measure_tps(
                 logger.warning("TPS stopped at request %d: %s", index, record.error)
             report(progress, "tps", index + 1, len(chosen))
         duration = time.perf_counter() - began
-        after = (
-            scrape_spec_decode(base_url, client=client)
-            if spec_metrics and not unreachable
-            else None
-        )
+        after = scrape_spec_decode(base_url, client=client) if spec_metrics and not unreachable else None
 
     completed = sum(1 for r in records if r.ok)
     output_tokens = sum(r.output_tokens for r in records if r.ok)
@@ -337,10 +323,12 @@ def _warm_up(
         first = chosen[0]
         max_tokens = min(settings.output_len, settings.warmup_output_len)
         with ThreadPoolExecutor(max_workers=count) as pool:
-            records = list(pool.map(
-                lambda index: _send(client, model, first, index, settings, max_tokens=max_tokens),
-                range(count),
-            ))  # fmt: skip
+            records = list(
+                pool.map(
+                    lambda index: _send(client, model, first, index, settings, max_tokens=max_tokens),
+                    range(count),
+                )
+            )
         failed = [r for r in records if not r.ok]
         if failed:
             raise MeasurementError(
@@ -354,9 +342,7 @@ def _warm_up(
         prompt = chosen[index % len(chosen)]
         record = _send(client, model, prompt, index, settings)
         if not record.ok:
-            raise MeasurementError(
-                f"TPS warm-up request {index + 1} ({prompt.id}) failed: {record.error}"
-            )
+            raise MeasurementError(f"TPS warm-up request {index + 1} ({prompt.id}) failed: {record.error}")
         report(progress, "tps warm-up", index + 1, count)
 
 
@@ -399,13 +385,8 @@ def _send(
         if tokens <= 0:
             error = "no output tokens reported in usage"
         elif settings.ignore_eos and tokens < wanted:
-            error = (
-                f"truncated: {tokens} of {wanted} tokens "
-                f"(finish_reason {fields.get('finish_reason')!r})"
-            )
-    return RequestRecord(
-        index=index, prompt_id=prompt.id, ok=error is None, latency_s=latency, error=error, **fields
-    )
+            error = f"truncated: {tokens} of {wanted} tokens (finish_reason {fields.get('finish_reason')!r})"
+    return RequestRecord(index=index, prompt_id=prompt.id, ok=error is None, latency_s=latency, error=error, **fields)
 
 
 def _unary(client: httpx.Client, payload: dict[str, Any]) -> dict[str, Any]:

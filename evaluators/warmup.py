@@ -53,9 +53,7 @@ class WarmupSettings:
         for field in ("num_prompts", "max_tokens", "min_words", "max_words"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"WarmupSettings.{field} must be a non-negative integer, not {value!r}"
-                )
+                raise ValueError(f"WarmupSettings.{field} must be a non-negative integer, not {value!r}")
         if self.max_tokens < 1:
             raise ValueError("WarmupSettings.max_tokens must be at least 1")
         if not 1 <= self.min_words <= self.max_words:
@@ -107,9 +105,7 @@ def run_warmup(
     began = time.perf_counter()
     with make_client(base_url, settings.timeout_s) as client:
         for index, prompt in enumerate(prompts):
-            payload = chat_payload(
-                model, prompt, max_tokens=settings.max_tokens, temperature=0.0, ignore_eos=True
-            )
+            payload = chat_payload(model, prompt, max_tokens=settings.max_tokens, temperature=0.0, ignore_eos=True)
             body = post_json(
                 client,
                 "/v1/chat/completions",

@@ -60,9 +60,7 @@ def load_space(source: str | os.PathLike[str]) -> SearchSpace:
     if not path.is_file():
         if path.suffix == "" and (PRESETS_DIR / f"{path.name}.yaml").is_file():
             return load_preset(path.name)
-        raise SearchSpaceError(
-            f"{source}: no such file, and not a preset (presets: {', '.join(preset_names())})"
-        )
+        raise SearchSpaceError(f"{source}: no such file, and not a preset (presets: {', '.join(preset_names())})")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -122,9 +120,7 @@ def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = (
-                f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
-            )
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
             raise SearchSpaceError(f"{where}: unknown key {key!r}{hint}")
 
 
@@ -187,9 +183,7 @@ def _parameter(raw: Any, index: int, source: str, earlier: list[Parameter]) -> P
             if step <= 0 or (kind == "int" and not float(step).is_integer()):
                 raise SearchSpaceError(f"{where}: 'step' must be a positive {kind}, not {step}")
             if step > high - low:
-                raise SearchSpaceError(
-                    f"{where}: empty range: step {step} is larger than high - low ({high - low})"
-                )
+                raise SearchSpaceError(f"{where}: empty range: step {step} is larger than high - low ({high - low})")
             if log and (kind == "float" or step != 1):
                 raise SearchSpaceError(f"{where}: use either 'log' or a 'step', not both")
         if resolution is not None and resolution <= 0:
@@ -322,7 +316,5 @@ def _enqueue(raw: Any, source: str) -> list[EnqueuedConfig]:
         params = item.get("params")
         if not isinstance(params, Mapping) or not params:
             raise SearchSpaceError(f"{where}: 'params' must be a non-empty mapping")
-        configs.append(
-            EnqueuedConfig(name=str(item.get("name") or f"enqueued-{index}"), params=params)
-        )
+        configs.append(EnqueuedConfig(name=str(item.get("name") or f"enqueued-{index}"), params=params))
     return configs

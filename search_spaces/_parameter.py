@@ -99,9 +99,7 @@ class Parameter:
 
     def distribution(self) -> BaseDistribution:
         if self.kind == "int":
-            return IntDistribution(
-                int(self.low), int(self.high), log=self.log, step=int(self.step or 1)
-            )
+            return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
         if self.kind == "float":
             return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
         return CategoricalDistribution(self.choices)
@@ -109,9 +107,7 @@ class Parameter:
     def suggest(self, trial: Any) -> Any:
         """Ask an Optuna trial for this parameter's value."""
         if self.kind == "int":
-            return trial.suggest_int(
-                self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log
-            )
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
         if self.kind == "float":
             return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
         return trial.suggest_categorical(self.name, list(self.choices))
@@ -159,9 +155,7 @@ class Parameter:
             return self.resolution
         if self.log:
             return math.log(self.high / self.low) / 32
-        return max(
-            float(self.step or (1 if self.kind == "int" else 0)), (self.high - self.low) / 32
-        )
+        return max(float(self.step or (1 if self.kind == "int" else 0)), (self.high - self.low) / 32)
 
     def gap(self, a: float, b: float) -> float:
         """Distance between two values, in the unit ``boundary_resolution`` uses."""

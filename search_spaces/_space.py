@@ -51,9 +51,7 @@ class SearchSpace:
         for parameter in self.parameters:
             if parameter.name == name:
                 return parameter
-        raise SearchSpaceError(
-            f"{self.source}: no parameter {name!r} (known: {', '.join(self.names)})"
-        )
+        raise SearchSpaceError(f"{self.source}: no parameter {name!r} (known: {', '.join(self.names)})")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -74,11 +72,7 @@ class SearchSpace:
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """Distributions of the parameters whose presence does not depend on another's value."""
-        return {
-            p.name: p.distribution()
-            for p in self.parameters
-            if p.condition is None or p.condition.param is None
-        }
+        return {p.name: p.distribution() for p in self.parameters if p.condition is None or p.condition.param is None}
 
     def grid(self, max_points: int = 8) -> dict[str, list[Any]]:
         return {p.name: p.grid_values(max_points) for p in self.parameters}
@@ -98,14 +92,8 @@ class SearchSpace:
                     condition.describe(),
                 )
                 continue
-            if (
-                condition is not None
-                and condition.param
-                and condition.param not in {p.name for p in kept}
-            ):
-                logger.info(
-                    "parameter %s is not searched: %s is not", parameter.name, condition.param
-                )
+            if condition is not None and condition.param and condition.param not in {p.name for p in kept}:
+                logger.info("parameter %s is not searched: %s is not", parameter.name, condition.param)
                 continue
             for target in parameter.targets:
                 problem = target.check_base(base_env, f"parameter {parameter.name!r}")
@@ -142,8 +130,7 @@ class SearchSpace:
         unknown = sorted(set(params) - known)
         if unknown:
             raise SearchSpaceError(
-                f"{self.source}: {where} names unknown parameter(s) {unknown} "
-                f"(known: {', '.join(self.names)})"
+                f"{self.source}: {where} names unknown parameter(s) {unknown} (known: {', '.join(self.names)})"
             )
         checked: dict[str, Any] = {}
         for parameter in self.parameters:
@@ -152,13 +139,10 @@ class SearchSpace:
             value = parameter.coerce(params[parameter.name])
             if parameter.kind == "categorical" and value not in parameter.choices:
                 raise SearchSpaceError(
-                    f"{self.source}: {where}: {parameter.name}={value!r} is not one of "
-                    f"{list(parameter.choices)}"
+                    f"{self.source}: {where}: {parameter.name}={value!r} is not one of {list(parameter.choices)}"
                 )
             if parameter.is_numeric and not isinstance(value, (int, float)):
-                raise SearchSpaceError(
-                    f"{self.source}: {where}: {parameter.name}={value!r} is not a number"
-                )
+                raise SearchSpaceError(f"{self.source}: {where}: {parameter.name}={value!r} is not a number")
             if not parameter.contains(value):
                 logger.warning(
                     "%s: %s=%r is outside the searched range %s..%s",
@@ -206,9 +190,7 @@ class SearchSpace:
                 resolved.append((config.name, self.check_params(config.params, config.name)))
         return resolved
 
-    def overrides(
-        self, params: Mapping[str, Any], base_env: Mapping[str, str] | None = None
-    ) -> dict[str, str]:
+    def overrides(self, params: Mapping[str, Any], base_env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The env overrides that turn the base manifest into the one for ``params``.
 
         Only variables whose value changes are returned, so the base
@@ -227,8 +209,7 @@ class SearchSpace:
                     target.apply(env, base, value, params)
                 except (ValueError, KeyError, TypeError, AttributeError) as exc:
                     raise SearchSpaceError(
-                        f"{self.source}: parameter {parameter.name!r} cannot write "
-                        f"{target.describe()} ({exc})"
+                        f"{self.source}: parameter {parameter.name!r} cannot write {target.describe()} ({exc})"
                     ) from None
         return {key: value for key, value in env.items() if base.get(key) != value}
 

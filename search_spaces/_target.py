@@ -72,10 +72,7 @@ class EnvTarget:
         if not present:
             if self.create:
                 return None
-            return (
-                f"{where} writes {self.describe()}, but the base manifest has no {self.env} "
-                f"to write it into"
-            )
+            return f"{where} writes {self.describe()}, but the base manifest has no {self.env} to write it into"
         try:
             node = json.loads(env[self.env])
         except json.JSONDecodeError as exc:

@@ -49,9 +49,7 @@ def pareto_front(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     answers = [r for r in records if is_answer(r)]
     front = []
     for r in answers:
-        dominated = any(
-            o.tps >= r.tps and o.ppl <= r.ppl and (o.tps > r.tps or o.ppl < r.ppl) for o in answers
-        )
+        dominated = any(o.tps >= r.tps and o.ppl <= r.ppl and (o.tps > r.tps or o.ppl < r.ppl) for o in answers)
         if not dominated:
             front.append(r)
     return sorted(front, key=lambda r: (-r.tps, r.ppl, r.number))
@@ -115,10 +113,7 @@ def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
                 raise StudyError(f"{redact(url)} holds {listing}: name one with --study")
             study_name = names[0]
         if study_name not in names:
-            raise StudyError(
-                f"no study named {study_name!r} in {redact(url)} "
-                f"(studies: {', '.join(names) or 'none'})"
-            )
+            raise StudyError(f"no study named {study_name!r} in {redact(url)} (studies: {', '.join(names) or 'none'})")
         try:
             study = optuna.load_study(study_name=study_name, storage=storage)
             frozen = study.get_trials(deepcopy=False)
@@ -128,9 +123,7 @@ def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
                 if key.startswith(STUDY_ATTR_PREFIX)
             }
         except Exception as exc:  # noqa: BLE001 - any Optuna/SQLAlchemy failure is a storage one
-            raise StorageError(
-                f"cannot read study {study_name!r} from {redact(url)}: {exc}"
-            ) from exc
+            raise StorageError(f"cannot read study {study_name!r} from {redact(url)}: {exc}") from exc
     finally:
         storage.remove_session()
     store = TrialStore(url)

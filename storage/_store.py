@@ -88,9 +88,7 @@ class TrialStore(TableStore):
     """Our trial tables on one database URL (created on first use)."""
 
     def _row(self, session: Session, study_name: str, number: int) -> TrialRow:
-        row = session.scalar(
-            select(TrialRow).where(TrialRow.study_name == study_name, TrialRow.number == number)
-        )
+        row = session.scalar(select(TrialRow).where(TrialRow.study_name == study_name, TrialRow.number == number))
         if row is None:
             raise StorageError(f"study {study_name!r} has no recorded trial {number}")
         return row
@@ -127,9 +125,7 @@ class TrialStore(TableStore):
             )
 
     def _row_id(self, session: Session, study_name: str, number: int) -> int:
-        row_id = session.scalar(
-            select(TrialRow.id).where(TrialRow.study_name == study_name, TrialRow.number == number)
-        )
+        row_id = session.scalar(select(TrialRow.id).where(TrialRow.study_name == study_name, TrialRow.number == number))
         if row_id is None:
             raise StorageError(f"study {study_name!r} has no recorded trial {number}")
         return row_id
@@ -168,9 +164,7 @@ class TrialStore(TableStore):
     @staticmethod
     def _add_phases(session: Session, row_id: int, phases: Sequence[tuple[str, float]]) -> None:
         start = session.scalar(
-            select(sqlalchemy.func.count())
-            .select_from(PhaseRow)
-            .where(PhaseRow.trial_row_id == row_id)
+            select(sqlalchemy.func.count()).select_from(PhaseRow).where(PhaseRow.trial_row_id == row_id)
         )
         session.add_all(
             PhaseRow(trial_row_id=row_id, position=start + i, name=name, seconds=float(seconds))

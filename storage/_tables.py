@@ -29,7 +29,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from storage._engine import create_engine, create_schema, normalize_url, redact
-
 from storage._values import utc_now
 from sweeper.errors import StorageError
 
@@ -110,9 +109,7 @@ class TrialRow(Base):
     started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     # the worker refreshes this while the trial runs; an old one means a dead worker
     heartbeat_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    finished_at: Mapped[datetime.datetime | None] = mapped_column(
-        DateTime(timezone=True), nullable=True
-    )
+    finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     phases: Mapped[list[PhaseRow]] = relationship(
         back_populates="trial", order_by="PhaseRow.position", cascade="all, delete-orphan"
@@ -126,9 +123,7 @@ class PhaseRow(Base):
     __tablename__ = "sweeper_phases"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    trial_row_id: Mapped[int] = mapped_column(
-        ForeignKey("sweeper_trials.id", ondelete="CASCADE"), index=True
-    )
+    trial_row_id: Mapped[int] = mapped_column(ForeignKey("sweeper_trials.id", ondelete="CASCADE"), index=True)
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(128))
     seconds: Mapped[float] = mapped_column(Float)
@@ -140,9 +135,7 @@ class RequestRow(Base):
     __tablename__ = "sweeper_requests"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    trial_row_id: Mapped[int] = mapped_column(
-        ForeignKey("sweeper_trials.id", ondelete="CASCADE"), index=True
-    )
+    trial_row_id: Mapped[int] = mapped_column(ForeignKey("sweeper_trials.id", ondelete="CASCADE"), index=True)
     position: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(64), default="")
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -79,9 +79,7 @@ class VerificationRow(Base):
     # where the held-out data came from (file or dataset id), and what else was set
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-    finished_at: Mapped[datetime.datetime | None] = mapped_column(
-        DateTime(timezone=True), nullable=True
-    )
+    finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # the control (added later: nullable, so rows of older files read as "no control")
     control: Mapped[str | None] = mapped_column(String(16), nullable=True)
     claimed_speedup: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
@@ -105,9 +103,7 @@ class VerificationRunRow(Base):
     __tablename__ = "sweeper_verification_runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    verification_id: Mapped[int] = mapped_column(
-        ForeignKey("sweeper_verifications.id", ondelete="CASCADE"), index=True
-    )
+    verification_id: Mapped[int] = mapped_column(ForeignKey("sweeper_verifications.id", ondelete="CASCADE"), index=True)
     repeat: Mapped[int] = mapped_column(Integer)
     # candidate | base; older files get the column with "candidate", what their rows were
     subject: Mapped[str] = mapped_column(String(16), default=CANDIDATE, server_default=CANDIDATE)

@@ -92,11 +92,7 @@ class Manifest:
         if "serve" not in data:
             raise ManifestError(label, "serve", "is missing (the command that starts the server)")
         serve = data["serve"]
-        if (
-            not isinstance(serve, list)
-            or not serve
-            or not all(isinstance(part, str) and part for part in serve)
-        ):
+        if not isinstance(serve, list) or not serve or not all(isinstance(part, str) and part for part in serve):
             raise ManifestError(label, "serve", "must be a non-empty list of non-empty strings")
         for key in ("name", "description", "model_id", "served_model_name"):
             if key in data and not isinstance(data[key], str):
@@ -115,9 +111,7 @@ class Manifest:
             raise ManifestError(label, "env", f"must be an object, not {_json_type(env)}")
         for key, value in env.items():
             if not isinstance(value, str):
-                raise ManifestError(
-                    label, f"env.{key}", f"must be a string, not {_json_type(value)} ({value!r})"
-                )
+                raise ManifestError(label, f"env.{key}", f"must be a string, not {_json_type(value)} ({value!r})")
         manifest = cls(
             name=name,
             serve=tuple(serve),
@@ -153,9 +147,7 @@ class Manifest:
                 return [str(candidate), *rest]
         elif shutil.which(head):
             return [head, *rest]
-        raise ManifestError(
-            str(self.source or "<manifest>"), "serve", f"command {head!r} does not exist"
-        )
+        raise ManifestError(str(self.source or "<manifest>"), "serve", f"command {head!r} does not exist")
 
     def with_server_python(self, python: str | os.PathLike[str] | None) -> Manifest:
         """A copy whose ``python ...`` serve command runs with ``python`` (None: this one).
@@ -171,8 +163,10 @@ class Manifest:
         if self.serve[0] not in INTERPRETER_COMMANDS:
             logger.warning(
                 "%s: the serve command starts with %r, not python: the server python %s is not used",
-                self.source or self.name, self.serve[0], path,
-            )  # fmt: skip
+                self.source or self.name,
+                self.serve[0],
+                path,
+            )
         return dataclasses.replace(self, server_python=str(path.absolute()))
 
     def get(self, key: str, default: str = "") -> str:
@@ -201,9 +195,7 @@ class Manifest:
             try:
                 fields["port"] = int(env["PORT"])
             except ValueError:
-                raise ManifestError(
-                    str(self.source or "<manifest>"), "env.PORT", "must be an integer"
-                ) from None
+                raise ManifestError(str(self.source or "<manifest>"), "env.PORT", "must be an integer") from None
         return dataclasses.replace(self, env=env, **fields)
 
     def redacted(self) -> Manifest:

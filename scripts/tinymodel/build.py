@@ -91,15 +91,17 @@ def build(settings: BuildSettings) -> dict[str, object]:
         from .train_target import train_target
 
         started = time.monotonic()
-        report["target"] = train_target(
-            target, language, settings.target_training, settings.seed, drafter=drafter
-        )
+        report["target"] = train_target(target, language, settings.target_training, settings.seed, drafter=drafter)
         report["target_seconds"] = round(time.monotonic() - started)
         started = time.monotonic()
         report["drafter"] = train_drafter(
-            drafter, target, language, settings.drafter_training,
-            settings.drafter.num_centroids, settings.seed + 1,
-        )  # fmt: skip
+            drafter,
+            target,
+            language,
+            settings.drafter_training,
+            settings.drafter.num_centroids,
+            settings.seed + 1,
+        )
         report["drafter_seconds"] = round(time.monotonic() - started)
     else:
         logger.info("--random: weights stay untrained")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .corpus import Language
-from .tokenizer import END_TURN_ID, MODEL_ID, START_TURN_ID, BOS_ID, USER_ID, FIRST_WORD_ID
+from .tokenizer import BOS_ID, END_TURN_ID, FIRST_WORD_ID, MODEL_ID, START_TURN_ID, USER_ID
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ def documents(language: Language, batch: int, seq_len: int, rng: np.random.Gener
     return torch.tensor(rows, dtype=torch.long)
 
 
-
 def prompt_set(
     language: Language, names: list[str], count: int, seed: int, lengths: tuple[int, int], tag: str
 ) -> list[dict[str, object]]:
@@ -58,9 +57,7 @@ def prompt_set(
     return out
 
 
-def ppl_records(
-    language: Language, count: int, seed: int, spec: DataSpec, tag: str
-) -> list[dict[str, object]]:
+def ppl_records(language: Language, count: int, seed: int, spec: DataSpec, tag: str) -> list[dict[str, object]]:
     rng = np.random.default_rng(seed)
     out: list[dict[str, object]] = []
     for index in range(count):
@@ -92,9 +89,7 @@ def write_data(language: Language, names: list[str], spec: DataSpec, folder: Pat
         logger.info("wrote %d prompts to %s", len(prompts), name)
     records = {
         "ppl_tuning.jsonl": ppl_records(language, spec.ppl_tuning, spec.seed_tuning + 1, spec, "tune"),
-        "ppl_heldout.jsonl": ppl_records(
-            language, spec.ppl_heldout, spec.seed_heldout + 1, spec, "held"
-        ),
+        "ppl_heldout.jsonl": ppl_records(language, spec.ppl_heldout, spec.seed_heldout + 1, spec, "held"),
     }
     for name, rows in records.items():
         (folder / name).write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -148,17 +148,18 @@ def unrolled_states(
         index = torch.clamp(torch.arange(length) + 1 + k, max=length - 1)
         x = drafter.pre_projection(torch.cat([states.embeds[:, index], hidden], dim=-1))
         inner = drafter.model(
-            inputs_embeds=x, attention_mask=masks, position_ids=positions,
-            shared_kv_states=shared, use_cache=False,
-        ).last_hidden_state  # fmt: skip
+            inputs_embeds=x,
+            attention_mask=masks,
+            position_ids=positions,
+            shared_kv_states=shared,
+            use_cache=False,
+        ).last_hidden_state
         steps.append(inner)
         hidden = drafter.post_projection(inner)
     return steps
 
 
-def drafter_loss(
-    drafter: torch.nn.Module, target: torch.nn.Module, states: TargetStates, unroll: int
-) -> torch.Tensor:
+def drafter_loss(drafter: torch.nn.Module, target: torch.nn.Module, states: TargetStates, unroll: int) -> torch.Tensor:
     """Mean over the unrolled draft steps of the cross-entropy against the labels."""
     loss = torch.zeros(())
     for k, inner in enumerate(unrolled_states(drafter, target, states, unroll)):
@@ -188,8 +189,7 @@ def greedy_states(target: torch.nn.Module, language: Language, settings: Drafter
 
     rng = np.random.default_rng(seed)
     rows = [
-        language.document(settings.eval_prompt_words, 0, rng, HEADER, MIDDLE)[0]
-        for _ in range(settings.eval_sequences)
+        language.document(settings.eval_prompt_words, 0, rng, HEADER, MIDDLE)[0] for _ in range(settings.eval_sequences)
     ]
     tokens = torch.tensor(rows, dtype=torch.long)
     out = target(input_ids=tokens, past_key_values=DynamicCache(config=target.config), use_cache=True)
@@ -238,9 +238,12 @@ def train_drafter(
             elapsed = time.monotonic() - started
             logger.info(
                 "drafter step %d/%d loss %.3f per draft step, %.0f s, eta %.0f s",
-                step, settings.steps, loss.item(),
-                elapsed, elapsed / step * (settings.steps - step),
-            )  # fmt: skip
+                step,
+                settings.steps,
+                loss.item(),
+                elapsed,
+                elapsed / step * (settings.steps - step),
+            )
     drafter.eval()
     for param in exported:
         param.requires_grad_(False)

@@ -135,9 +135,15 @@ def train_target(
             elapsed = time.monotonic() - started
             logger.info(
                 "target step %d/%d loss %.3f (ppl %.2f) drafter loss %.3f lr %.2e, %.0f s, eta %.0f s",
-                step, settings.steps, loss.item(), math.exp(loss.item()), draft.item(), settings.lr * scale,
-                elapsed, elapsed / step * (settings.steps - step),
-            )  # fmt: skip
+                step,
+                settings.steps,
+                loss.item(),
+                math.exp(loss.item()),
+                draft.item(),
+                settings.lr * scale,
+                elapsed,
+                elapsed / step * (settings.steps - step),
+            )
     window = int(model.config.sliding_window)
     result = {f"ppl_w{window}": math.exp(evaluate(model, held))}
     for other in sorted({window // 2, (3 * window) // 4}):

@@ -31,7 +31,7 @@ from storage import (
     VerificationRecord,
     VerificationRun,
 )
-from sweeper.study import ConfirmSettings, Configuration, Standing, standing
+from sweeper.study import Configuration, ConfirmSettings, Standing, standing
 
 UNVERIFIED = "unverified"
 
@@ -102,9 +102,15 @@ def judge(
 
     def verdict(status: str, reason: str) -> Verdict:
         return Verdict(
-            status=status, reason=reason, median_tps=median_tps, max_ppl=max_ppl, control=control,
-            claimed_speedup=claimed, speedup=speedup, spread=spread,
-        )  # fmt: skip
+            status=status,
+            reason=reason,
+            median_tps=median_tps,
+            max_ppl=max_ppl,
+            control=control,
+            claimed_speedup=claimed,
+            speedup=speedup,
+            spread=spread,
+        )
 
     for run in runs:
         if run.state != "complete":
@@ -144,14 +150,10 @@ def judge(
             "no speedup over the base to confirm",
         )
     if control == CONTROL_OFF:
-        return verdict(
-            VERIFIED, f"{reason}; no control ran (switched off): the speedup over the base is not checked"
-        )
+        return verdict(VERIFIED, f"{reason}; no control ran (switched off): the speedup over the base is not checked")
     if not claimed:
         shown = speedup_text(speedup) if speedup else "the control measured no TPS"
-        return verdict(
-            VERIFIED, f"{reason}; the study claims no speedup over the base, so none is required ({shown})"
-        )
+        return verdict(VERIFIED, f"{reason}; the study claims no speedup over the base, so none is required ({shown})")
     if speedup is None:
         failures = [run for run in base_runs or () if run.state != "complete"]
         why = f" ({failures[0].error_kind}: {failures[0].error_message})" if failures else ""
@@ -170,7 +172,7 @@ def judge(
 
 
 def speedup_text(interval: Interval) -> str:
-    """"held-out speedup over the base: +12.3 % (95 % interval +4.0 % to +21.3 %)"."""
+    """ "held-out speedup over the base: +12.3 % (95 % interval +4.0 % to +21.3 %)"."""
     return (
         f"held-out speedup over the base: {_percent(interval.value)} "
         f"({interval.confidence * 100:g} % interval {_percent(interval.low)} to {_percent(interval.high)})"
@@ -344,9 +346,7 @@ def study_answer(
         found = latest.get(record.number)
         if found is None or found.status != FAILED:
             return Answer(record=record, status=UNVERIFIED, verification=found, standing=now)
-    return Answer(
-        record=ranked[0], status=FAILED, verification=latest.get(ranked[0].number), standing=now
-    )
+    return Answer(record=ranked[0], status=FAILED, verification=latest.get(ranked[0].number), standing=now)
 
 
 def verify_command(study_name: str, storage_url: str | None = None) -> str:

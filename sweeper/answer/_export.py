@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from storage import TrialRecord, study_status
+from sweeper.answer._candidates import Answer, study_answer, verify_command
+from sweeper.answer._verify import heldout_statement, heldout_text
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest, is_secret_name
 from sweeper.study import StudyRecipe, base_manifest_of, ppl_statement, recipe_from_settings
-from sweeper.answer._candidates import Answer, study_answer, verify_command
-from sweeper.answer._verify import heldout_statement, heldout_text
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +92,7 @@ def _value_text(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "", text.replace(".", "p").replace("-", "m")) or "x"
 
 
-def describe(
-    answer: Answer, study_name: str, base: Manifest, settings: Mapping[str, Any] | None = None
-) -> str:
+def describe(answer: Answer, study_name: str, base: Manifest, settings: Mapping[str, Any] | None = None) -> str:
     """The exported manifest's description: figures, claim, verification, provenance.
 
     ``settings``: the study's stored settings, for the PPL's re-run chance
@@ -214,11 +212,14 @@ def export_answer(
     path = Path(output) if output is not None else Path(f"{name}.json")
     path = path.expanduser().resolve()
     if base.source is not None and path == base.source.resolve():
-        raise UserInputError(
-            f"{path} is the base manifest itself: export the answer to another file (-o PATH)"
-        )
+        raise UserInputError(f"{path} is the base manifest itself: export the answer to another file (-o PATH)")
     manifest, secrets, made_absolute = answer_manifest(
-        base, record, answer, study_name=study_name, output=path, recipe=recipe,
+        base,
+        record,
+        answer,
+        study_name=study_name,
+        output=path,
+        recipe=recipe,
         settings=status.settings,
     )
     manifest.save(path)
@@ -253,8 +254,9 @@ def answer_manifest(
             logger.warning(
                 "trial %d ran with env values that differ from the base manifest as it is now "
                 "(%s): exporting what the trial ran with",
-                record.number, ", ".join(differs),
-            )  # fmt: skip
+                record.number,
+                ", ".join(differs),
+            )
         env = {k: str(v) for k, v in stored.items()}
     secrets = tuple(sorted(k for k in {**base.env, **env} if is_secret_name(k)))
     env = {k: v for k, v in env.items() if not is_secret_name(k)}
@@ -275,24 +277,20 @@ def answer_manifest(
         model_id = _absolutize_value(model_id, base_folder, "model_id", made_absolute)
         serve = [
             serve[0],
-            *(_absolutize_value(part, base_folder, f"serve[{i}]", made_absolute, keep=output.name)
-              for i, part in enumerate(serve[1:], start=1)),
-        ]  # fmt: skip
+            *(
+                _absolutize_value(part, base_folder, f"serve[{i}]", made_absolute, keep=output.name)
+                for i, part in enumerate(serve[1:], start=1)
+            ),
+        ]
         if made_absolute:
-            logger.info(
-                "exported outside the base manifest's folder: made absolute %s", ", ".join(made_absolute)
-            )
-    manifest = dataclasses.replace(
-        base, env=env, serve=tuple(serve), model_id=model_id, source=output, **fields
-    )
+            logger.info("exported outside the base manifest's folder: made absolute %s", ", ".join(made_absolute))
+    manifest = dataclasses.replace(base, env=env, serve=tuple(serve), model_id=model_id, source=output, **fields)
     # the result must be a manifest sweeper itself accepts
     Manifest.from_dict(manifest.to_dict(), source=output)
     return manifest, secrets, tuple(made_absolute)
 
 
-def _absolutize_value(
-    value: str, folder: Path, where: str, changed: list[str], *, keep: str | None = None
-) -> str:
+def _absolutize_value(value: str, folder: Path, where: str, changed: list[str], *, keep: str | None = None) -> str:
     """A path relative to ``folder`` made absolute; JSON objects are walked; others unchanged."""
     text = value.strip()
     if text.startswith("{"):

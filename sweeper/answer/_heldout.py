@@ -16,8 +16,8 @@ from typing import Any
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.errors import UserInputError
-from sweeper.measure import DataSplit, EvalSettings
 from sweeper.manifest import Manifest
+from sweeper.measure import DataSplit, EvalSettings
 from sweeper.study import StudyRecipe, base_manifest_of
 
 logger = logging.getLogger(__name__)
@@ -42,9 +42,7 @@ class HeldOutData:
     ppl_split: DataSplit | None = None
 
 
-def heldout_data(
-    recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None
-) -> HeldOutData:
+def heldout_data(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None) -> HeldOutData:
     """The held-out prompt set and PPL records: given, else recorded (a file, or the part
     split off the tuning set), else the demo's held-out sets when the study tuned on the demo's."""
     from sweeper.demo import demo_paths
@@ -73,9 +71,7 @@ def heldout_data(
             sources[kind] = demo_heldout[kind]
         else:
             sources[kind] = None
-    missing = [
-        f"--{kind.replace('_', '-')}" for kind, value in sources.items() if not value
-    ]
+    missing = [f"--{kind.replace('_', '-')}" for kind, value in sources.items() if not value]
     if missing:
         raise HeldOutDataError(
             "the study tuned on its own data and records no held-out set: give the held-out "
@@ -95,9 +91,7 @@ def heldout_data(
     )
 
 
-def heldout_sources(
-    recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None
-) -> tuple[str, str]:
+def heldout_sources(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None) -> tuple[str, str]:
     """The files of the held-out prompt set and PPL records (see ``heldout_data``)."""
     data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data)
     return data.prompts, data.ppl_data
@@ -110,9 +104,7 @@ def _same_source(a: str, b: str) -> bool:
     return a == b
 
 
-def heldout_settings(
-    recipe: StudyRecipe, prompts: str | HeldOutData, ppl_data: str | None = None
-) -> EvalSettings:
+def heldout_settings(recipe: StudyRecipe, prompts: str | HeldOutData, ppl_data: str | None = None) -> EvalSettings:
     """The study's measuring settings (from its recipe) on the held-out data."""
     if isinstance(prompts, HeldOutData):
         data = prompts
@@ -137,14 +129,10 @@ def heldout_settings(
             connection=recipe.connection,  # as the study measured it
             num_prompts=recipe.num_prompts or defaults.num_prompts,
             output_len=recipe.output_len or defaults.output_len,
-            warmup_requests=(
-                defaults.warmup_requests if recipe.warmup_requests is None else recipe.warmup_requests
-            ),
+            warmup_requests=(defaults.warmup_requests if recipe.warmup_requests is None else recipe.warmup_requests),
         ),
         ppl=PplSettings(max_records=recipe.ppl_records or None),
-        warmup=(
-            None if recipe.warmup_prompts is None else WarmupSettings(num_prompts=recipe.warmup_prompts)
-        ),
+        warmup=(None if recipe.warmup_prompts is None else WarmupSettings(num_prompts=recipe.warmup_prompts)),
         overrides=dict(recipe.overrides),
     )
 
@@ -175,9 +163,7 @@ def heldout_evaluator(
         "prompts_split": _split_info(data.prompts_split),
         "ppl_split": _split_info(data.ppl_split),
         "heldout_prompts": len(first.data.prompts) if first.data.prompts is not None else None,
-        "heldout_ppl_records": (
-            len(first.data.ppl_records) if first.data.ppl_records is not None else None
-        ),
+        "heldout_ppl_records": (len(first.data.ppl_records) if first.data.ppl_records is not None else None),
         "num_prompts": tps.num_prompts if tps else None,
         "output_len": tps.output_len if tps else None,
         "warmup_requests": tps.warmup_requests if tps else None,

@@ -154,9 +154,7 @@ def rerun_against_base(
             figures[who] = float(result.tps.tps)
             logger.info("pair %d: %s %.2f tok/s", index, who, figures[who])
         pairs.append(RerunPair(index=index, order=order, answer_tps=figures[ANSWER], base_tps=figures[BASE]))
-    interval = paired_ratio_interval(
-        [(p.answer_tps, p.base_tps) for p in pairs], confidence=settings.confidence
-    )
+    interval = paired_ratio_interval([(p.answer_tps, p.base_tps) for p in pairs], confidence=settings.confidence)
     return RerunResult(pairs=tuple(pairs), speedup=interval)
 
 

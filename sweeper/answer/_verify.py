@@ -187,9 +187,7 @@ class VerifyEvent:
     message: str = ""
 
 
-def heldout_statement(
-    verification: VerificationRecord, settings: Mapping[str, Any]
-) -> PplStatement | None:
+def heldout_statement(verification: VerificationRecord, settings: Mapping[str, Any]) -> PplStatement | None:
     """The held-out PPL with its interval and the chance that a re-run passes the cap.
 
     The highest held-out PPL of the candidate's repeats (the one the verdict
@@ -211,9 +209,8 @@ def heldout_text(statement: PplStatement) -> str:
     text = f"held-out {statement.text()}"
     if statement.within_noise and statement.cap is not None:
         over = statement.cap < statement.ppl
-        text += (
-            f"; WITHIN NOISE of the cap: {statement.cap:.4f} is inside the held-out interval, so "
-            + ("new records may well pass it" if over else "new records may put it over the cap")
+        text += f"; WITHIN NOISE of the cap: {statement.cap:.4f} is inside the held-out interval, so " + (
+            "new records may well pass it" if over else "new records may put it over the cap"
         )
     return text
 
@@ -378,20 +375,33 @@ def verify_study(
 
                 run_root = Path(run_dir) if run_dir else DEFAULT_RUN_ROOT / study_name / "verify"
                 evaluate, data_info = heldout_evaluator(
-                    recipe, base_manifest=base_manifest, prompts=prompts, ppl_data=ppl_data,
+                    recipe,
+                    base_manifest=base_manifest,
+                    prompts=prompts,
+                    ppl_data=ppl_data,
                     run_dir=run_root,
-                )  # fmt: skip
+                )
             now = standing(status.trials, ConfirmSettings.from_settings(status.settings))
             for record in todo:
                 plan = _plan(
-                    record, base, settings, _study_claim(now, record, claimed_speedup),
+                    record,
+                    base,
+                    settings,
+                    _study_claim(now, record, claimed_speedup),
                     _study_figure(now, record, tuned_tps),
-                )  # fmt: skip
+                )
                 made.append(
                     _verify_one(
-                        store, study_name, record, plan, settings, evaluate, data_info, progress,
+                        store,
+                        study_name,
+                        record,
+                        plan,
+                        settings,
+                        evaluate,
+                        data_info,
+                        progress,
                         resumable=newest.get(record.number),
-                    )  # fmt: skip
+                    )
                 )
         latest = store.latest(study_name)
     finally:
@@ -470,9 +480,7 @@ def _choose(
     from sweeper.errors import StudyError
 
     if not status.trials:
-        raise StudyError(
-            f"study {status.study_name!r} has no trials yet: run 'sweeper run' first, then verify"
-        )
+        raise StudyError(f"study {status.study_name!r} has no trials yet: run 'sweeper run' first, then verify")
     chosen = candidates(status.trials, settings.top, status.settings)
     if not chosen:
         raise StudyError(
@@ -530,16 +538,22 @@ def _verify_one(
     if resumable is not None and _can_resume(resumable, record, plan, data_info):
         verification_id = resumable.id
         store.resume(
-            verification_id, tuned_tps=plan.tuned_tps, tolerance=settings.tolerance,
-            repeats=settings.repeats, control=plan.control, claimed_speedup=plan.claimed_speedup,
+            verification_id,
+            tuned_tps=plan.tuned_tps,
+            tolerance=settings.tolerance,
+            repeats=settings.repeats,
+            control=plan.control,
+            claimed_speedup=plan.claimed_speedup,
             spread_prior=settings.spread_prior,
-        )  # fmt: skip
+        )
         runs = {r.repeat: r for r in resumable.runs if r.repeat < settings.repeats}
         base_runs = {r.repeat: r for r in resumable.base_runs if r.repeat < settings.repeats}
         logger.info(
             "taking up the unfinished verification of trial %d: %d candidate and %d base repeats kept",
-            record.number, len(runs), len(base_runs),
-        )  # fmt: skip
+            record.number,
+            len(runs),
+            len(base_runs),
+        )
     else:
         verification_id = store.start(
             study_name=study_name,
@@ -559,18 +573,26 @@ def _verify_one(
         )
     logger.info(
         "verifying trial %d (TPS %.2f, PPL %.4f): %d repeats on held-out data, control %s",
-        record.number, plan.tuned_tps, record.ppl, settings.repeats, plan.control,
-    )  # fmt: skip
-    _emit(progress, VerifyEvent(kind="candidate", trial_number=record.number,
-                                message=_control_note(plan)))  # fmt: skip
+        record.number,
+        plan.tuned_tps,
+        record.ppl,
+        settings.repeats,
+        plan.control,
+    )
+    _emit(progress, VerifyEvent(kind="candidate", trial_number=record.number, message=_control_note(plan)))
 
     def repeat_of(subject: str, repeat: int) -> VerificationRun:
         event = {"trial_number": record.number, "repeat": repeat, "subject": subject}
         _emit(progress, VerifyEvent(kind="repeat-started", **event))
         run = _measure(
-            evaluate, study_name, record, repeat, cap if subject == CANDIDATE else None,
-            subject=subject, base=plan.base,
-        )  # fmt: skip
+            evaluate,
+            study_name,
+            record,
+            repeat,
+            cap if subject == CANDIDATE else None,
+            subject=subject,
+            base=plan.base,
+        )
         store.add_run(verification_id, run)
         _emit(progress, VerifyEvent(kind="repeat-finished", run=run, **event))
         return run
@@ -589,12 +611,16 @@ def _verify_one(
         store.finish(verification_id, status=INTERRUPTED, reason="interrupted", median_tps=None, max_ppl=None)
         raise
     verdict = judge(
-        tuned_tps=plan.tuned_tps, ppl_cap=cap, runs=[runs[r] for r in sorted(runs)],
-        tolerance=settings.tolerance, repeats=settings.repeats,
+        tuned_tps=plan.tuned_tps,
+        ppl_cap=cap,
+        runs=[runs[r] for r in sorted(runs)],
+        tolerance=settings.tolerance,
+        repeats=settings.repeats,
         base_runs=[base_runs[r] for r in sorted(base_runs)] if plan.control == CONTROL_MEASURED else None,
-        is_base=plan.control == CONTROL_IS_BASE, claimed_speedup=plan.claimed_speedup,
+        is_base=plan.control == CONTROL_IS_BASE,
+        claimed_speedup=plan.claimed_speedup,
         spread_prior=settings.spread_prior,
-    )  # fmt: skip
+    )
     _finish(store, verification_id, verdict)
     logger.info("trial %d %s: %s", record.number, verdict.status.upper(), verdict.reason)
     done = next(v for v in store.records(study_name) if v.id == verification_id)
@@ -643,9 +669,7 @@ def _measure(
     try:
         measurement = evaluate(dict(context.params), context)
         if not isinstance(measurement, Measurement):
-            raise MeasurementError(
-                f"the evaluator returned {type(measurement).__name__}, not a Measurement"
-            )
+            raise MeasurementError(f"the evaluator returned {type(measurement).__name__}, not a Measurement")
     except (SweeperError, OSError) as exc:
         if isinstance(exc, UserInputError):
             raise

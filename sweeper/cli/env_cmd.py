@@ -12,8 +12,11 @@ from sweeper.serving import CACHE_VARIABLE, server_venv
 
 @click.command("env")
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False))
-@click.option("--cache-dir", type=click.Path(file_okay=False),
-              help=f"Where server venvs are cached (default: ${CACHE_VARIABLE}, else ~/.cache/sweeper/venvs).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    help=f"Where server venvs are cached (default: ${CACHE_VARIABLE}, else ~/.cache/sweeper/venvs).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(manifest_path: str, cache_dir: str | None, as_json: bool) -> None:
     """Create (or reuse) a venv with MANIFEST's dependencies and print its python.
@@ -27,9 +30,16 @@ def command(manifest_path: str, cache_dir: str | None, as_json: bool) -> None:
     manifest = Manifest.load(manifest_path)
     venv = server_venv(manifest.dependencies, cwd=manifest.folder, cache_root=cache_dir)
     if as_json:
-        click.echo(json.dumps({
-            "python": str(venv.python), "path": str(venv.path), "key": venv.key,
-            "dependencies": list(venv.dependencies), "created": venv.created,
-        }))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "python": str(venv.python),
+                    "path": str(venv.path),
+                    "key": venv.key,
+                    "dependencies": list(venv.dependencies),
+                    "created": venv.created,
+                }
+            )
+        )
         return
     click.echo(str(venv.python))

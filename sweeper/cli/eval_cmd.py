@@ -21,8 +21,8 @@ from rich.table import Table
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from evaluators.tps import CONNECTIONS
 from sweeper.errors import MeasurementError
-from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
 from sweeper.manifest import Manifest, parse_assignments
+from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,7 @@ PHASE_LABELS = {
     show_default=True,
     help="Prompts recorded by --save-reference.",
 )
-@click.option(
-    "--prompts", metavar="P", help="Prompt set (file or hub id; default: demo tuning set)."
-)
+@click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: demo tuning set).")
 @click.option("--ppl-data", metavar="D", help="PPL reference set (default: demo tuning set).")
 @click.option(
     "--set",
@@ -84,17 +82,13 @@ PHASE_LABELS = {
     help="TPS requests: each on a connection of its own, as the harness's client sends them "
     "(harness), or all on one (keep-alive).",
 )
-@click.option(
-    "--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64)."
-)
+@click.option("--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64).")
 @click.option("--warmup-seed", type=int, help="Warm-up bridge seed (default: manifest or 42).")
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up bridge.")
 @click.option("--ppl-records", type=int, help="Score only the first N PPL records.")
 @click.option("--ppl-cap", type=float, help="Stop PPL early (and skip TPS) when clearly over it.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="Server log file.")
-@click.option(
-    "--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for the server."
-)
+@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for the server.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def command(
     manifest_path: str,
@@ -155,9 +149,7 @@ def command(
             )
             if both or want_tps
             else None,
-            ppl=PplSettings(max_records=ppl_records, stop_above=ppl_cap)
-            if both or want_ppl
-            else None,
+            ppl=PplSettings(max_records=ppl_records, stop_above=ppl_cap) if both or want_ppl else None,
             warmup=warmup,
             fidelity_reference=fidelity_ref,
             save_reference=save_reference,

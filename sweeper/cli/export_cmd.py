@@ -16,14 +16,32 @@ logger = logging.getLogger(__name__)
 
 @click.command("export")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
-@click.option("--storage", default=DEFAULT_URL, show_default=True, envvar="SWEEPER_STORAGE",
-              help="Study database: SQLAlchemy URL or SQLite path.")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
-              help="Manifest file to write (default: ./<derived name>.json).")
-@click.option("--manifest", "manifest_path", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Base manifest the study ran on (default: the one the study recorded).")
-@click.option("--allow-unverified", is_flag=True,
-              help="Export the best feasible trial even if it is not verified on held-out data.")
+@click.option(
+    "--storage",
+    default=DEFAULT_URL,
+    show_default=True,
+    envvar="SWEEPER_STORAGE",
+    help="Study database: SQLAlchemy URL or SQLite path.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False),
+    help="Manifest file to write (default: ./<derived name>.json).",
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Base manifest the study ran on (default: the one the study recorded).",
+)
+@click.option(
+    "--allow-unverified",
+    is_flag=True,
+    help="Export the best feasible trial even if it is not verified on held-out data.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     study_name: str | None,

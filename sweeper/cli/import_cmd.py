@@ -11,16 +11,20 @@ from rich.table import Table
 
 from search_spaces import load_space
 from sweeper.errors import SearchSpaceError
-from sweeper.study import ImportPlan, default_space_for, describe_value, plan_from_manifest
 from sweeper.manifest import Manifest
+from sweeper.study import ImportPlan, default_space_for, describe_value, plan_from_manifest
 
 logger = logging.getLogger(__name__)
 
 
 @click.command("import")
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False))
-@click.option("--space", "space_spec", metavar="NAME|FILE",
-              help="Search-space preset or file (default: the preset that fits the manifest's model).")
+@click.option(
+    "--space",
+    "space_spec",
+    metavar="NAME|FILE",
+    help="Search-space preset or file (default: the preset that fits the manifest's model).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(manifest_path: str, space_spec: str | None, as_json: bool) -> None:
     """Show what 'sweeper run --manifest MANIFEST' would search, and from where.

@@ -16,12 +16,23 @@ logger = logging.getLogger(__name__)
 
 @click.command("report")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
-@click.option("--storage", default=DEFAULT_URL, show_default=True, envvar="SWEEPER_STORAGE",
-              help="Study database: SQLAlchemy URL or SQLite path.")
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
-              help="Folder to write into (default: ./report-<study>).")
-@click.option("--manifest", "manifest_path", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Base manifest, to show how the winner differs from it (default: the recorded one).")
+@click.option(
+    "--storage",
+    default=DEFAULT_URL,
+    show_default=True,
+    envvar="SWEEPER_STORAGE",
+    help="Study database: SQLAlchemy URL or SQLite path.",
+)
+@click.option(
+    "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Folder to write into (default: ./report-<study>)."
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Base manifest, to show how the winner differs from it (default: the recorded one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     study_name: str | None, storage: str, out_dir: str | None, manifest_path: str | None, as_json: bool

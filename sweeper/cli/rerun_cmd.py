@@ -17,8 +17,14 @@ logger = logging.getLogger(__name__)
 
 @click.command("rerun")
 @click.argument("answer_path", metavar="ANSWER", type=click.Path(dir_okay=False))
-@click.option("--base", "base_path", required=True, metavar="BASE", type=click.Path(dir_okay=False),
-              help="The base manifest the answer claims to beat.")  # fmt: skip
+@click.option(
+    "--base",
+    "base_path",
+    required=True,
+    metavar="BASE",
+    type=click.Path(dir_okay=False),
+    help="The base manifest the answer claims to beat.",
+)
 @click.option("--pairs", default=3, show_default=True, help="Answer/base pairs, each run in a fresh server.")
 @click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
 @click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True)

@@ -22,18 +22,17 @@ from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confi
 from sweeper.sweep import (
     CHALLENGE_SIZES,
     DEFAULT_NOISE,
-    GPU_DEMO_NOISE,
     DEMO_PRESET,
     DEMO_SIZES,
     DEMO_STORAGE,
     DEMO_TRIALS,
+    GPU_DEMO_NOISE,
     RunPlan,
     execute,
     prepare,
     run_on_gpus,
     several_workers,
 )
-
 
 PHASE_LABELS = {
     "start": "starting the server",
@@ -96,9 +95,8 @@ def describe_finished(event: TrialEvent) -> str:
     tps = f"{event.tps:.1f} tok/s" if event.tps is not None else "-"
     ppl = f"PPL {event.ppl:.3f}" if event.ppl is not None else "PPL -"
     kind = " (confirmation)" if is_confirmation(event.role) else ""
-    return (
-        f"trial {event.number}{kind} {dict(event.params)}: {tps}, {ppl}: {verdict}"
-        + (f" ({event.error})" if event.error else "")
+    return f"trial {event.number}{kind} {dict(event.params)}: {tps}, {ppl}: {verdict}" + (
+        f" ({event.error})" if event.error else ""
     )
 
 
@@ -236,10 +234,15 @@ def _log_through(console: Console | None, level: int | None) -> Iterator[None]:
 def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
     """The demo's options on its GPU manifest: its data, sizes and budget wherever none is given."""
     demo = demo_paths()
-    defaults = {"prompts": str(demo.prompts_tuning), "ppl_data": str(demo.ppl_tuning),
-                "num_prompts": DEMO_SIZES.num_prompts, "output_len": DEMO_SIZES.output_len,
-                "warmup_requests": DEMO_SIZES.warmup_requests, "n_trials": DEMO_TRIALS,
-                "noise": GPU_DEMO_NOISE}  # fmt: skip
+    defaults = {
+        "prompts": str(demo.prompts_tuning),
+        "ppl_data": str(demo.ppl_tuning),
+        "num_prompts": DEMO_SIZES.num_prompts,
+        "output_len": DEMO_SIZES.output_len,
+        "warmup_requests": DEMO_SIZES.warmup_requests,
+        "n_trials": DEMO_TRIALS,
+        "noise": GPU_DEMO_NOISE,
+    }
     filled = {key: value if options.get(key) is None else options[key] for key, value in defaults.items()}
     return {**options, **filled, "manifest": manifest}
 
@@ -252,10 +255,17 @@ def _clock(seconds: float) -> str:
 
 @click.command("run")
 @click.option("--manifest", "manifest", metavar="FILE", help="Base manifest (default: the bundled demo's).")
-@click.option("--space", help=f"Search-space preset or YAML/TOML file (default: {DEMO_PRESET} for the demo, else the preset that fits the manifest).")
+@click.option(
+    "--space",
+    help=f"Search-space preset or YAML/TOML file (default: {DEMO_PRESET} for the demo, else the preset that fits the manifest).",
+)
 @click.option("--study", "study_name", help="Study name (default: derived from manifest and space).")
 @click.option("--storage", default=DEMO_STORAGE, show_default=True, help="SQLAlchemy URL or SQLite path.")
-@click.option("--n-trials", type=int, help=f"Trials in the study, resumes count (default: 8; the demo {DEMO_TRIALS}; no limit with --timeout, except on the demo).")
+@click.option(
+    "--n-trials",
+    type=int,
+    help=f"Trials in the study, resumes count (default: 8; the demo {DEMO_TRIALS}; no limit with --timeout, except on the demo).",
+)
 @click.option("--timeout", help="Stop starting new trials after this long (e.g. 8h, 90m).")
 @click.option("--mode", type=click.Choice(list(MODES)), default="tps", show_default=True)
 @click.option("--sampler", type=click.Choice(list(SAMPLERS)), help=f"Optuna sampler (default: {DEFAULT_SAMPLER}).")
@@ -268,63 +278,149 @@ def _clock(seconds: float) -> str:
     show_default=True,
     help="Cap relative to the baseline PPL measured first (ignored with --ppl-cap).",
 )
-@click.option("--ppl-confidence", metavar="LEVEL",
-              help="Pass a configuration only when its PPL's upper bound at this level, on a re-run over "
-                   "--ppl-rerun-records new records of this kind, is under the cap (e.g. 0.9 or 90%); none: "
-                   "the point estimate. Default: 0.9 (with --ppl-cap and --ppl-cap-rel alike); a resumed "
-                   "study keeps its own (docs/study.md, 'The gate').")
-@click.option("--ppl-rerun-records", type=int, metavar="N",
-              help="Records of the re-run the confidence gate promises to pass (default: the held-out "
-                   "PPL records verify scores).")
-@click.option("--reuse-quality/--no-reuse-quality", default=True, show_default=True,
-              help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.")
-@click.option("--confirm-rounds", type=int,
-              help="Rounds a confirmation race may take (default: 6; the demo 4): a trial measured "
-                   "faster than the best, or within the noise of it, is re-measured with the best and the "
-                   "base manifest, side by side in fresh servers, and decided on those figures alone (its "
-                   "first figure only picked it); still unclear, it is a tie, and a tie goes to the "
-                   "configuration closer to the base. The claim over the base pays for every race run "
-                   "(study-wise error), and gets up to as many claim rounds while unclear (0: no races).")
-@click.option("--screen", metavar="PxT",
-              help="Multi-fidelity: a short TPS screen (e.g. 16x128) before each new configuration's full "
-                   "measurement, which is skipped when the screen reads clearly below the best's screen.")
-@click.option("--noise", type=float,
-              help=f"Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
-                   f"the study's repeats measure it (default: {DEFAULT_NOISE}; the GPU demo "
-                   f"{GPU_DEMO_NOISE}); benchmarks/gpu_check.py --only noise measures it on a GPU.")
-@click.option("--prompts", metavar="P", help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).")
-@click.option("--ppl-data", metavar="D", help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).")
-@click.option("--heldout-prompts", metavar="P", help="Held-out prompts for verify (or split them off with --heldout-fraction).")
-@click.option("--heldout-ppl-data", metavar="D", help="Held-out PPL records for verify (or split them off with --heldout-fraction).")
-@click.option("--heldout-fraction", type=float, metavar="F",
-              help="Hold this fraction of the tuning prompts / PPL records out for verify (e.g. 0.25), seeded by --split-seed.")
+@click.option(
+    "--ppl-confidence",
+    metavar="LEVEL",
+    help="Pass a configuration only when its PPL's upper bound at this level, on a re-run over "
+    "--ppl-rerun-records new records of this kind, is under the cap (e.g. 0.9 or 90%); none: "
+    "the point estimate. Default: 0.9 (with --ppl-cap and --ppl-cap-rel alike); a resumed "
+    "study keeps its own (docs/study.md, 'The gate').",
+)
+@click.option(
+    "--ppl-rerun-records",
+    type=int,
+    metavar="N",
+    help="Records of the re-run the confidence gate promises to pass (default: the held-out "
+    "PPL records verify scores).",
+)
+@click.option(
+    "--reuse-quality/--no-reuse-quality",
+    default=True,
+    show_default=True,
+    help="Reuse a PPL measured for the same quality knobs when only speed knobs changed.",
+)
+@click.option(
+    "--confirm-rounds",
+    type=int,
+    help="Rounds a confirmation race may take (default: 6; the demo 4): a trial measured "
+    "faster than the best, or within the noise of it, is re-measured with the best and the "
+    "base manifest, side by side in fresh servers, and decided on those figures alone (its "
+    "first figure only picked it); still unclear, it is a tie, and a tie goes to the "
+    "configuration closer to the base. The claim over the base pays for every race run "
+    "(study-wise error), and gets up to as many claim rounds while unclear (0: no races).",
+)
+@click.option(
+    "--screen",
+    metavar="PxT",
+    help="Multi-fidelity: a short TPS screen (e.g. 16x128) before each new configuration's full "
+    "measurement, which is skipped when the screen reads clearly below the best's screen.",
+)
+@click.option(
+    "--noise",
+    type=float,
+    help=f"Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
+    f"the study's repeats measure it (default: {DEFAULT_NOISE}; the GPU demo "
+    f"{GPU_DEMO_NOISE}); benchmarks/gpu_check.py --only noise measures it on a GPU.",
+)
+@click.option(
+    "--prompts",
+    metavar="P",
+    help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).",
+)
+@click.option(
+    "--ppl-data",
+    metavar="D",
+    help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).",
+)
+@click.option(
+    "--heldout-prompts", metavar="P", help="Held-out prompts for verify (or split them off with --heldout-fraction)."
+)
+@click.option(
+    "--heldout-ppl-data",
+    metavar="D",
+    help="Held-out PPL records for verify (or split them off with --heldout-fraction).",
+)
+@click.option(
+    "--heldout-fraction",
+    type=float,
+    metavar="F",
+    help="Hold this fraction of the tuning prompts / PPL records out for verify (e.g. 0.25), seeded by --split-seed.",
+)
 @click.option("--split-seed", type=int, default=0, show_default=True, help="Seed of the --heldout-fraction split.")
-@click.option("--num-prompts", type=int, help=f"Prompts per TPS measurement (default: {CHALLENGE_SIZES.num_prompts}; demo {DEMO_SIZES.num_prompts}).")
-@click.option("--output-len", type=int, help=f"Output tokens per request (default: {CHALLENGE_SIZES.output_len}; demo {DEMO_SIZES.output_len}).")
-@click.option("--warmup-requests", type=int,
-              help=f"Untimed chat requests before each TPS measurement (default: {CHALLENGE_SIZES.warmup_requests}; demo {DEMO_SIZES.warmup_requests}).")
-@click.option("--warmup-prompts", type=int,
-              help="Warm-up bridge prompts (max_tokens=1) after start (default: the manifest's WARMUP_NUM_PROMPTS or 64).")
+@click.option(
+    "--num-prompts",
+    type=int,
+    help=f"Prompts per TPS measurement (default: {CHALLENGE_SIZES.num_prompts}; demo {DEMO_SIZES.num_prompts}).",
+)
+@click.option(
+    "--output-len",
+    type=int,
+    help=f"Output tokens per request (default: {CHALLENGE_SIZES.output_len}; demo {DEMO_SIZES.output_len}).",
+)
+@click.option(
+    "--warmup-requests",
+    type=int,
+    help=f"Untimed chat requests before each TPS measurement (default: {CHALLENGE_SIZES.warmup_requests}; demo {DEMO_SIZES.warmup_requests}).",
+)
+@click.option(
+    "--warmup-prompts",
+    type=int,
+    help="Warm-up bridge prompts (max_tokens=1) after start (default: the manifest's WARMUP_NUM_PROMPTS or 64).",
+)
 @click.option("--ppl-records", "ppl_max_records", type=int, help="Score only the first N PPL records (default: all).")
 @click.option("--run-dir", default="sweeper-runs", show_default=True, help="Where server logs go.")
-@click.option("--ready-timeout", "ready_timeout_s", type=float, default=900.0, show_default=True,
-              help="Seconds a server may take to answer /v1/models.")
-@click.option("--server-python", metavar="PATH", help="Run the manifest's 'python ...' serve command with this interpreter.")
-@click.option("--server-venv", is_flag=True,
-              help="Install the manifest's dependencies into a cached venv (see 'sweeper env') and serve with its python.")
-@click.option("--keep-port", is_flag=True,
-              help="Start servers on the manifest's own port (for a serve script that ignores $PORT).")
-@click.option("--verify-top", type=int, default=0, show_default=True,
-              help="After the sweep, verify the N best feasible trials on held-out data.")
-@click.option("--enqueue", multiple=True, metavar="NAME=V[,NAME=V]",
-              help="A configuration to try first (repeatable), e.g. sliding_window=16,num_speculative_tokens=2.")
-@click.option("--trial-timeout", metavar="DURATION",
-              help="Wall-clock limit of one trial (e.g. 45m); past it the trial fails with kind "
-                   "timeout and its server is stopped (default: derived from the sizes).")
+@click.option(
+    "--ready-timeout",
+    "ready_timeout_s",
+    type=float,
+    default=900.0,
+    show_default=True,
+    help="Seconds a server may take to answer /v1/models.",
+)
+@click.option(
+    "--server-python", metavar="PATH", help="Run the manifest's 'python ...' serve command with this interpreter."
+)
+@click.option(
+    "--server-venv",
+    is_flag=True,
+    help="Install the manifest's dependencies into a cached venv (see 'sweeper env') and serve with its python.",
+)
+@click.option(
+    "--keep-port",
+    is_flag=True,
+    help="Start servers on the manifest's own port (for a serve script that ignores $PORT).",
+)
+@click.option(
+    "--verify-top",
+    type=int,
+    default=0,
+    show_default=True,
+    help="After the sweep, verify the N best feasible trials on held-out data.",
+)
+@click.option(
+    "--enqueue",
+    multiple=True,
+    metavar="NAME=V[,NAME=V]",
+    help="A configuration to try first (repeatable), e.g. sliding_window=16,num_speculative_tokens=2.",
+)
+@click.option(
+    "--trial-timeout",
+    metavar="DURATION",
+    help="Wall-clock limit of one trial (e.g. 45m); past it the trial fails with kind "
+    "timeout and its server is stopped (default: derived from the sizes).",
+)
 @click.option("--quiet", is_flag=True, help="No live view and no log lines: only warnings and the final result.")
-@click.option("--plain", is_flag=True, help="One plain line per event instead of the live view (the default when stderr is not a terminal).")
-@click.option("--gpus", metavar="IDS", help="GPUs of this host to use, e.g. 0,1,2,3: one worker per GPU "
-              "(per TENSOR_PARALLEL_SIZE GPUs), all on the same study.")
+@click.option(
+    "--plain",
+    is_flag=True,
+    help="One plain line per event instead of the live view (the default when stderr is not a terminal).",
+)
+@click.option(
+    "--gpus",
+    metavar="IDS",
+    help="GPUs of this host to use, e.g. 0,1,2,3: one worker per GPU "
+    "(per TENSOR_PARALLEL_SIZE GPUs), all on the same study.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.
@@ -378,8 +474,7 @@ def command(**options: Any) -> None:
             click.echo(f"gate: {prepared.gate.describe()}", err=True)
         if several_workers(plan, prepared.manifest.env):  # --gpus: one process per worker
             click.echo(
-                f"{plan.gpus}: one worker per GPU group; their logs in "
-                f"{plan.run_dir}/{prepared.study_name}/",
+                f"{plan.gpus}: one worker per GPU group; their logs in {plan.run_dir}/{prepared.study_name}/",
                 err=True,
             )
             result = run_on_gpus(prepared)
@@ -395,8 +490,11 @@ def command(**options: Any) -> None:
     now = study_answer(result.status.trials, result.status.verifications, result.status.settings).standing
     if as_json:
         standing_data = now.to_dict() if now is not None else None
-        click.echo(json.dumps({"stop_reason": result.stop_reason, **result.status.to_dict(),
-                               "standing": standing_data}, default=str))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {"stop_reason": result.stop_reason, **result.status.to_dict(), "standing": standing_data}, default=str
+            )
+        )
         return
     click.echo(f"stopped: {result.stop_reason}; {result.trials_run} trial(s) run this time")
     if now is None or now.incumbent is None:
@@ -412,9 +510,8 @@ def command(**options: Any) -> None:
     )
     record = next((r for r in result.status.trials if r.number == best.first), None)
     statement = (
-        None if record is None
-        else ppl_statement(record.ppl, record.extras, record.ppl_cap, result.status.settings)
-    )  # fmt: skip
+        None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, result.status.settings)
+    )
     if statement is not None and statement.known:
         click.echo(f"  {statement.text()}")
     click.echo(f"claim: {now.describe()}")

@@ -53,8 +53,7 @@ def command(manifest_path: str, assignments: tuple[str, ...], print_command: boo
         return
     if serve.not_interpreted:
         logger.info(
-            "env keys passed through to the server's environment but not interpreted by "
-            "sweeper serve: %s",
+            "env keys passed through to the server's environment but not interpreted by sweeper serve: %s",
             ", ".join(serve.not_interpreted),
         )
     exec_server(serve, {**manifest.env, **environ, **overrides})

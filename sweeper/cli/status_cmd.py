@@ -81,8 +81,10 @@ def recipe_lines(status: StudyStatus) -> list[str]:
         tuning += f" ({counts['ppl_records']} records)"
     lines = [sizes, tuning]
     heldout = []
-    for kind, given, key in (("prompts", recipe.heldout_prompts, "heldout_prompts"),
-                             ("ppl_data", recipe.heldout_ppl_data, "heldout_ppl_records")):  # fmt: skip
+    for kind, given, key in (
+        ("prompts", recipe.heldout_prompts, "heldout_prompts"),
+        ("ppl_data", recipe.heldout_ppl_data, "heldout_ppl_records"),
+    ):
         split = recipe.split_of(kind)
         label = "prompts" if kind == "prompts" else "PPL"
         if given:
@@ -107,13 +109,9 @@ def recipe_lines(status: StudyStatus) -> list[str]:
     return lines
 
 
-def _trial_table(
-    title: str, records: tuple[TrialRecord, ...], settings: dict[str, Any] | None = None
-) -> Table:
+def _trial_table(title: str, records: tuple[TrialRecord, ...], settings: dict[str, Any] | None = None) -> Table:
     """Trials with TPS, PPL and cap; with the PPL's interval and re-run chance where known."""
-    statements = {
-        r.number: ppl_statement(r.ppl, r.extras, r.ppl_cap, settings or {}) for r in records
-    }
+    statements = {r.number: ppl_statement(r.ppl, r.extras, r.ppl_cap, settings or {}) for r in records}
     uncertain = any(s is not None and s.known for s in statements.values())
     table = Table(title=title, title_justify="left")
     columns = [("trial", "right"), ("TPS", "right"), ("PPL", "right")]
@@ -206,9 +204,7 @@ def show_status(console: Console, status: StudyStatus) -> None:
     for line in lines:
         console.print(line, markup=False, highlight=False)
     pareto = _configuration_pareto(status, answer.standing)
-    console.print(
-        _trial_table("Pareto set (TPS up, PPL down; gate-passing configurations)", pareto, status.settings)
-    )
+    console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing configurations)", pareto, status.settings))
     if status.verifications:  # sweeper verify: re-measured on held-out data
         from sweeper.cli.verify_cmd import failure_lines, heldout_ppl_lines, verification_table
 
@@ -254,8 +250,7 @@ def standing_lines(now: Standing | None) -> list[str]:
     lines = [
         f"best: trial {inc.first}: TPS {estimate.value:.2f} ({servers}"
         + (f"; every reading: {figures}), " if len(inc.tps) > 1 else "), ")
-        + 
-        f"PPL {inc.ppl:.4f} (cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
+        + f"PPL {inc.ppl:.4f} (cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
         f"claim: {now.describe()}",
     ]
     if now.basis is not None:
@@ -286,8 +281,7 @@ def show_trial(console: Console, record: TrialRecord, settings: dict[str, Any] |
             extra.append("TPS not measured (stopped early)")
         console.print(
             f"TPS {_number(record.tps, 2)}, PPL {_number(record.ppl, 4)} "
-            f"(cap {_number(record.ppl_cap, 4)}): {verdict}"
-            + (f"; {'; '.join(extra)}" if extra else "")
+            f"(cap {_number(record.ppl_cap, 4)}): {verdict}" + (f"; {'; '.join(extra)}" if extra else "")
         )
         statement = ppl_statement(record.ppl, record.extras, record.ppl_cap, settings or {})
         if statement is not None and statement.known:
@@ -302,14 +296,10 @@ def show_trial(console: Console, record: TrialRecord, settings: dict[str, Any] |
     if record.error_kind:
         console.print(f"error: {record.error_kind}: {record.error_message}")
     if record.phases:
-        console.print(
-            "phases: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in record.phases)
-        )
+        console.print("phases: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in record.phases))
     if record.requests:
         console.print(f"per-request rows: {len(record.requests)}")
-    console.print(
-        f"worker: pid {record.pid} on {record.host}; server token {record.server_token or '-'}"
-    )
+    console.print(f"worker: pid {record.pid} on {record.host}; server token {record.server_token or '-'}")
     if record.log_tail:
         lines = record.log_tail.splitlines()[-LOG_TAIL_LINES:]
         console.print(f"server log, last {len(lines)} lines:", markup=False)
@@ -363,9 +353,8 @@ def command(study_name: str | None, storage: str, trial_number: int | None, as_j
         data["standing"] = now.to_dict() if now is not None else None
         record = answer.record
         statement = (
-            None if record is None
-            else ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)
-        )  # fmt: skip
+            None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)
+        )
         data["answer_ppl"] = statement.to_dict() if statement is not None else None
         click.echo(json.dumps(data, default=str))
         return

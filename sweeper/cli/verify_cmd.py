@@ -12,8 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, DEFAULT_URL, VerificationRecord
-from sweeper.errors import StudyError
-from sweeper.manifest import Manifest
 from sweeper.answer import (
     VerifyEvent,
     VerifyResult,
@@ -22,6 +20,8 @@ from sweeper.answer import (
     speedup_text,
     verify_study,
 )
+from sweeper.errors import StudyError
+from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)
 
@@ -32,23 +32,45 @@ class NotVerifiedError(StudyError):
 
 @click.command("verify")
 @click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
-@click.option("--storage", default=DEFAULT_URL, show_default=True, envvar="SWEEPER_STORAGE",
-              help="Study database: SQLAlchemy URL or SQLite path.")
+@click.option(
+    "--storage",
+    default=DEFAULT_URL,
+    show_default=True,
+    envvar="SWEEPER_STORAGE",
+    help="Study database: SQLAlchemy URL or SQLite path.",
+)
 @click.option("--top", default=3, show_default=True, help="Verify the N best feasible configurations.")
 @click.option("--repeats", default=3, show_default=True, help="Fresh servers per candidate.")
-@click.option("--tolerance", default=0.05, show_default=True,
-              help="Largest allowed gap between held-out median TPS and tuned TPS (0.05 = 5 %).")
-@click.option("--manifest", "manifest_path", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Base manifest the study ran on (default: the one the study recorded).")
+@click.option(
+    "--tolerance",
+    default=0.05,
+    show_default=True,
+    help="Largest allowed gap between held-out median TPS and tuned TPS (0.05 = 5 %).",
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Base manifest the study ran on (default: the one the study recorded).",
+)
 @click.option("--prompts", metavar="P", help="Held-out prompt set (default: recorded, or the demo's held-out set).")
 @click.option("--ppl-data", metavar="D", help="Held-out PPL records (default: recorded, or the demo's held-out set).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where the servers' logs go.")
 @click.option("--redo", is_flag=True, help="Verify again candidates that already have a verdict.")
-@click.option("--no-control", "no_control", is_flag=True,
-              help="Do not measure the base configuration beside each candidate (half the servers; "
-                   "the speedup over the base is then not checked).")
-@click.option("--spread-prior", default=0.10, show_default=True,
-              help="Between-server TPS spread assumed until the repeats show their own (0.10 = 10 %).")
+@click.option(
+    "--no-control",
+    "no_control",
+    is_flag=True,
+    help="Do not measure the base configuration beside each candidate (half the servers; "
+    "the speedup over the base is then not checked).",
+)
+@click.option(
+    "--spread-prior",
+    default=0.10,
+    show_default=True,
+    help="Between-server TPS spread assumed until the repeats show their own (0.10 = 10 %).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     study_name: str | None,
@@ -78,8 +100,9 @@ def command(
     interrupted verify goes on where it stopped. Exits with code 1 when no
     candidate is verified.
     """
-    settings = VerifySettings(top=top, repeats=repeats, tolerance=tolerance, redo=redo,
-                              control=not no_control, spread_prior=spread_prior)  # fmt: skip
+    settings = VerifySettings(
+        top=top, repeats=repeats, tolerance=tolerance, redo=redo, control=not no_control, spread_prior=spread_prior
+    )
     manifest = Manifest.load(manifest_path) if manifest_path else None
     console = Console(stderr=True)
     result = verify_study(
@@ -211,9 +234,7 @@ class _Progress:
             if run.state == "complete":
                 tps = "-" if run.tps is None else f"{run.tps:.2f}"
                 ppl = "-" if run.ppl is None else f"{run.ppl:.4f}"
-                self.console.print(
-                    f"  repeat {event.repeat + 1}, {whose}: TPS {tps}, PPL {ppl} ({run.seconds:.0f} s)"
-                )
+                self.console.print(f"  repeat {event.repeat + 1}, {whose}: TPS {tps}, PPL {ppl} ({run.seconds:.0f} s)")
             else:
                 self.console.print(f"  repeat {event.repeat + 1}, {whose}: [red]failed[/red]: {run.error_message}")
         elif event.kind == "verdict" and event.verification is not None:

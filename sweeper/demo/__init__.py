@@ -83,11 +83,14 @@ def choose_demo_manifest(devices: Callable[[], DeviceBackend] | None = None) -> 
         names = sorted({backend.name(device) for device in ids})
         no_gpu = getattr(backend, "reason", "no GPU is visible")
     if ids:
-        choice = DemoChoice(manifest=paths.gpu_manifest, gpu=True,
-                            reason=f"NVML sees {len(ids)} GPU(s) ({', '.join(names)})")  # fmt: skip
+        choice = DemoChoice(
+            manifest=paths.gpu_manifest, gpu=True, reason=f"NVML sees {len(ids)} GPU(s) ({', '.join(names)})"
+        )
     else:
-        choice = DemoChoice(manifest=paths.manifest, gpu=False,
-                            reason=f"{no_gpu}; on a CUDA machine without NVML pass "
-                                   f"--manifest {paths.gpu_manifest}")  # fmt: skip
+        choice = DemoChoice(
+            manifest=paths.manifest,
+            gpu=False,
+            reason=f"{no_gpu}; on a CUDA machine without NVML pass --manifest {paths.gpu_manifest}",
+        )
     logger.info("%s", choice.describe())
     return choice

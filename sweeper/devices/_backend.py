@@ -43,7 +43,7 @@ class DeviceBackend(abc.ABC):
     def cuda_version(self) -> str | None:
         """The highest CUDA version the driver supports (``"13.0"``)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook with nothing to release by default
         """Release what the backend holds (nothing by default)."""
 
     def __enter__(self) -> DeviceBackend:

@@ -176,9 +176,7 @@ class DeviceSlot:
             try:
                 self.idle[device] = self.backend.used_memory_mib(device)
             except KeyError as exc:
-                raise UserInputError(
-                    f"--gpus: {exc.args[0]} (this host has {', '.join(known) or 'none'})"
-                ) from None
+                raise UserInputError(f"--gpus: {exc.args[0]} (this host has {', '.join(known) or 'none'})") from None
         if self.idle:
             logger.info(
                 "GPU memory at worker start: %s",

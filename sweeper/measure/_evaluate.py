@@ -80,8 +80,7 @@ class DataSplit:
         fraction = self.heldout_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
             raise DataError(
-                f"--heldout-fraction must be a fraction between 0 and 1 (0.25 = a quarter), "
-                f"not {fraction!r}"
+                f"--heldout-fraction must be a fraction between 0 and 1 (0.25 = a quarter), not {fraction!r}"
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise DataError(f"--split-seed must be an integer, not {self.seed!r}")
@@ -258,16 +257,13 @@ def load_eval_data(manifest: Manifest, settings: EvalSettings) -> EvalData:
     return EvalData(prompts=prompts, ppl_records=records, reference=reference)
 
 
-def warmup_settings_from(
-    manifest: Manifest, overrides: Mapping[str, str] | None = None
-) -> WarmupSettings:
+def warmup_settings_from(manifest: Manifest, overrides: Mapping[str, str] | None = None) -> WarmupSettings:
     """The warm-up bridge as the manifest's ``WARMUP_*`` env describes it (else the defaults)."""
     env = {**manifest.env, **(overrides or {})}
     defaults = WarmupSettings()
     try:
         return WarmupSettings(
-            enabled=env.get("WARMUP_BRIDGE", "1").strip().lower()
-            not in ("0", "false", "no", "off"),
+            enabled=env.get("WARMUP_BRIDGE", "1").strip().lower() not in ("0", "false", "no", "off"),
             num_prompts=int(env.get("WARMUP_NUM_PROMPTS", defaults.num_prompts)),
             max_tokens=int(env.get("WARMUP_MAX_TOKENS", defaults.max_tokens)),
             seed=int(env.get("WARMUP_SEED", defaults.seed)),
@@ -380,9 +376,7 @@ def measure_server(
     skipped: list[str] = []
     served = served_models(base_url)
     if model not in served:
-        raise MeasurementError(
-            f"the server at {base_url} does not serve {model!r} (it serves {sorted(served)})"
-        )
+        raise MeasurementError(f"the server at {base_url} does not serve {model!r} (it serves {sorted(served)})")
     if data.ppl_records is not None and served[model]:
         check_ppl_records(data.ppl_records, max_model_len=served[model])
 
@@ -421,9 +415,7 @@ def measure_server(
     screened_out = screen is not None and floor is not None and screen.tps is not None and screen.tps < floor
     if settings.tps is not None and data.prompts is not None:
         if gate_failed:
-            skipped.append(
-                f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}"
-            )
+            skipped.append(f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}")
         elif screened_out:
             skipped.append(
                 f"tps: the screen read {screen.tps:.2f} tok/s, below the floor {floor:.2f} "
@@ -477,9 +469,7 @@ def measure_server(
     )
 
 
-def _timed(
-    timings: dict[str, float], phase: str, work: Callable[[], Any], hooks: ServerHooks
-) -> Any:
+def _timed(timings: dict[str, float], phase: str, work: Callable[[], Any], hooks: ServerHooks) -> Any:
     began = time.perf_counter()
     try:
         return work()

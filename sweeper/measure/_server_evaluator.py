@@ -32,8 +32,15 @@ from evaluators import PplSettings, TpsResult, WarmupSettings, request_interval
 from sweeper.devices import DeviceSlot
 from sweeper.errors import MeasurementError, ServerError
 from sweeper.manifest import Manifest
-from sweeper.measure._evaluate import EvalData, EvalResult, EvalSettings, ServerHooks, evaluate
-from sweeper.measure._evaluate import load_eval_data, warmup_settings_from
+from sweeper.measure._evaluate import (
+    EvalData,
+    EvalResult,
+    EvalSettings,
+    ServerHooks,
+    evaluate,
+    load_eval_data,
+    warmup_settings_from,
+)
 from sweeper.measure._on_device import DeviceHooks
 from sweeper.serving import FailureKind, ServerProcess, classify, with_kind
 from sweeper.study import EvaluationContext, Measurement
@@ -75,9 +82,7 @@ def trial_limit_s(settings: EvalSettings, data: EvalData, warmup: WarmupSettings
         records = list(data.ppl_records)
         if settings.ppl.max_records:
             records = records[: settings.ppl.max_records]
-        limit += sum(
-            REQUEST_BOUND_S + len(r.token_ids) / PREFILL_FLOOR_TOKENS_PER_S for r in records
-        )
+        limit += sum(REQUEST_BOUND_S + len(r.token_ids) / PREFILL_FLOOR_TOKENS_PER_S for r in records)
     if warmup is not None and warmup.enabled:
         limit += warmup.num_prompts * decode(warmup.max_tokens)
     if settings.tps is not None and data.prompts is not None:
@@ -142,9 +147,7 @@ class ServerEvaluator:
                 context.set_device(self.device.describe())
                 hooks = DeviceHooks(self.device, context_hooks)
             try:
-                result = evaluate(
-                    manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks
-                )
+                result = evaluate(manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks)
                 assert context_hooks.server is not None  # evaluate creates the server first
                 measurement = self._measurement(result, context, manifest, context_hooks.server)
                 if isinstance(hooks, DeviceHooks):
@@ -156,8 +159,9 @@ class ServerEvaluator:
                 first_failure = failure
                 logger.warning(
                     "trial %d: the server failed to start (%s): trying once more in a fresh server",
-                    context.number, kind.value,
-                )  # fmt: skip
+                    context.number,
+                    kind.value,
+                )
                 self.before_retry()
                 continue
             if first_failure is not None:
@@ -227,16 +231,16 @@ class ServerEvaluator:
             extras["tps_screen"] = result.screen.tps
             extras["screen_size"] = f"{result.screen.settings.num_prompts}x{result.screen.settings.output_len}"
         elif screened:  # a screen that failed its requests is a failed measurement
-            raise MeasurementError(f"TPS screen failed: {result.screen.completed}/{result.screen.total} requests completed")
+            raise MeasurementError(
+                f"TPS screen failed: {result.screen.completed}/{result.screen.total} requests completed"
+            )
         if ppl is not None:
             extras["ppl_low"], extras["ppl_high"] = ppl.ppl_low, ppl.ppl_high
         if ppl is not None and not ppl.finite:
             extras["ppl_infinite"] = True
         if context.known_ppl is not None:
             extras["ppl_reused_from_trial"] = context.known_ppl_trial
-        requests = [
-            {"kind": "tps", **request.to_dict()} for request in (tps.requests if tps else ())
-        ]
+        requests = [{"kind": "tps", **request.to_dict()} for request in (tps.requests if tps else ())]
         if ppl is not None:
             requests += [{"kind": "ppl", **row} for row in ppl.to_dict().get("records", [])]
         return Measurement(
@@ -296,7 +300,5 @@ def _tps_interval(tps: TpsResult) -> dict[str, Any]:
     done = [r for r in tps.requests if r.ok and r.latency_s > 0]
     if len(done) < 2:
         return {}
-    interval = request_interval(
-        [r.output_tokens for r in done], [r.latency_s for r in done], tps=tps.tps
-    )
+    interval = request_interval([r.output_tokens for r in done], [r.latency_s for r in done], tps=tps.tps)
     return {"tps_low": interval.low, "tps_high": interval.high, "tps_interval": interval.method}

@@ -24,10 +24,10 @@ from storage import (
     pareto_front,
     study_status,
 )
+from sweeper.answer import Answer, study_answer, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
 from sweeper.study import PplStatement, StudyRecipe, ppl_statement, recipe_from_settings
-from sweeper.answer import Answer, study_answer, verify_command
 
 logger = logging.getLogger(__name__)
 
@@ -213,8 +213,7 @@ class ReportData:
             c
             for c in self.configurations
             if not any(
-                o.tps >= c.tps and o.ppl <= c.ppl and (o.tps > c.tps or o.ppl < c.ppl)
-                for o in self.configurations
+                o.tps >= c.tps and o.ppl <= c.ppl and (o.tps > c.tps or o.ppl < c.ppl) for o in self.configurations
             )
         ]
         return sorted(front, key=lambda c: (c.ppl, -c.tps))
@@ -353,9 +352,7 @@ def _best_so_far(points: Sequence[TrialPoint]) -> tuple[tuple[int, float | None]
     return tuple(series)
 
 
-def _phases(
-    records: Sequence[TrialRecord], verifications: Sequence[VerificationRecord]
-) -> tuple[PhaseTime, ...]:
+def _phases(records: Sequence[TrialRecord], verifications: Sequence[VerificationRecord]) -> tuple[PhaseTime, ...]:
     totals: dict[str, list[float]] = {}
     for record in records:
         for name, seconds in record.phases:
@@ -381,9 +378,7 @@ def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], 
     storage = optuna_storage(url)
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
-        complete = [
-            t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
-        ]
+        complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
         if len(complete) < MIN_IMPORTANCE_TRIALS:
             return {}, f"needs at least {MIN_IMPORTANCE_TRIALS} measured trials ({len(complete)} so far)"
         result: dict[str, dict[str, float]] = {}
@@ -425,9 +420,7 @@ def _base_env(
     return None, None
 
 
-def _env_changes(
-    answer: Answer, base_env: Mapping[str, str] | None, recipe: StudyRecipe
-) -> tuple[EnvChange, ...]:
+def _env_changes(answer: Answer, base_env: Mapping[str, str] | None, recipe: StudyRecipe) -> tuple[EnvChange, ...]:
     record = answer.record
     if record is None:
         return ()

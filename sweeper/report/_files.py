@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sweeper.report._data import ReportData
 from sweeper.answer import verify_command
+from sweeper.report._data import ReportData
 
 logger = logging.getLogger(__name__)
 
@@ -37,19 +37,42 @@ def trials_csv(data: ReportData) -> str:
     """One row per trial: outcome, verification, each parameter in its own column."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    header = ["number", "state", "category", "role", "tps", "ppl", "ppl_cap", "tps_imputed",
-              "early_stopped", "verification", "pareto", "winner", "seconds", "error"]  # fmt: skip
+    header = [
+        "number",
+        "state",
+        "category",
+        "role",
+        "tps",
+        "ppl",
+        "ppl_cap",
+        "tps_imputed",
+        "early_stopped",
+        "verification",
+        "pareto",
+        "winner",
+        "seconds",
+        "error",
+    ]
     header += [f"param:{name}" for name in data.param_names]
     writer.writerow(header)
     winner = data.answer.record.number if data.answer.record else None
     for point in data.points:
         row: list[Any] = [
-            point.number, point.state, point.category, point.role,
-            _num(point.tps, ".4f"), _num(point.ppl, ".6f"), _num(data.cap, ".6f"),
-            int(point.tps_imputed), int(point.early_stopped), point.verification or "",
-            int(point.number in data.pareto), int(point.number == winner),
-            f"{point.seconds:.2f}", point.error or "",
-        ]  # fmt: skip
+            point.number,
+            point.state,
+            point.category,
+            point.role,
+            _num(point.tps, ".4f"),
+            _num(point.ppl, ".6f"),
+            _num(data.cap, ".6f"),
+            int(point.tps_imputed),
+            int(point.early_stopped),
+            point.verification or "",
+            int(point.number in data.pareto),
+            int(point.number == winner),
+            f"{point.seconds:.2f}",
+            point.error or "",
+        ]
         row += [_cell(point.params.get(name)) for name in data.param_names]
         writer.writerow(row)
     return out.getvalue()
@@ -104,31 +127,57 @@ def summary_markdown(data: ReportData) -> str:
             base = f" `{data.base_name}`" if data.base_name else ""
             lines += _table(
                 ["env", f"base{base}", "winner"],
-                [[f"`{c.key}`", f"`{c.base}`" if c.base is not None else data.unset_label, f"`{c.answer}`"]
-                 for c in data.env_changes],
-            )  # fmt: skip
+                [
+                    [f"`{c.key}`", f"`{c.base}`" if c.base is not None else data.unset_label, f"`{c.answer}`"]
+                    for c in data.env_changes
+                ],
+            )
         else:
             lines.append("No difference: the base manifest's own values won.")
         lines.append("")
     lines += ["## Verification on held-out data", ""]
     if data.verifications:
         lines += _table(
-            ["trial", "status", "tuned TPS", "held-out median TPS", "deviation", "max held-out PPL",
-             "repeats", "reason"],
-            [[f"#{v.trial_number}", v.status.upper(), f"{v.tuned_tps:.2f}", _num(v.median_tps, ".2f"),
-              f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "", _num(v.max_ppl, ".4f"),
-              f"{len(v.runs)}/{v.repeats}", v.reason] for v in data.verifications],
-        )  # fmt: skip
+            [
+                "trial",
+                "status",
+                "tuned TPS",
+                "held-out median TPS",
+                "deviation",
+                "max held-out PPL",
+                "repeats",
+                "reason",
+            ],
+            [
+                [
+                    f"#{v.trial_number}",
+                    v.status.upper(),
+                    f"{v.tuned_tps:.2f}",
+                    _num(v.median_tps, ".2f"),
+                    f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "",
+                    _num(v.max_ppl, ".4f"),
+                    f"{len(v.runs)}/{v.repeats}",
+                    v.reason,
+                ]
+                for v in data.verifications
+            ],
+        )
     else:
         lines.append(f"No trial verified yet: run `{verify_command(data.study_name, data.storage)}`.")
     lines += ["", "## Pareto front (feasible trials)", ""]
     if data.pareto:
         lines += _table(
             ["trial", "TPS", "PPL", *data.param_names],
-            [[f"#{p.number}", _num(p.tps, ".2f"), _num(p.ppl, ".4f"),
-              *(_cell(p.params.get(n)) for n in data.param_names)]
-             for p in (data.point(n) for n in data.pareto)],
-        )  # fmt: skip
+            [
+                [
+                    f"#{p.number}",
+                    _num(p.tps, ".2f"),
+                    _num(p.ppl, ".4f"),
+                    *(_cell(p.params.get(n)) for n in data.param_names),
+                ]
+                for p in (data.point(n) for n in data.pareto)
+            ],
+        )
     else:
         lines.append("Empty: no feasible trial.")
     lines += ["", "## Where the time went", ""]

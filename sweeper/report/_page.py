@@ -17,9 +17,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from sweeper.answer import verify_command
 from sweeper.report._data import ReportData
 from sweeper.report._plotly import PLOT_CONFIG
-from sweeper.answer import verify_command
 from sweeper.study import probability_text
 
 logger = logging.getLogger(__name__)
@@ -92,31 +92,42 @@ def _cards(data: ReportData) -> str:
         statement = data.winner_ppl()
         if statement is not None:
             assert statement.low is not None and statement.high is not None
-            cards.append((
-                f"winner PPL, {statement.level * 100:.0f} % interval ({statement.records} records)",
-                f"{statement.low:.4f}-{statement.high:.4f}",
-            ))  # fmt: skip
+            cards.append(
+                (
+                    f"winner PPL, {statement.level * 100:.0f} % interval ({statement.records} records)",
+                    f"{statement.low:.4f}-{statement.high:.4f}",
+                )
+            )
             if statement.pass_probability is not None:
                 against = (
-                    ", against the baseline on the same records" if statement.paired
-                    else ", the baseline's record noise included" if statement.baseline_noise else ""
+                    ", against the baseline on the same records"
+                    if statement.paired
+                    else ", the baseline's record noise included"
+                    if statement.baseline_noise
+                    else ""
                 )
-                cards.append((
-                    f"P(PPL under the cap on {statement.rerun_records} new records{against})",
-                    _e(probability_text(statement.pass_probability)),
-                ))  # fmt: skip
+                cards.append(
+                    (
+                        f"P(PPL under the cap on {statement.rerun_records} new records{against})",
+                        _e(probability_text(statement.pass_probability)),
+                    )
+                )
         cards.append(("verification", f'<span class="{_e(status)}">{_e(status.upper())}</span>'))
         speedup = data.answer.standing.speedup if data.answer.is_the_claim else None
         if speedup is not None:
-            cards.append((
-                f"over the base ({speedup.confidence:.0%} interval)",
-                f"{(speedup.value - 1) * 100:+.1f} % ({(speedup.low - 1) * 100:+.1f} to {(speedup.high - 1) * 100:+.1f})",
-            ))  # fmt: skip
+            cards.append(
+                (
+                    f"over the base ({speedup.confidence:.0%} interval)",
+                    f"{(speedup.value - 1) * 100:+.1f} % ({(speedup.low - 1) * 100:+.1f} to {(speedup.high - 1) * 100:+.1f})",
+                )
+            )
     else:
         cards.append(("winner", '<span class="failed">none</span>'))
-    return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="v">{v}</div><div class="k">{_e(k)}</div></div>' for k, v in cards
-    ) + "</div>"  # fmt: skip
+    return (
+        '<div class="cards">'
+        + "".join(f'<div class="card"><div class="v">{v}</div><div class="k">{_e(k)}</div></div>' for k, v in cards)
+        + "</div>"
+    )
 
 
 def _winner_section(data: ReportData) -> str:
@@ -127,9 +138,15 @@ def _winner_section(data: ReportData) -> str:
     changes = (
         _table(
             ["env", "base" + (f" ({data.base_name})" if data.base_name else ""), "winner"],
-            [[f"<code>{_e(c.key)}</code>", f"<code>{_e(c.base)}</code>" if c.base is not None else data.unset_label,
-              f"<code>{_e(c.answer)}</code>"] for c in data.env_changes],
-        )  # fmt: skip
+            [
+                [
+                    f"<code>{_e(c.key)}</code>",
+                    f"<code>{_e(c.base)}</code>" if c.base is not None else data.unset_label,
+                    f"<code>{_e(c.answer)}</code>",
+                ]
+                for c in data.env_changes
+            ],
+        )
         if data.env_changes
         else "<p>No difference: the base manifest's own values won.</p>"
     )
@@ -150,13 +167,30 @@ def _verification_section(data: ReportData) -> str:
         body = f"<p>No trial verified yet: run <code>{_e(command)}</code>.</p>"
     else:
         body = _table(
-            ["trial", "status", "tuned TPS", "held-out median TPS", "deviation", "max held-out PPL",
-             "repeats", "reason"],
-            [[f"#{v.trial_number}", f'<span class="{_e(v.status)}">{_e(v.status.upper())}</span>',
-              _num(v.tuned_tps, ".2f"), _num(v.median_tps, ".2f"),
-              f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "-", _num(v.max_ppl, ".4f"),
-              f"{len(v.runs)}/{v.repeats}", _e(v.reason)] for v in data.verifications],
-        )  # fmt: skip
+            [
+                "trial",
+                "status",
+                "tuned TPS",
+                "held-out median TPS",
+                "deviation",
+                "max held-out PPL",
+                "repeats",
+                "reason",
+            ],
+            [
+                [
+                    f"#{v.trial_number}",
+                    f'<span class="{_e(v.status)}">{_e(v.status.upper())}</span>',
+                    _num(v.tuned_tps, ".2f"),
+                    _num(v.median_tps, ".2f"),
+                    f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "-",
+                    _num(v.max_ppl, ".4f"),
+                    f"{len(v.runs)}/{v.repeats}",
+                    _e(v.reason),
+                ]
+                for v in data.verifications
+            ],
+        )
     return f"<section><h2>Verification on held-out data</h2>{body}</section>"
 
 
@@ -186,9 +220,7 @@ def report_html(data: ReportData, figures: Mapping[str, go.Figure], files: Mappi
         for name, title in sections.items()
         if name in figures
     )
-    links = "".join(
-        f'<li><a href="{_e(path.name)}">{_e(path.name)}</a></li>' for path in files.values()
-    )
+    links = "".join(f'<li><a href="{_e(path.name)}">{_e(path.name)}</a></li>' for path in files.values())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -115,11 +115,14 @@ def _readings_trace(data: ReportData) -> go.Scatter:
     return go.Scatter(
         x=[c.ppl for c in configs for _ in c.readings],
         y=[v for c in configs for _, v in c.readings],
-        mode="markers", name=READINGS_TRACE, legendgroup=FEASIBLE,
+        mode="markers",
+        name=READINGS_TRACE,
+        legendgroup=FEASIBLE,
         marker={"color": COLORS[FEASIBLE], "size": 6, "opacity": FAINT},
         text=[f"trial #{n}: one server read {v:.2f} tok/s" for c in configs for n, v in c.readings],
-        hoverinfo="text", customdata=[n for c in configs for n, _ in c.readings],
-    )  # fmt: skip
+        hoverinfo="text",
+        customdata=[n for c in configs for n, _ in c.readings],
+    )
 
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels, y up
@@ -148,13 +151,23 @@ def _overlaps(a: Box, b: Box) -> bool:
 
 
 ARROW_SPOTS = (  # (dx, dy, ha, va) in points: beside the point first, then further away
-    (30, -36, "left", "top"), (-30, -36, "right", "top"), (30, 36, "left", "bottom"),
-    (-30, 36, "right", "bottom"), (40, 0, "left", "center"), (-40, 0, "right", "center"),
-    (30, -90, "left", "top"), (-30, -90, "right", "top"), (30, 90, "left", "bottom"),
-    (-30, 90, "right", "bottom"), (60, -150, "left", "top"), (-60, -150, "right", "top"),
-    (60, 150, "left", "bottom"), (-60, 150, "right", "bottom"), (60, -220, "left", "top"),
+    (30, -36, "left", "top"),
+    (-30, -36, "right", "top"),
+    (30, 36, "left", "bottom"),
+    (-30, 36, "right", "bottom"),
+    (40, 0, "left", "center"),
+    (-40, 0, "right", "center"),
+    (30, -90, "left", "top"),
+    (-30, -90, "right", "top"),
+    (30, 90, "left", "bottom"),
+    (-30, 90, "right", "bottom"),
+    (60, -150, "left", "top"),
+    (-60, -150, "right", "top"),
+    (60, 150, "left", "bottom"),
+    (-60, 150, "right", "bottom"),
+    (60, -220, "left", "top"),
     (-60, -220, "right", "top"),
-)  # fmt: skip
+)
 
 
 def choose_spot(
@@ -235,15 +248,25 @@ def _place_labels(
     points = [to_pixels(x, y) for x, y in obstacles]
     taken: list[Box] = []
     for text, anchors, font in labels:
-        spot = choose_spot([to_pixels(x, y) for x, y in anchors], _text_size(text), points,
-                           (0.0, 0.0, width, height), taken)  # fmt: skip
+        spot = choose_spot(
+            [to_pixels(x, y) for x, y in anchors], _text_size(text), points, (0.0, 0.0, width, height), taken
+        )
         taken.append(spot.box)
         x, y = anchors[spot.anchor]
         fig.add_annotation(
-            x=x, y=y, text=text, showarrow=True, arrowhead=2, ax=spot.dx, ay=-spot.dy,
-            xanchor=spot.ha, yanchor="middle" if spot.va == "center" else spot.va, align="left",
-            bgcolor="rgba(255, 255, 255, 0.85)", font=font,
-        )  # fmt: skip
+            x=x,
+            y=y,
+            text=text,
+            showarrow=True,
+            arrowhead=2,
+            ax=spot.dx,
+            ay=-spot.dy,
+            xanchor=spot.ha,
+            yanchor="middle" if spot.va == "center" else spot.va,
+            align="left",
+            bgcolor="rgba(255, 255, 255, 0.85)",
+            font=font,
+        )
 
 
 def pareto_figure(data: ReportData) -> go.Figure:
@@ -260,11 +283,17 @@ def pareto_figure(data: ReportData) -> go.Figure:
         fig.add_trace(_readings_trace(data))
         fig.add_trace(
             go.Scatter(
-                x=[c.ppl for c in configs], y=[c.tps for c in configs], mode="markers",
-                name=LABELS[FEASIBLE], legendgroup=FEASIBLE, error_y=_error_y(configs),
+                x=[c.ppl for c in configs],
+                y=[c.tps for c in configs],
+                mode="markers",
+                name=LABELS[FEASIBLE],
+                legendgroup=FEASIBLE,
+                error_y=_error_y(configs),
                 marker={"color": COLORS[FEASIBLE], "size": 10, "line": {"width": 1, "color": "#333"}},
-                text=[c.hover() for c in configs], hoverinfo="text", customdata=[c.first for c in configs],
-            )  # fmt: skip
+                text=[c.hover() for c in configs],
+                hoverinfo="text",
+                customdata=[c.first for c in configs],
+            )
         )
     for category in CATEGORIES:
         points = [p for p in data.by_category(category) if p.number not in drawn]
@@ -282,8 +311,7 @@ def pareto_figure(data: ReportData) -> go.Figure:
                     "color": COLORS[category],
                     "size": 10,
                     "symbol": [
-                        "x" if category == FAILED else "circle-open" if p.tps_imputed else "circle"
-                        for p in points
+                        "x" if category == FAILED else "circle-open" if p.tps_imputed else "circle" for p in points
                     ],
                     "line": {"width": 1, "color": "#333"},
                 },
@@ -299,9 +327,13 @@ def pareto_figure(data: ReportData) -> go.Figure:
     if len(front_xy) > 1:
         fig.add_trace(
             go.Scatter(
-                x=[x for x, _ in front_xy], y=[y for _, y in front_xy], mode="lines", name=FRONT_TRACE,
-                line={"color": COLORS["front"], "dash": "dot", "shape": "hv"}, hoverinfo="skip",
-            )  # fmt: skip
+                x=[x for x, _ in front_xy],
+                y=[y for _, y in front_xy],
+                mode="lines",
+                name=FRONT_TRACE,
+                line={"color": COLORS["front"], "dash": "dot", "shape": "hv"},
+                hoverinfo="skip",
+            )
         )
     for status, name, symbol, color in (
         ("verified", VERIFIED_TRACE, "circle-open", COLORS["verified"]),
@@ -312,28 +344,41 @@ def pareto_figure(data: ReportData) -> go.Figure:
             xy = [position(p, data) for p in marked]
             fig.add_trace(
                 go.Scatter(
-                    x=[x for x, _ in xy], y=[y for _, y in xy], mode="markers", name=name,
+                    x=[x for x, _ in xy],
+                    y=[y for _, y in xy],
+                    mode="markers",
+                    name=name,
                     marker={"symbol": symbol, "size": 20, "color": color, "line": {"width": 2.5, "color": color}},
-                    text=[p.hover() for p in marked], hoverinfo="text",
+                    text=[p.hover() for p in marked],
+                    hoverinfo="text",
                     customdata=[p.number for p in marked],
-                )  # fmt: skip
+                )
             )
     if data.cap is not None:
         fig.add_trace(
             go.Scatter(
-                x=[data.cap, data.cap], y=[_tps_bottom(data), _tps_top(data)], mode="lines", name=CAP_TRACE,
+                x=[data.cap, data.cap],
+                y=[_tps_bottom(data), _tps_top(data)],
+                mode="lines",
+                name=CAP_TRACE,
                 line={"color": COLORS["cap"], "dash": "dash", "width": 2},
-                hovertext=f"PPL cap {data.cap:.4f}", hoverinfo="text",
-            )  # fmt: skip
+                hovertext=f"PPL cap {data.cap:.4f}",
+                hoverinfo="text",
+            )
         )
     base = data.base_configuration
     if base is not None:
         fig.add_trace(
             go.Scatter(
-                x=[base.ppl], y=[base.tps], mode="markers", name=BASE_TRACE,
+                x=[base.ppl],
+                y=[base.tps],
+                mode="markers",
+                name=BASE_TRACE,
                 marker={"symbol": "square-open", "size": 22, "color": COLORS["base"], "line": {"width": 2.5}},
-                text=[base.hover()], hoverinfo="text", customdata=[base.first],
-            )  # fmt: skip
+                text=[base.hover()],
+                hoverinfo="text",
+                customdata=[base.first],
+            )
         )
     winner = data.winner
     if winner is not None:
@@ -341,11 +386,15 @@ def pareto_figure(data: ReportData) -> go.Figure:
         x, y = (config.ppl, config.tps) if config is not None else plot_xy(winner, data)
         fig.add_trace(
             go.Scatter(
-                x=[x], y=[y], mode="markers", name=WINNER_TRACE,
+                x=[x],
+                y=[y],
+                mode="markers",
+                name=WINNER_TRACE,
                 marker={"symbol": "star", "size": 18, "color": COLORS["winner"], "line": {"width": 1, "color": "#333"}},
-                text=[config.hover() if config is not None else winner.hover()], hoverinfo="text",
+                text=[config.hover() if config is not None else winner.hover()],
+                hoverinfo="text",
                 customdata=[winner.number],
-            )  # fmt: skip
+            )
         )
     labels = []  # the answer's first: it gets the best spot
     if winner is not None:
@@ -367,10 +416,17 @@ def pareto_figure(data: ReportData) -> go.Figure:
 
 def _band(x0: float, x1: float, config: ConfigurationPoint, name: str, color: str, group: str) -> go.Scatter:
     return go.Scatter(
-        x=[x0, x1, x1, x0, x0], y=[config.low, config.low, config.high, config.high, config.low],
-        mode="lines", fill="toself", fillcolor=color, line={"width": 0}, name=name, legendgroup=group,
-        hovertext=f"{name}: {config.low:.2f}-{config.high:.2f} tok/s", hoverinfo="text",
-    )  # fmt: skip
+        x=[x0, x1, x1, x0, x0],
+        y=[config.low, config.low, config.high, config.high, config.low],
+        mode="lines",
+        fill="toself",
+        fillcolor=color,
+        line={"width": 0},
+        name=name,
+        legendgroup=group,
+        hovertext=f"{name}: {config.low:.2f}-{config.high:.2f} tok/s",
+        hoverinfo="text",
+    )
 
 
 def _history_readings(fig: go.Figure, data: ReportData, opacity: float) -> None:
@@ -379,19 +435,29 @@ def _history_readings(fig: go.Figure, data: ReportData, opacity: float) -> None:
         if points:
             fig.add_trace(
                 go.Scatter(
-                    x=[p.number for p in points], y=[p.tps for p in points], mode="markers",
-                    name=LABELS[category], marker={"color": COLORS[category], "size": 9, "opacity": opacity},
-                    text=[p.hover() for p in points], hoverinfo="text", customdata=[p.number for p in points],
-                )  # fmt: skip
+                    x=[p.number for p in points],
+                    y=[p.tps for p in points],
+                    mode="markers",
+                    name=LABELS[category],
+                    marker={"color": COLORS[category], "size": 9, "opacity": opacity},
+                    text=[p.hover() for p in points],
+                    hoverinfo="text",
+                    customdata=[p.number for p in points],
+                )
             )
     failed = data.by_category(FAILED)
     if failed:
         fig.add_trace(
             go.Scatter(
-                x=[p.number for p in failed], y=[0.0] * len(failed), mode="markers", name=LABELS[FAILED],
+                x=[p.number for p in failed],
+                y=[0.0] * len(failed),
+                mode="markers",
+                name=LABELS[FAILED],
                 marker={"color": COLORS[FAILED], "symbol": "x", "size": 9, "opacity": opacity},
-                text=[p.hover() for p in failed], hoverinfo="text", customdata=[p.number for p in failed],
-            )  # fmt: skip
+                text=[p.hover() for p in failed],
+                hoverinfo="text",
+                customdata=[p.number for p in failed],
+            )
         )
 
 
@@ -410,14 +476,20 @@ def history_figure(data: ReportData) -> go.Figure:
         if series:
             fig.add_trace(
                 go.Scatter(
-                    x=[n for n, _ in series], y=[v for _, v in series], mode="lines", name=BEST_TRACE,
+                    x=[n for n, _ in series],
+                    y=[v for _, v in series],
+                    mode="lines",
+                    name=BEST_TRACE,
                     line={"color": COLORS["front"], "shape": "hv", "width": 2.5},
-                )  # fmt: skip
+                )
             )
         fig.update_layout(
-            title="Best feasible TPS against trial number", xaxis_title="trial number",
-            yaxis_title="TPS", template="plotly_white", height=420,
-        )  # fmt: skip
+            title="Best feasible TPS against trial number",
+            xaxis_title="trial number",
+            yaxis_title="TPS",
+            template="plotly_white",
+            height=420,
+        )
         return fig
     numbers = [p.number for p in data.points]
     x0, x1 = min(numbers) - 0.5, max(numbers) + 0.5
@@ -431,21 +503,29 @@ def history_figure(data: ReportData) -> go.Figure:
         fig.add_trace(_band(x0, x1, config, f"{name}'s {level} interval", fill, name))
         fig.add_trace(
             go.Scatter(
-                x=[x0, x1], y=[config.tps, config.tps], mode="lines", name=f"{name}'s TPS estimate",
-                legendgroup=name, line={"color": color, "width": 2.5, "dash": dash},
-                hovertext=config.hover(), hoverinfo="text",
-            )  # fmt: skip
+                x=[x0, x1],
+                y=[config.tps, config.tps],
+                mode="lines",
+                name=f"{name}'s TPS estimate",
+                legendgroup=name,
+                line={"color": color, "width": 2.5, "dash": dash},
+                hovertext=config.hover(),
+                hoverinfo="text",
+            )
         )
     _history_readings(fig, data, FAINT)
     if answer is not None:
         fig.add_trace(
             go.Scatter(
-                x=[n for n, _ in answer.readings], y=[v for _, v in answer.readings], mode="markers",
-                name=ANSWER_READINGS_TRACE, marker={"symbol": "circle-open", "size": 13,
-                                                    "color": COLORS["winner"], "line": {"width": 2}},
+                x=[n for n, _ in answer.readings],
+                y=[v for _, v in answer.readings],
+                mode="markers",
+                name=ANSWER_READINGS_TRACE,
+                marker={"symbol": "circle-open", "size": 13, "color": COLORS["winner"], "line": {"width": 2}},
                 text=[f"trial #{n}: one server of the answer read {v:.2f} tok/s" for n, v in answer.readings],
-                hoverinfo="text", customdata=[n for n, _ in answer.readings],
-            )  # fmt: skip
+                hoverinfo="text",
+                customdata=[n for n, _ in answer.readings],
+            )
         )
     numbers = sorted(numbers)
     along = [numbers[round(i * (len(numbers) - 1) / 4)] for i in (4, 3, 2, 1, 0)]  # right end first
@@ -457,8 +537,11 @@ def history_figure(data: ReportData) -> go.Figure:
     _place_labels(fig, labels, data.history_obstacles(), HISTORY_PIXELS)
     fig.update_layout(
         title="TPS readings by trial (faint), the answer's estimate and the base's",
-        xaxis_title="trial number", yaxis_title="TPS", template="plotly_white", height=420,
-    )  # fmt: skip
+        xaxis_title="trial number",
+        yaxis_title="TPS",
+        template="plotly_white",
+        height=420,
+    )
     return fig
 
 
@@ -478,16 +561,20 @@ def slices_figure(data: ReportData) -> go.Figure:
                 go.Scatter(
                     x=[p.params[name] for p in points],
                     y=[p.tps if p.tps is not None else 0.0 for p in points],
-                    mode="markers", name=LABELS[category], legendgroup=category,
-                    showlegend=index == 0, marker={"color": COLORS[category], "size": 9},
-                    text=[p.hover() for p in points], hoverinfo="text",
+                    mode="markers",
+                    name=LABELS[category],
+                    legendgroup=category,
+                    showlegend=index == 0,
+                    marker={"color": COLORS[category], "size": 9},
+                    text=[p.hover() for p in points],
+                    hoverinfo="text",
                 ),
-                row=row, col=col,
-            )  # fmt: skip
+                row=row,
+                col=col,
+            )
         fig.update_xaxes(title_text=name, row=row, col=col)
     fig.update_yaxes(title_text="TPS", col=1)
-    fig.update_layout(title="Slice plot: each parameter against TPS", template="plotly_white",
-                      height=360 * rows)  # fmt: skip
+    fig.update_layout(title="Slice plot: each parameter against TPS", template="plotly_white", height=360 * rows)
     return fig
 
 
@@ -500,15 +587,19 @@ def importance_figure(data: ReportData) -> go.Figure:
             names = list(data.param_names) or list(values)
             fig.add_trace(
                 go.Bar(
-                    x=[values.get(n, 0.0) for n in names], y=names, orientation="h",
-                    name=f"importance for {target.upper()}", marker={"color": color},
-                )  # fmt: skip
+                    x=[values.get(n, 0.0) for n in names],
+                    y=names,
+                    orientation="h",
+                    name=f"importance for {target.upper()}",
+                    marker={"color": color},
+                )
             )
     title = "Parameter importance (PED-ANOVA)"
     if not data.importance:
         title += f": {data.importance_note}"
-    fig.update_layout(title=title, xaxis_title="importance (share of variance)", barmode="group",
-                      template="plotly_white", height=320)  # fmt: skip
+    fig.update_layout(
+        title=title, xaxis_title="importance (share of variance)", barmode="group", template="plotly_white", height=320
+    )
     return fig
 
 

@@ -53,22 +53,33 @@ def _configurations(ax: Axes, data: ReportData) -> None:
     """Each configuration once, at its estimate with the interval as an error bar; readings faint."""
     configs = data.configurations
     readings = [(c.ppl, v) for c in configs for _, v in c.readings]
-    ax.scatter(*zip(*readings), s=14, color=COLORS[FEASIBLE], alpha=FAINT, linewidths=0,
-               label=READINGS_TRACE, zorder=2)  # fmt: skip
-    ax.errorbar([c.ppl for c in configs], [c.tps for c in configs],
-                yerr=[[c.tps - c.low for c in configs], [c.high - c.tps for c in configs]],
-                fmt="o", markersize=7, color=COLORS[FEASIBLE], markeredgecolor="#333", markeredgewidth=0.6,
-                ecolor=COLORS["front"], elinewidth=1.2, capsize=3, label=LABELS[FEASIBLE], zorder=3)  # fmt: skip
+    ax.scatter(*zip(*readings), s=14, color=COLORS[FEASIBLE], alpha=FAINT, linewidths=0, label=READINGS_TRACE, zorder=2)
+    ax.errorbar(
+        [c.ppl for c in configs],
+        [c.tps for c in configs],
+        yerr=[[c.tps - c.low for c in configs], [c.high - c.tps for c in configs]],
+        fmt="o",
+        markersize=7,
+        color=COLORS[FEASIBLE],
+        markeredgecolor="#333",
+        markeredgewidth=0.6,
+        ecolor=COLORS["front"],
+        elinewidth=1.2,
+        capsize=3,
+        label=LABELS[FEASIBLE],
+        zorder=3,
+    )
 
 
-def _place_labels(ax: Axes, labels: list[tuple[str, list[tuple[float, float]], dict]],
-                  obstacles: list[tuple[float, float]]) -> None:
+def _place_labels(
+    ax: Axes, labels: list[tuple[str, list[tuple[float, float]], dict]], obstacles: list[tuple[float, float]]
+) -> None:
     """Each (text, anchors, style) label with an arrow to the anchor where it covers the fewest
     ``obstacles`` (all in data coordinates).
 
     The figure is laid out first, so the label boxes and the marks are
     measured where they will be drawn.
-    """  # fmt: skip
+    """
     fig = ax.get_figure()
     fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
@@ -84,9 +95,18 @@ def _place_labels(ax: Axes, labels: list[tuple[str, list[tuple[float, float]], d
         pixels = [tuple(xy) for xy in ax.transData.transform(anchors)]
         spot = choose_spot(pixels, (extent.width, extent.height), points, area, taken, scale=per_point)
         taken.append(spot.box)
-        ax.annotate(text, anchors[spot.anchor], xytext=(spot.dx / per_point, spot.dy / per_point),
-                    textcoords="offset points", ha=spot.ha, va=spot.va, bbox=BOX, zorder=6,
-                    arrowprops={"arrowstyle": "->", "color": "#333"}, **style)  # fmt: skip
+        ax.annotate(
+            text,
+            anchors[spot.anchor],
+            xytext=(spot.dx / per_point, spot.dy / per_point),
+            textcoords="offset points",
+            ha=spot.ha,
+            va=spot.va,
+            bbox=BOX,
+            zorder=6,
+            arrowprops={"arrowstyle": "->", "color": "#333"},
+            **style,
+        )
 
 
 def pareto_figure(data: ReportData) -> Figure:
@@ -106,39 +126,70 @@ def pareto_figure(data: ReportData) -> Figure:
         hollow = [(x, y) for (x, y), p in zip(xy, points) if p.tps_imputed]
         marker = "x" if category == FAILED else "o"
         if solid:
-            ax.scatter(*zip(*solid), s=45, marker=marker, color=COLORS[category], label=label,
-                       edgecolors="#333" if marker == "o" else None, linewidths=0.6, zorder=3)  # fmt: skip
+            ax.scatter(
+                *zip(*solid),
+                s=45,
+                marker=marker,
+                color=COLORS[category],
+                label=label,
+                edgecolors="#333" if marker == "o" else None,
+                linewidths=0.6,
+                zorder=3,
+            )
         if hollow:
-            ax.scatter(*zip(*hollow), s=45, marker="o", facecolors="none", edgecolors=COLORS[category],
-                       label=f"{LABELS[category]}, TPS imputed", zorder=3)  # fmt: skip
+            ax.scatter(
+                *zip(*hollow),
+                s=45,
+                marker="o",
+                facecolors="none",
+                edgecolors=COLORS[category],
+                label=f"{LABELS[category]}, TPS imputed",
+                zorder=3,
+            )
     if configs:
         front = [(c.ppl, c.tps) for c in data.configuration_front()]
     else:
         front = [(p.ppl, p.tps) for p in sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)]
     if len(front) > 1:
-        ax.step(*zip(*front), where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE,
-                zorder=2)  # fmt: skip
+        ax.step(*zip(*front), where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE, zorder=2)
     for status, label, marker, color in (
         ("verified", VERIFIED_TRACE, "o", COLORS["verified"]),
         ("failed", VERIFY_FAILED_TRACE, "X", COLORS["verify-failed"]),
     ):
         marked = [position(p, data) for p in data.points if p.verification == status]
         if marked:
-            ax.scatter(*zip(*marked), s=260, marker=marker, facecolors="none", edgecolors=color,
-                       linewidths=2.2, label=label, zorder=4)  # fmt: skip
+            ax.scatter(
+                *zip(*marked),
+                s=260,
+                marker=marker,
+                facecolors="none",
+                edgecolors=color,
+                linewidths=2.2,
+                label=label,
+                zorder=4,
+            )
     if data.cap is not None:
-        ax.axvline(data.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8,
-                   label=f"{CAP_TRACE} {data.cap:.4f}", zorder=1)  # fmt: skip
+        ax.axvline(
+            data.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8, label=f"{CAP_TRACE} {data.cap:.4f}", zorder=1
+        )
     base = data.base_configuration
     if base is not None:
-        ax.scatter([base.ppl], [base.tps], s=220, marker="s", facecolors="none", edgecolors=COLORS["base"],
-                   linewidths=2.2, label=BASE_TRACE, zorder=4)  # fmt: skip
+        ax.scatter(
+            [base.ppl],
+            [base.tps],
+            s=220,
+            marker="s",
+            facecolors="none",
+            edgecolors=COLORS["base"],
+            linewidths=2.2,
+            label=BASE_TRACE,
+            zorder=4,
+        )
     winner = data.winner
     if winner is not None:
         config = data.answer_configuration
         x, y = (config.ppl, config.tps) if config is not None else plot_xy(winner, data)
-        ax.scatter([x], [y], s=300, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5,
-                   label=WINNER_TRACE)  # fmt: skip
+        ax.scatter([x], [y], s=300, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=WINNER_TRACE)
     labels = []  # the answer's first: it gets the best spot
     if winner is not None:
         labels.append((data.answer_label(sep="\n"), [(x, y)], {"fontsize": 10, "fontweight": "bold"}))
@@ -160,9 +211,16 @@ def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
     for category in CATEGORIES:
         points = data.by_category(category)
         if points:
-            ax.scatter([p.number for p in points], [p.tps if p.tps is not None else 0.0 for p in points],
-                       color=COLORS[category], marker="x" if category == FAILED else "o", s=35,
-                       alpha=alpha, label=LABELS[category], zorder=3)  # fmt: skip
+            ax.scatter(
+                [p.number for p in points],
+                [p.tps if p.tps is not None else 0.0 for p in points],
+                color=COLORS[category],
+                marker="x" if category == FAILED else "o",
+                s=35,
+                alpha=alpha,
+                label=LABELS[category],
+                zorder=3,
+            )
 
 
 def history_figure(data: ReportData) -> Figure:
@@ -178,16 +236,35 @@ def history_figure(data: ReportData) -> Figure:
     else:
         _history_readings(ax, data, FAINT)
         if base is not None and not base.is_answer:
-            ax.axhspan(base.low, base.high, color=COLORS["base"], alpha=0.12, linewidth=0,
-                       label=f"base's {base.level} interval")  # fmt: skip
+            ax.axhspan(
+                base.low,
+                base.high,
+                color=COLORS["base"],
+                alpha=0.12,
+                linewidth=0,
+                label=f"base's {base.level} interval",
+            )
             ax.axhline(base.tps, color=COLORS["base"], linestyle="--", linewidth=1.8, label="base's TPS estimate")
         if answer is not None:
-            ax.axhspan(answer.low, answer.high, color=COLORS["winner"], alpha=0.25, linewidth=0,
-                       label=f"answer's {answer.level} interval")  # fmt: skip
+            ax.axhspan(
+                answer.low,
+                answer.high,
+                color=COLORS["winner"],
+                alpha=0.25,
+                linewidth=0,
+                label=f"answer's {answer.level} interval",
+            )
             ax.axhline(answer.tps, color=COLORS["winner"], linewidth=2.2, label="answer's TPS estimate")
-            ax.scatter([n for n, _ in answer.readings], [v for _, v in answer.readings], s=110,
-                       facecolors="none", edgecolors=COLORS["winner"], linewidths=1.8,
-                       label=ANSWER_READINGS_TRACE, zorder=4)  # fmt: skip
+            ax.scatter(
+                [n for n, _ in answer.readings],
+                [v for _, v in answer.readings],
+                s=110,
+                facecolors="none",
+                edgecolors=COLORS["winner"],
+                linewidths=1.8,
+                label=ANSWER_READINGS_TRACE,
+                zorder=4,
+            )
         ax.set_title("TPS readings by trial (faint), the answer's estimate and the base's")
     ax.set_xlabel("trial number")
     ax.set_ylabel("TPS")
@@ -205,11 +282,13 @@ def _history_labels(ax: Axes, data: ReportData) -> None:
     labels = []
     answer, base = data.answer_configuration, data.base_configuration
     if answer is not None:
-        labels.append((data.answer_label(sep="\n"), [(n, answer.tps) for n in along],
-                       {"fontsize": 9, "fontweight": "bold"}))  # fmt: skip
+        labels.append(
+            (data.answer_label(sep="\n"), [(n, answer.tps) for n in along], {"fontsize": 9, "fontweight": "bold"})
+        )
     if base is not None and not base.is_answer:
-        labels.append((data.base_label(sep="\n"), [(n, base.tps) for n in along],
-                       {"fontsize": 9, "color": COLORS["base"]}))  # fmt: skip
+        labels.append(
+            (data.base_label(sep="\n"), [(n, base.tps) for n in along], {"fontsize": 9, "color": COLORS["base"]})
+        )
     _place_labels(ax, labels, data.history_obstacles())
 
 
@@ -219,9 +298,14 @@ def slice_figure(data: ReportData, name: str) -> Figure:
     for category in CATEGORIES:
         points = [p for p in data.by_category(category) if name in p.params]
         if points:
-            ax.scatter([p.params[name] for p in points], [p.tps if p.tps is not None else 0.0 for p in points],
-                       color=COLORS[category], marker="x" if category == FAILED else "o", s=35,
-                       label=LABELS[category])  # fmt: skip
+            ax.scatter(
+                [p.params[name] for p in points],
+                [p.tps if p.tps is not None else 0.0 for p in points],
+                color=COLORS[category],
+                marker="x" if category == FAILED else "o",
+                s=35,
+                label=LABELS[category],
+            )
     ax.set_xlabel(name)
     ax.set_ylabel("TPS")
     ax.set_title(f"Slice: {name}")
@@ -239,15 +323,20 @@ def importance_figure(data: ReportData) -> Figure:
         for offset, (target, color) in enumerate((("tps", COLORS["feasible"]), ("ppl", COLORS["infeasible"]))):
             values = data.importance.get(target)
             if values:
-                ax.barh([i + offset * height for i in range(len(names))],
-                        [values.get(n, 0.0) for n in names], height=height, color=color,
-                        label=f"importance for {target.upper()}")  # fmt: skip
+                ax.barh(
+                    [i + offset * height for i in range(len(names))],
+                    [values.get(n, 0.0) for n in names],
+                    height=height,
+                    color=color,
+                    label=f"importance for {target.upper()}",
+                )
         ax.set_yticks([i + height / 2 for i in range(len(names))], names)
         ax.legend(fontsize=8)
         ax.set_xlabel("importance (share of variance)")
     else:
-        ax.text(0.5, 0.5, f"parameter importance: {data.importance_note}", ha="center", va="center",
-                transform=ax.transAxes)  # fmt: skip
+        ax.text(
+            0.5, 0.5, f"parameter importance: {data.importance_note}", ha="center", va="center", transform=ax.transAxes
+        )
         ax.set_axis_off()
     ax.set_title("Parameter importance (PED-ANOVA)")
     return fig

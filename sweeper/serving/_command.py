@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sweeper.serving._drafter import drafter_with_top_k
 from sweeper.errors import ManifestError
 from sweeper.manifest import Manifest
+from sweeper.serving._drafter import drafter_with_top_k
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +113,7 @@ def settings_from(manifest: Manifest, environ: Mapping[str, str]) -> dict[str, s
     return settings
 
 
-def build_serve_command(
-    manifest: Manifest, environ: Mapping[str, str] | None = None
-) -> ServeCommand:
+def build_serve_command(manifest: Manifest, environ: Mapping[str, str] | None = None) -> ServeCommand:
     """Translate the manifest (and environment) into the vLLM server command."""
     environ = os.environ if environ is None else environ
     settings = settings_from(manifest, environ)
@@ -156,9 +154,7 @@ def build_serve_command(
 
     generation = settings.get("OVERRIDE_GENERATION_CONFIG")
     generation_config = (
-        _json_object(generation, label, "OVERRIDE_GENERATION_CONFIG")
-        if generation
-        else GREEDY_GENERATION_CONFIG
+        _json_object(generation, label, "OVERRIDE_GENERATION_CONFIG") if generation else GREEDY_GENERATION_CONFIG
     )
     argv += ["--override-generation-config", json.dumps(generation_config)]
 
@@ -166,11 +162,7 @@ def build_serve_command(
         argv += shlex.split(settings["VLLM_EXTRA_ARGS"])
 
     not_interpreted = tuple(
-        sorted(
-            key
-            for key in manifest.env
-            if key not in HANDLED and not key.startswith(PASSED_THROUGH_PREFIXES)
-        )
+        sorted(key for key in manifest.env if key not in HANDLED and not key.startswith(PASSED_THROUGH_PREFIXES))
     )
     return ServeCommand(
         argv=tuple(argv),
@@ -196,11 +188,7 @@ def exec_server(command: ServeCommand, env: Mapping[str, str]) -> None:  # pragm
 
 
 def _hf_overrides(settings: Mapping[str, str], model: str, label: str) -> dict[str, Any]:
-    overrides = (
-        _json_object(settings["HF_OVERRIDES"], label, "HF_OVERRIDES")
-        if settings.get("HF_OVERRIDES")
-        else {}
-    )
+    overrides = _json_object(settings["HF_OVERRIDES"], label, "HF_OVERRIDES") if settings.get("HF_OVERRIDES") else {}
     window = settings.get("SLIDING_WINDOW")
     if window:
         size = _integer(window, label, "env.SLIDING_WINDOW")
@@ -220,9 +208,7 @@ def _hf_overrides(settings: Mapping[str, str], model: str, label: str) -> dict[s
     return overrides
 
 
-def _speculative_config(
-    settings: Mapping[str, str], folder: Path, label: str
-) -> dict[str, Any] | None:
+def _speculative_config(settings: Mapping[str, str], folder: Path, label: str) -> dict[str, Any] | None:
     raw = settings.get("SPECULATIVE_CONFIG")
     top_k = settings.get("CENTROID_TOP_K")
     if not raw:
@@ -238,9 +224,7 @@ def _speculative_config(
         config["model"] = _local_path_or_id(config["model"], folder)
     if top_k:
         if not isinstance(config.get("model"), str):
-            raise ManifestError(
-                label, "env.SPECULATIVE_CONFIG", "needs a 'model' (the drafter) for CENTROID_TOP_K"
-            )
+            raise ManifestError(label, "env.SPECULATIVE_CONFIG", "needs a 'model' (the drafter) for CENTROID_TOP_K")
         value = _integer(top_k, label, "env.CENTROID_TOP_K")
         config["model"] = str(drafter_with_top_k(config["model"], value, label=label))
     return config

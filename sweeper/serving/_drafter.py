@@ -43,9 +43,7 @@ def drafter_with_top_k(drafter: str, top_k: int, *, label: str = "<manifest>") -
         ) from None
     num_centroids = config.get("num_centroids")
     if not config.get("use_ordered_embeddings", False) and TOP_K_FIELD not in config:
-        raise ManifestError(
-            label, "env.CENTROID_TOP_K", f"drafter {source} has no centroid masking to configure"
-        )
+        raise ManifestError(label, "env.CENTROID_TOP_K", f"drafter {source} has no centroid masking to configure")
     if top_k <= 0 or (isinstance(num_centroids, int) and top_k > num_centroids):
         raise ManifestError(
             label,

@@ -146,8 +146,7 @@ def with_kind(exc: ServerError | MeasurementError, kind: FailureKind) -> ServerE
     """The same error, its ``kind`` set (a refusal at start becomes a ``ServerRefusedError``)."""
     if kind is FailureKind.REFUSED and not isinstance(exc, ServerRefusedError):
         refused = ServerRefusedError(
-            f"the server refused its configuration: {_refusal_line(getattr(exc, 'log_tail', ''))} "
-            f"({exc})",
+            f"the server refused its configuration: {_refusal_line(getattr(exc, 'log_tail', ''))} ({exc})",
             log_tail=getattr(exc, "log_tail", ""),
             kind=kind.value,
         )
@@ -162,8 +161,6 @@ def _refusal_line(log_tail: str) -> str:
     lines = log_tail.splitlines()
     for index, line in enumerate(lines):
         if _REFUSED.search(line + "\n"):
-            picked = [line.strip()] + [
-                follow.strip() for follow in lines[index + 1 : index + 3] if follow.strip()
-            ]
+            picked = [line.strip()] + [follow.strip() for follow in lines[index + 1 : index + 3] if follow.strip()]
             return " / ".join(picked)[:500]
     return "(no validation error line in the log tail)"

@@ -75,9 +75,7 @@ def model_limits(manifest: Manifest, overrides: Mapping[str, str] | None = None)
         except ValueError:
             max_len = None
     if max_len is None:
-        max_len = text_config.get("max_position_embeddings") or config.get(
-            "max_position_embeddings"
-        )
+        max_len = text_config.get("max_position_embeddings") or config.get("max_position_embeddings")
     return ModelLimits(
         model=model,
         vocab_size=int(vocab) if isinstance(vocab, int) else None,

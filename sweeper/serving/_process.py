@@ -37,7 +37,6 @@ from types import TracebackType
 
 import httpx
 
-from sweeper.serving import processes
 from sweeper.errors import (
     ServerError,
     ServerIdentityError,
@@ -46,6 +45,7 @@ from sweeper.errors import (
     ServerTimeoutError,
 )
 from sweeper.manifest import Manifest
+from sweeper.serving import processes
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,9 @@ class _ChildSetup:
             return self._report("prctl is not available (not Linux?)")
         if self._prctl(_PR_SET_PDEATHSIG, self.death_signal, 0, 0, 0) != 0:
             errno = ctypes.get_errno()
-            return self._report(f"prctl(PR_SET_PDEATHSIG, {self.death_signal}) failed: "
-                                f"{os.strerror(errno)} (errno {errno})")  # fmt: skip
+            return self._report(
+                f"prctl(PR_SET_PDEATHSIG, {self.death_signal}) failed: {os.strerror(errno)} (errno {errno})"
+            )
         self._prctl(_PR_GET_PDEATHSIG, ctypes.byref(self._read_back), 0, 0, 0)
         if self._read_back.value != self.death_signal:
             self._report(f"PR_GET_PDEATHSIG reads {self._read_back.value}, not {self.death_signal}")
@@ -222,19 +223,15 @@ class ServerProcess:
             self.port = int(self.overrides.get("PORT") or self.requested_port or self.manifest.port)
         if not port_is_free(self.port, processes.local_address(self.host)):
             raise ServerError(
-                f"port {self.port} is already in use by another process; stop it or let "
-                "sweeper pick a free port"
+                f"port {self.port} is already in use by another process; stop it or let sweeper pick a free port"
             )
         env = dict(os.environ)
         env.update(self.manifest.env)
         env.update(self.overrides)
         env.update({"PORT": str(self.port), "HOST": self.host, TOKEN_VARIABLE: self.token})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        logger.info(
-            "starting server %r on port %d (log: %s)", self.manifest.name, self.port, self.log_path
-        )
-        setup = _ChildSetup(self.log_path.with_name(self.log_path.name + ".pdeathsig"),
-                            self.death_signal)  # fmt: skip
+        logger.info("starting server %r on port %d (log: %s)", self.manifest.name, self.port, self.log_path)
+        setup = _ChildSetup(self.log_path.with_name(self.log_path.name + ".pdeathsig"), self.death_signal)
         with open(self.log_path, "ab") as log:
             try:
                 self.process = subprocess.Popen(  # noqa: S603 - the user's own serve command
@@ -258,8 +255,10 @@ class ServerProcess:
             logger.warning(
                 "server %r (pid %d) has no parent-death signal: %s; if this sweeper is "
                 "killed, the next run stops it through its token",
-                self.manifest.name, self.process.pid, failure,
-            )  # fmt: skip
+                self.manifest.name,
+                self.process.pid,
+                failure,
+            )
 
     def wait_ready(self) -> float:
         """Block until /v1/models answers 200; return the seconds it took."""
@@ -314,9 +313,11 @@ class ServerProcess:
             escaped, failure = exc.pids, failure or exc
         if escaped:
             logger.warning(
-                "server %r: %d process(es) outside its process group stopped through its "
-                "token: %s", self.manifest.name, len(escaped), escaped,
-            )  # fmt: skip
+                "server %r: %d process(es) outside its process group stopped through its token: %s",
+                self.manifest.name,
+                len(escaped),
+                escaped,
+            )
         self.stop_seconds = time.monotonic() - began
         if failure is not None:
             failure.log_tail = self.log_tail()

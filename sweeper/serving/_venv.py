@@ -102,11 +102,18 @@ def server_venv(
         logger.info("creating the server venv %s: installing %s", final, " ".join(dependencies))
         _run([base, "-m", "venv", str(building)], "creating the venv", cwd=cwd)
         _run(
-            [str(building / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-             "--no-input", *dependencies],
+            [
+                str(building / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                *dependencies,
+            ],
             f"pip install {' '.join(dependencies)}",
             cwd=cwd,
-        )  # fmt: skip
+        )
         (building / MARKER).write_text(
             json.dumps({"key": key, "dependencies": list(dependencies), "python": base}, indent=1) + "\n"
         )
@@ -148,9 +155,7 @@ def _run(command: list[str], what: str, *, cwd: str | os.PathLike[str] | None) -
     if completed.returncode != 0:
         output = (completed.stderr or completed.stdout).strip().splitlines()
         tail = " | ".join(line.strip() for line in output[-OUTPUT_TAIL_LINES:] if line.strip())
-        raise ServerVenvError(
-            f"{what} failed (exit code {completed.returncode}); nothing was cached: {tail}"
-        )
+        raise ServerVenvError(f"{what} failed (exit code {completed.returncode}); nothing was cached: {tail}")
 
 
 def _python_version(interpreter: str) -> str:
@@ -159,8 +164,10 @@ def _python_version(interpreter: str) -> str:
     try:
         completed = subprocess.run(  # noqa: S603
             [interpreter, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError) as exc:
         raise ServerVenvError(f"{interpreter}: cannot run it as a Python interpreter ({exc})") from None
     return completed.stdout.strip()

@@ -57,9 +57,7 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def terminate_group(
-    pgid: int, *, grace_s: float, wait_for: subprocess.Popen[bytes] | None = None
-) -> None:
+def terminate_group(pgid: int, *, grace_s: float, wait_for: subprocess.Popen[bytes] | None = None) -> None:
     """SIGTERM the group, wait up to ``grace_s``, SIGKILL survivors, wait until none is left."""
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -200,9 +198,7 @@ def pids_with_variable(variable: str) -> dict[int, str]:
     return found
 
 
-def kill_by_env(
-    variable: str, value: str, *, grace_s: float = 10.0, kill_wait_s: float = 10.0
-) -> list[int]:
+def kill_by_env(variable: str, value: str, *, grace_s: float = 10.0, kill_wait_s: float = 10.0) -> list[int]:
     """Stop every process carrying ``variable=value``: SIGTERM, wait, SIGKILL. Returns them.
 
     Raises ``ServerStopError`` when one is still there ``kill_wait_s`` after SIGKILL.
@@ -218,8 +214,11 @@ def kill_by_env(
     if stubborn:
         logger.warning(
             "%d process(es) carrying %s=%s still there after %.0f s: sending SIGKILL",
-            len(stubborn), variable, value, grace_s,
-        )  # fmt: skip
+            len(stubborn),
+            variable,
+            value,
+            grace_s,
+        )
         _signal_all(stubborn, signal.SIGKILL)
         deadline = time.monotonic() + kill_wait_s
         while time.monotonic() < deadline and pids_with_env(variable, value):

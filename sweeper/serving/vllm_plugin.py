@@ -46,9 +46,7 @@ def patch_centroid_graphs_on_cpu() -> bool:
 
     def _setup_centroids_without_graphs(self) -> None:  # type: ignore[no-untyped-def]
         self._centroids_sizes = []
-        logger.info(
-            "sweeper patch: no CUDA, centroid top-tokens run without CUDA graphs"
-        )
+        logger.info("sweeper patch: no CUDA, centroid top-tokens run without CUDA graphs")
 
     proposer._setup_centroids_cuda_graphs = _setup_centroids_without_graphs
     _applied.add(name)

@@ -196,11 +196,7 @@ class Decision:
 
     def describe(self) -> str:
         iv = self.interval
-        basis = (
-            f"{self.pairs} pair{'s' if self.pairs != 1 else ''} after selection"
-            if self.pairs
-            else "first figures"
-        )
+        basis = f"{self.pairs} pair{'s' if self.pairs != 1 else ''} after selection" if self.pairs else "first figures"
         text = (
             f"trial {self.contender} against trial {self.incumbent}: "
             f"{_percent(iv.value)} ({_level(iv.confidence)} interval {_percent(iv.low)} to {_percent(iv.high)}, "
@@ -343,8 +339,7 @@ class Standing:
             (c, i)
             for c, i in estimated
             if not any(
-                oi.value >= i.value and o.ppl <= c.ppl and (oi.value > i.value or o.ppl < c.ppl)
-                for o, oi in estimated
+                oi.value >= i.value and o.ppl <= c.ppl and (oi.value > i.value or o.ppl < c.ppl) for o, oi in estimated
             )
         ]
         return sorted(front, key=lambda pair: (pair[0].ppl, -pair[1].value))
@@ -386,10 +381,7 @@ class Standing:
         elif self.claim == "slower":
             head = f"{_percent(iv.value)} against the base manifest ({span}): slower"
         else:
-            head = (
-                f"not distinguishable from the base manifest: {_percent(iv.value)} "
-                f"({span}, which includes 0 %)"
-            )
+            head = f"not distinguishable from the base manifest: {_percent(iv.value)} ({span}, which includes 0 %)"
         estimate = self.tps_interval(inc).value
         servers = len(inc.confirmed_tps) or len(inc.tps)
         return f"{head}, {ppl}; trial {inc.first}, {estimate:.2f} tok/s over {servers} server(s){pending}"
@@ -479,9 +471,7 @@ def configurations(records: Iterable[TrialRecord]) -> list[Configuration]:
                 ppl_cap=float(first.ppl_cap if first.ppl_cap is not None else first.ppl),
                 is_base=any(BASELINE in r.role.split("+") for r in group),
                 confirmed_tps=tuple(
-                    float(r.tps)
-                    for r in group
-                    if is_confirmation(r.role) or BASELINE in r.role.split("+")
+                    float(r.tps) for r in group if is_confirmation(r.role) or BASELINE in r.role.split("+")
                 ),
             )
         )
@@ -570,9 +560,7 @@ def rounds_run(records: Sequence[TrialRecord], key: str) -> int:
     return sum(
         1
         for r in records
-        if is_confirmation(r.role)
-        and params_key(r.params) == key
-        and r.state not in ("running", "interrupted")
+        if is_confirmation(r.role) and params_key(r.params) == key and r.state not in ("running", "interrupted")
     )
 
 
@@ -702,9 +690,7 @@ class _Replay:
         servers have shown (their pooled spread, drift included), so that a few lucky
         rounds cannot shrink an interval."""
         settings = self.settings
-        everything = pooled_spread(
-            self.figures_until(last), prior=settings.prior_spread, prior_df=settings.prior_df
-        )
+        everything = pooled_spread(self.figures_until(last), prior=settings.prior_spread, prior_df=settings.prior_df)
         blocked = blocked_spread(self.blocks_until(last), prior=settings.prior_spread, prior_df=settings.prior_df)
         prior = f"prior {settings.prior_spread:.0%} as {settings.prior_df:g} df"
         if blocked.measured_df >= ROUNDS_DF_ENOUGH:
@@ -728,7 +714,9 @@ class _Replay:
         return dataclasses.replace(everything, method=f"{everything.measured_df} df from repeats, {prior}{rounds}")
 
     @staticmethod
-    def pairs(rounds: Iterable[Round], a: Configuration, b: Configuration) -> list[tuple[tuple[int, float], tuple[int, float]]]:
+    def pairs(
+        rounds: Iterable[Round], a: Configuration, b: Configuration
+    ) -> list[tuple[tuple[int, float], tuple[int, float]]]:
         found = []
         for round_ in rounds:
             x, y = round_.figure(a.key), round_.figure(b.key)
@@ -768,15 +756,27 @@ def standing(records: Iterable[TrialRecord], settings: ConfirmSettings) -> Stand
             below = math.log(interval.value) < -settings.screen * _standard_error(spread, contender, incumbent)
             if interval.high < 1.0 or below or (settings.screen == 0.0 and interval.value < 1.0):
                 decisions.append(
-                    Decision(contender=contender.first, incumbent=incumbent.first, outcome="screened",
-                             interval=interval, rounds=0)  # fmt: skip
+                    Decision(
+                        contender=contender.first,
+                        incumbent=incumbent.first,
+                        outcome="screened",
+                        interval=interval,
+                        rounds=0,
+                    )
                 )
                 continue
         races += 1
         outcome, interval, looked = _judge_race(replay, contender, incumbent, base, rounds)
         decisions.append(
-            Decision(contender=contender.first, incumbent=incumbent.first, outcome=outcome,
-                     interval=interval, rounds=len(rounds), race=races, pairs=looked)  # fmt: skip
+            Decision(
+                contender=contender.first,
+                incumbent=incumbent.first,
+                outcome=outcome,
+                interval=interval,
+                rounds=len(rounds),
+                race=races,
+                pairs=looked,
+            )
         )
         if outcome == "racing":
             race = Race(contender=contender, incumbent=incumbent, base=base, round=len(rounds) + 1)
@@ -833,9 +833,9 @@ def _judge_race(
             over_base = True
             if base is not None and incumbent.key != base.key:
                 vs_base = [(x[1], y[1]) for x, y in replay.pairs(seen, contender, base)]
-                over_base = bool(vs_base) and paired_speedup_interval(
-                    vs_base, spread=spread, confidence=level
-                ).low > 1.0
+                over_base = (
+                    bool(vs_base) and paired_speedup_interval(vs_base, spread=spread, confidence=level).low > 1.0
+                )
             if over_base:
                 return "faster", interval, looked
         if plain.high < 1.0:
@@ -852,9 +852,7 @@ def _judge_race(
     return outcome, interval, looked
 
 
-def _claim_round(
-    replay: _Replay, incumbent: Configuration, base: Configuration, basis: ClaimBasis
-) -> Race | None:
+def _claim_round(replay: _Replay, incumbent: Configuration, base: Configuration, basis: ClaimBasis) -> Race | None:
     """Another claim round while the incumbent's claim over the base is still unclear.
 
     The races chose the incumbent; its claim then rests on its figures
@@ -923,8 +921,7 @@ def _standing_unraced(replay: _Replay) -> Standing:
         else:
             outcome = "unconfirmed"
         decisions.append(
-            Decision(contender=contender.first, incumbent=incumbent.first, outcome=outcome,
-                     interval=interval, rounds=0)  # fmt: skip
+            Decision(contender=contender.first, incumbent=incumbent.first, outcome=outcome, interval=interval, rounds=0)
         )
         if outcome in ("faster", "unconfirmed"):
             incumbent = contender

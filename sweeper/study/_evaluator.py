@@ -60,19 +60,13 @@ class Measurement:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise MeasurementError(
-                    f"measurement field {name!r} must be a number, not {value!r}"
-                )
+                raise MeasurementError(f"measurement field {name!r} must be a number, not {value!r}")
             # an infinite PPL (a -inf logprob) is a measured gate failure, not an error
             finite = math.isfinite(value) or (name == "ppl" and value == math.inf)
             if not finite or value < 0 or (name == "ppl" and value == 0):
-                raise MeasurementError(
-                    f"measurement field {name!r} is not a valid value: {value!r}"
-                )
+                raise MeasurementError(f"measurement field {name!r} is not a valid value: {value!r}")
         if self.tps is None and not (self.early_stopped or self.screened):
-            raise MeasurementError(
-                "measurement has no 'tps' (only an early-stopped or screened-out trial may omit it)"
-            )
+            raise MeasurementError("measurement has no 'tps' (only an early-stopped or screened-out trial may omit it)")
         if self.screened and not isinstance(self.extras.get("tps_screen"), (int, float)):
             raise MeasurementError("a screened-out measurement needs its figure in extras['tps_screen']")
 

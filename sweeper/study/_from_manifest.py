@@ -97,9 +97,7 @@ def plan_from_manifest(manifest: Manifest, space: SearchSpace) -> ImportPlan:
     except SearchSpaceError as exc:
         raise SearchSpaceError(f"{label} cannot be searched with space {space.name!r}: {exc}") from None
     kept = set(bound.names)
-    skipped = tuple(
-        (p.name, _skip_reason(p, manifest.env, kept)) for p in space.parameters if p.name not in kept
-    )
+    skipped = tuple((p.name, _skip_reason(p, manifest.env, kept)) for p in space.parameters if p.name not in kept)
     try:
         values = bound.base_values()
     except SearchSpaceError as exc:
@@ -109,14 +107,13 @@ def plan_from_manifest(manifest: Manifest, space: SearchSpace) -> ImportPlan:
         if not item.in_range:
             logger.warning(
                 "%s: %s=%r is outside the searched range %s: it is tried first all the same",
-                label, item.name, item.value, item.describe_range(),
-            )  # fmt: skip
+                label,
+                item.name,
+                item.value,
+                item.describe_range(),
+            )
     written = {target.env for p in bound.parameters for target in p.targets}
-    fixed = {
-        key: value
-        for key, value in manifest.env.items()
-        if key not in written and not is_secret_name(key)
-    }
+    fixed = {key: value for key, value in manifest.env.items() if key not in written and not is_secret_name(key)}
     enqueue_name = f"{IMPORTED_PREFIX}:{manifest.name}"
     first = EnqueuedConfig(name=enqueue_name, params=dict(values))
     # a config of the space with the same values stays listed: the study runs it once,

@@ -33,8 +33,8 @@ from typing import Any
 
 import optuna
 
-from evaluators.ppl_uncertainty import PplEstimate, record_stderr, rerun_spread
 from evaluators.ppl import RecordScore
+from evaluators.ppl_uncertainty import PplEstimate, record_stderr, rerun_spread
 from storage import STUDY_ATTR_PREFIX
 from sweeper.errors import StudyError, UserInputError
 
@@ -60,11 +60,7 @@ PAIRED_RECORDS_KEY = "ppl_paired_records"  # the records both scored, that stand
 
 def study_settings(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """sweeper's settings among a study's user attributes, without their prefix."""
-    return {
-        key[len(STUDY_ATTR_PREFIX) :]: value
-        for key, value in attrs.items()
-        if key.startswith(STUDY_ATTR_PREFIX)
-    }
+    return {key[len(STUDY_ATTR_PREFIX) :]: value for key, value in attrs.items() if key.startswith(STUDY_ATTR_PREFIX)}
 
 
 class GateError(UserInputError):
@@ -90,15 +86,10 @@ class PplGate:
             raise GateError("give exactly one of ppl_cap (absolute) and ppl_cap_rel (x baseline)")
         for name in ("cap", "cap_rel"):
             value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value)
-            ):
+            if value is not None and (not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value)):
                 raise GateError(f"ppl_{name} must be a positive number, not {value!r}")
         if self.cap_rel is not None and self.cap_rel < 1.0:
-            raise GateError(
-                "ppl_cap_rel must be at least 1.0 (the baseline itself must pass), "
-                f"not {self.cap_rel}"
-            )
+            raise GateError(f"ppl_cap_rel must be at least 1.0 (the baseline itself must pass), not {self.cap_rel}")
         if self.confidence is not None and (
             isinstance(self.confidence, bool)
             or not isinstance(self.confidence, (int, float))
@@ -106,22 +97,16 @@ class PplGate:
         ):
             raise GateError(f"ppl_confidence must be in [0.5, 1), not {self.confidence!r}")
         if self.rerun_records is not None and (
-            isinstance(self.rerun_records, bool)
-            or not isinstance(self.rerun_records, int)
-            or self.rerun_records < 1
+            isinstance(self.rerun_records, bool) or not isinstance(self.rerun_records, int) or self.rerun_records < 1
         ):
-            raise GateError(
-                f"ppl_rerun_records must be a positive integer, not {self.rerun_records!r}"
-            )
+            raise GateError(f"ppl_rerun_records must be a positive integer, not {self.rerun_records!r}")
 
     @property
     def relative(self) -> bool:
         return self.cap_rel is not None
 
     def describe(self) -> str:
-        text = (
-            f"PPL <= {self.cap_rel:g} x baseline PPL" if self.relative else f"PPL <= {self.cap:g}"
-        )
+        text = f"PPL <= {self.cap_rel:g} x baseline PPL" if self.relative else f"PPL <= {self.cap:g}"
         if self.confidence is None:
             return text
         rerun = f"{self.rerun_records} new records" if self.rerun_records else "as many new records"
@@ -179,8 +164,7 @@ class PplGate:
         if not known or not math.isfinite(ppl) or ppl <= 0:
             if self.confidence is not None and math.isfinite(ppl) and not known:
                 logger.warning(
-                    "PPL %.4f has no standard error (no per-record scores): the %.0f %% gate "
-                    "judges the point estimate",
+                    "PPL %.4f has no standard error (no per-record scores): the %.0f %% gate judges the point estimate",
                     ppl,
                     100 * self.confidence,
                 )
@@ -195,9 +179,7 @@ class PplGate:
         rerun = self.rerun_records or records
         estimate = PplEstimate(ppl=ppl, stderr_log_ppl=stderr_log_ppl, records=records)
         paired_used = paired if self.relative else None
-        spread = rerun_spread(
-            estimate, rerun, paired=paired_used, reference=reference if self.relative else None
-        )
+        spread = rerun_spread(estimate, rerun, paired=paired_used, reference=reference if self.relative else None)
         probability = spread.probability_within(math.log(cap) - math.log(ppl))
         if self.confidence is None:
             bound = ppl
@@ -295,11 +277,13 @@ def _ppl_scores(requests: Sequence[Mapping[str, Any]]) -> list[RecordScore]:
         if not isinstance(tokens, int) or tokens <= 0:
             return []
         ident = row.get("id")
-        scores.append(RecordScore(
-            id="" if ident is None else str(ident),
-            nll=math.inf if nll is None else float(nll),
-            tokens=tokens,
-        ))  # fmt: skip
+        scores.append(
+            RecordScore(
+                id="" if ident is None else str(ident),
+                nll=math.inf if nll is None else float(nll),
+                tokens=tokens,
+            )
+        )
     return scores
 
 
@@ -314,16 +298,13 @@ def record_rows(requests: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]
     if any(not s.id for s in scores) or len(by_id) < len(scores):
         if scores:
             logger.warning(
-                "per-record PPL rows without ids or with an id twice: they cannot be paired "
-                "with the baseline's"
+                "per-record PPL rows without ids or with an id twice: they cannot be paired with the baseline's"
             )
         return {}
     return by_id
 
 
-def paired_stderr(
-    trial: Mapping[str, RecordScore], baseline: Mapping[str, RecordScore]
-) -> tuple[float, int] | None:
+def paired_stderr(trial: Mapping[str, RecordScore], baseline: Mapping[str, RecordScore]) -> tuple[float, int] | None:
     """Standard error of log(PPL / baseline PPL) from the per-record differences, and the
     records it rests on: the records both scored, each with the same scored tokens.
 
@@ -334,17 +315,13 @@ def paired_stderr(
     common = sorted(set(trial) & set(baseline))
     if len(common) < 2 or any(trial[k].tokens != baseline[k].tokens for k in common):
         return None
-    differences = [
-        RecordScore(id=k, nll=trial[k].nll - baseline[k].nll, tokens=trial[k].tokens) for k in common
-    ]
+    differences = [RecordScore(id=k, nll=trial[k].nll - baseline[k].nll, tokens=trial[k].tokens) for k in common]
     if not all(d.finite for d in differences):
         return None
     return record_stderr(differences), len(common)
 
 
-def uncertainty_extras(
-    extras: Mapping[str, Any], requests: Sequence[Mapping[str, Any]] = ()
-) -> dict[str, Any]:
+def uncertainty_extras(extras: Mapping[str, Any], requests: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """``{ppl_stderr_records, ppl_records}`` of a measurement (``measured_uncertainty``), to store
     with a PPL that no gate judged (a verification repeat); empty when unknown."""
     stderr, records = measured_uncertainty(extras, requests)
@@ -572,9 +549,14 @@ def ppl_statement(
     empty = dict(ppl=float(ppl), level=level, cap=cap)
     if estimate is None:  # no per-record scores, or an infinite PPL: no interval
         return PplStatement(
-            **empty, records=None, low=None, high=None, baseline_noise=False,
-            rerun_records=None, pass_probability=None,
-        )  # fmt: skip
+            **empty,
+            records=None,
+            low=None,
+            high=None,
+            baseline_noise=False,
+            rerun_records=None,
+            pass_probability=None,
+        )
     low, high = estimate.interval(level)
     stored_p, stored_k = extras.get(PASS_PROBABILITY_KEY), extras.get(RERUN_RECORDS_KEY)
     paired = _stored_paired(extras, estimate.records) if reference is not None else None
@@ -582,11 +564,7 @@ def ppl_statement(
     if paired is not None:  # the interval the cap is judged in: the paired one, against the baseline
         half = rerun_spread(estimate, None, paired=paired).quantile(0.5 + level / 2)
         noise_low, noise_high = estimate.ppl * math.exp(-half), estimate.ppl * math.exp(half)
-    if (
-        isinstance(stored_p, (int, float))
-        and isinstance(stored_k, int)
-        and new_records in (None, stored_k)
-    ):
+    if isinstance(stored_p, (int, float)) and isinstance(stored_k, int) and new_records in (None, stored_k):
         probability, rerun = float(stored_p), stored_k
     elif cap is None:
         probability, rerun = None, None
@@ -595,10 +573,17 @@ def ppl_statement(
         spread = rerun_spread(estimate, rerun, paired=paired, reference=reference)
         probability = spread.probability_within(math.log(cap) - math.log(estimate.ppl))
     return PplStatement(
-        **empty, records=estimate.records, low=low, high=high, baseline_noise=reference is not None,
-        rerun_records=rerun, pass_probability=probability, paired=paired is not None,
-        noise_low=noise_low, noise_high=noise_high,
-    )  # fmt: skip
+        **empty,
+        records=estimate.records,
+        low=low,
+        high=high,
+        baseline_noise=reference is not None,
+        rerun_records=rerun,
+        pass_probability=probability,
+        paired=paired is not None,
+        noise_low=noise_low,
+        noise_high=noise_high,
+    )
 
 
 def _stored_paired(extras: Mapping[str, Any], records: int) -> tuple[float, int] | None:

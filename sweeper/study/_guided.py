@@ -214,9 +214,7 @@ class GuidedPlan:
 
     # -- the window -----------------------------------------------------------
 
-    def next_window(
-        self, observations: Sequence[Observation], pending: Sequence[Mapping[str, Any]] = ()
-    ) -> Any | None:
+    def next_window(self, observations: Sequence[Observation], pending: Sequence[Mapping[str, Any]] = ()) -> Any | None:
         """The boundary probe, or the boundary once found (the smallest feasible value)."""
         b = self.boundary
         safe = b.snap(b.high if b.faster == "lower" else b.low)
@@ -247,9 +245,7 @@ class GuidedPlan:
             return probe
         return min(passing, key=self._oriented)
 
-    def _read_again(
-        self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]
-    ) -> Any | None:
+    def _read_again(self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]) -> Any | None:
         """The fastest uncertain window that reads as passing on average and may be read again.
 
         Only one faster than every feasible window, and read (or being read)
@@ -351,14 +347,10 @@ class GuidedPlan:
                 state = FEASIBLE
             else:
                 state = UNCERTAIN
-            pooled[u] = WindowReadings(
-                value=values[u], mean=mean, count=len(gates), half_width=half, state=state
-            )
+            pooled[u] = WindowReadings(value=values[u], mean=mean, count=len(gates), half_width=half, state=state)
         return pooled
 
-    def _root_estimate(
-        self, gates: Mapping[float, float], hi: float, lo: float | None
-    ) -> float | None:
+    def _root_estimate(self, gates: Mapping[float, float], hi: float, lo: float | None) -> float | None:
         """Where ``ppl - cap`` is 0, from the measured values nearest the boundary.
 
         PPL falls toward a floor as the quality parameter goes the safe way, so
@@ -485,7 +477,9 @@ class GuidedPlan:
         return best
 
     def _near(
-        self, candidate: Mapping[str, Any], incumbent: Mapping[str, Any] | None,
+        self,
+        candidate: Mapping[str, Any],
+        incumbent: Mapping[str, Any] | None,
         frozen: Mapping[str, Any],
     ) -> bool:
         """Whether every numeric speed knob is within ``TRUST_RADIUS`` of the incumbent's."""
@@ -518,9 +512,7 @@ class GuidedPlan:
 
     def _fit(self, observations: Sequence[Observation]) -> _Surrogate:
         """The surrogate over every measured trial; a knob once found dead stays so."""
-        measured = sorted(
-            (o for o in observations if o.tps is not None and o.tps > 0), key=lambda o: o.number
-        )
+        measured = sorted((o for o in observations if o.tps is not None and o.tps > 0), key=lambda o: o.number)
         frozen: dict[str, Any] = {}
         for count in range(1 + len(self._design) + DEAD_AFTER, len(measured)):
             for name, value in _Surrogate(self, measured[:count], frozen).dead_knobs().items():
@@ -545,9 +537,7 @@ class GuidedPlan:
 class _Surrogate:
     """Ridge regression of log TPS on the window and each speed knob (module docstring)."""
 
-    def __init__(
-        self, plan: GuidedPlan, measured: Sequence[Observation], frozen: dict[str, Any]
-    ) -> None:
+    def __init__(self, plan: GuidedPlan, measured: Sequence[Observation], frozen: dict[str, Any]) -> None:
         self.plan = plan
         speed = plan.speed
         self.columns = self._columns(speed)
@@ -756,7 +746,4 @@ def _orthogonal_signs(columns: int) -> list[list[int]]:
     runs = 1
     while runs <= columns:
         runs *= 2
-    return [
-        [1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)]
-        for row in range(runs)
-    ]
+    return [[1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)] for row in range(runs)]

@@ -11,8 +11,8 @@ from typing import Any
 
 from sweeper.errors import UserInputError
 from sweeper.study._confirm import ConfirmSettings
-from sweeper.study._gate import PplGate
 from sweeper.study._evaluator import TrialEvent
+from sweeper.study._gate import PplGate
 from sweeper.study._sampling import MODES, SAMPLERS
 
 logger = logging.getLogger(__name__)
@@ -85,13 +85,9 @@ class StudyOptions:
         if self.mode not in MODES:
             raise StudyOptionsError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.sampler is not None and self.sampler not in SAMPLERS:
-            raise StudyOptionsError(
-                f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}"
-            )
+            raise StudyOptionsError(f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
         if self.n_trials is not None and (
-            isinstance(self.n_trials, bool)
-            or not isinstance(self.n_trials, int)
-            or self.n_trials < 1
+            isinstance(self.n_trials, bool) or not isinstance(self.n_trials, int) or self.n_trials < 1
         ):
             raise StudyOptionsError(f"n_trials must be a positive integer, not {self.n_trials!r}")
         if self.timeout_s is not None and not self.timeout_s > 0:
@@ -110,8 +106,7 @@ class StudyOptions:
             or self.max_consecutive_failures < 1
         ):
             raise StudyOptionsError(
-                "max_consecutive_failures must be a positive integer, "
-                f"not {self.max_consecutive_failures!r}"
+                f"max_consecutive_failures must be a positive integer, not {self.max_consecutive_failures!r}"
             )
         if not isinstance(self.confirm, ConfirmSettings):
             raise StudyOptionsError(f"confirm must be ConfirmSettings, not {type(self.confirm).__name__}")

@@ -78,8 +78,7 @@ class StudyRecipe:
         return self.tps_connection or LEGACY_CONNECTION
 
     def __post_init__(self) -> None:
-        for name in ("num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records",
-                     "split_seed"):  # fmt: skip
+        for name in ("num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records", "split_seed"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise UserInputError(f"study recipe: {name} must be a non-negative integer, not {value!r}")
@@ -218,9 +217,19 @@ def save_recipe(url: str | None, study_name: str, recipe: StudyRecipe) -> None:
 
 # what makes two trials' numbers comparable: a study resumed with other values would mix them
 MEASURING_FIELDS = (
-    "prompts", "ppl_data", "heldout_prompts", "heldout_ppl_data", "heldout_fraction", "split_seed",
-    "num_prompts", "output_len", "warmup_requests", "warmup_prompts", "ppl_records", "tps_connection",
-)  # fmt: skip
+    "prompts",
+    "ppl_data",
+    "heldout_prompts",
+    "heldout_ppl_data",
+    "heldout_fraction",
+    "split_seed",
+    "num_prompts",
+    "output_len",
+    "warmup_requests",
+    "warmup_prompts",
+    "ppl_records",
+    "tps_connection",
+)
 
 
 def recipe_changes(stored: StudyRecipe, new: StudyRecipe) -> dict[str, tuple[Any, Any]]:
@@ -267,6 +276,5 @@ def base_manifest_of(recipe: StudyRecipe, base_manifest: Manifest | None = None)
     if recipe.base_manifest:
         return Manifest.load(recipe.base_manifest)
     raise UserInputError(
-        "the study does not record its base manifest: pass it with --manifest "
-        "(the manifest the study was run on)"
+        "the study does not record its base manifest: pass it with --manifest (the manifest the study was run on)"
     )

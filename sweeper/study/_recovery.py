@@ -44,9 +44,7 @@ def process_started_after(pid: int, moment: datetime.datetime) -> bool | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         boot = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
+            int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
         )
     except (OSError, StopIteration, ValueError):
         return None
@@ -118,9 +116,7 @@ def recover_stale_trials(
     Cheap when nothing is stale (only RUNNING trials are read), so a worker
     calls it before each trial: a dead worker's trial never blocks the others.
     """
-    running = study._storage.get_all_trials(
-        study._study_id, deepcopy=False, states=(TrialState.RUNNING,)
-    )
+    running = study._storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,))
     if not running:
         return []
     numbers = [t.number for t in running]
@@ -156,9 +152,7 @@ def recover_stale_trials(
     return recovered
 
 
-def _complete_from_record(
-    study: optuna.Study, trial: optuna.trial.FrozenTrial, record: TrialRecord
-) -> None:
+def _complete_from_record(study: optuna.Study, trial: optuna.trial.FrozenTrial, record: TrialRecord) -> None:
     """The result was recorded but Optuna never heard of it: tell it now."""
     ppl = PplGate.model_ppl(record.ppl, record.ppl_cap)
     values = [record.tps] if len(study.directions) == 1 else [record.tps, ppl]

@@ -47,19 +47,18 @@ from storage import (
     redact,
     study_status,
 )
-from sweeper.serving import stop_servers_with_token
 from sweeper.errors import ServerStopError, StudyError
+from sweeper.serving import stop_servers_with_token
 from sweeper.study._confirm import (
     ConfirmSettings,
     is_confirmation,
     standing,
 )
+from sweeper.study._evaluator import Evaluator, TrialEvent
 from sweeper.study._gate import PplGate, reference_ppl, study_settings
-from sweeper.study._evaluator import TrialEvent
+from sweeper.study._options import StudyOptions, parse_duration
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
 from sweeper.study._sampling import make_sampler
-from sweeper.study._options import StudyOptions, parse_duration
-from sweeper.study._evaluator import Evaluator
 from sweeper.study._trial import REFUSED, TrialRunner, is_baseline
 
 logger = logging.getLogger(__name__)
@@ -221,9 +220,7 @@ class Sweep:
         try:
             if opts.gate is None:  # resuming only: a new study needs its gate
                 try:
-                    study = optuna.load_study(
-                        study_name=opts.study_name, storage=storage, sampler=sampler
-                    )
+                    study = optuna.load_study(study_name=opts.study_name, storage=storage, sampler=sampler)
                 except KeyError:
                     raise StudyError(
                         f"study {opts.study_name!r} is new: give a PPL cap (ppl_cap or ppl_cap_rel)"
@@ -305,8 +302,7 @@ class Sweep:
         if self.options.enqueue_space_configs:
             configs += self.space.enqueued_params()
         configs += [
-            (f"enqueued-{i}", self.space.check_params(c, f"enqueue[{i}]"))
-            for i, c in enumerate(self.options.enqueue)
+            (f"enqueued-{i}", self.space.check_params(c, f"enqueue[{i}]")) for i, c in enumerate(self.options.enqueue)
         ]
         if gate.relative or self.options.enqueue_base:
             baseline = self.space.base_values()
@@ -333,8 +329,7 @@ class Sweep:
         return sum(
             1
             for record in self.store.records(self.options.study_name)
-            if record.state in ("complete", "failed", "running", REFUSED)
-            and not is_confirmation(record.role)
+            if record.state in ("complete", "failed", "running", REFUSED) and not is_confirmation(record.role)
         )
 
     def _queue_race(self) -> bool:
@@ -352,8 +347,7 @@ class Sweep:
                         user_attrs={ROLE_ATTR: race.role},
                     )
                 logger.info(
-                    "%s, round %d: trial %d (%.2f tok/s as measured) against %s, trial %d (%.2f): "
-                    "re-measuring %s",
+                    "%s, round %d: trial %d (%.2f tok/s as measured) against %s, trial %d (%.2f): re-measuring %s",
                     "claim rounds" if race.claim else "confirmation race",
                     race.round,
                     race.contender.first,
@@ -367,9 +361,7 @@ class Sweep:
 
     def _confirmations_pending(self, *, waiting_only: bool = False) -> bool:
         """Are confirmation trials queued (or, unless ``waiting_only``, running)?"""
-        states = (optuna.trial.TrialState.WAITING,) + (
-            () if waiting_only else (optuna.trial.TrialState.RUNNING,)
-        )
+        states = (optuna.trial.TrialState.WAITING,) + (() if waiting_only else (optuna.trial.TrialState.RUNNING,))
         return any(
             t.state in states and is_confirmation(str(t.user_attrs.get(ROLE_ATTR, "")))
             for t in self.study.get_trials(deepcopy=False)
@@ -440,9 +432,7 @@ class Sweep:
         if trial.user_attrs.get(RETRIED_ATTR):
             return  # queued again: the next trial is its retry
         attempts = [
-            r
-            for r in self.store.records(self.options.study_name)
-            if is_baseline(r.role) and r.state != "complete"
+            r for r in self.store.records(self.options.study_name) if is_baseline(r.role) and r.state != "complete"
         ]
         tail = (record.log_tail or "").strip().splitlines()
         hint = f" Last server log line: {tail[-1]!r}." if tail else ""
@@ -458,9 +448,7 @@ class Sweep:
         )
 
     def _trial_id(self, number: int) -> int:
-        return self.study._storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, number
-        )
+        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
 
     def _failure_message(self, failed: list[TrialRecord]) -> str:
         last = failed[-1]
@@ -481,10 +469,7 @@ class Sweep:
     # -- signals ------------------------------------------------------------------
 
     def _install_signals(self) -> dict[int, Any]:
-        if (
-            not self.options.handle_signals
-            or threading.current_thread() is not threading.main_thread()
-        ):
+        if not self.options.handle_signals or threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -499,9 +484,7 @@ class Sweep:
         name = signal.Signals(signum).name
         first = not self.stop_event.is_set()
         self.stop_event.set()
-        self.stop_reason = self.stop_reason or (
-            "terminated" if signum == signal.SIGTERM else "interrupted"
-        )
+        self.stop_reason = self.stop_reason or ("terminated" if signum == signal.SIGTERM else "interrupted")
         if first:
             logger.warning("%s: stopping after marking the running trial", name)
             self.runner.interrupt(name)

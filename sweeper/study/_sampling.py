@@ -30,9 +30,7 @@ class SamplerError(UserInputError):
     """An unknown sampler or mode name."""
 
 
-def make_sampler(
-    name: str | None, *, space: SearchSpace, mode: str = "tps", seed: int | None = None
-) -> BaseSampler:
+def make_sampler(name: str | None, *, space: SearchSpace, mode: str = "tps", seed: int | None = None) -> BaseSampler:
     """The sampler called ``name`` (None: the default, guided), seeded."""
     if mode not in MODES:
         raise SamplerError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -91,9 +89,7 @@ def _params_of(trial: FrozenTrial) -> dict[str, Any]:
 class GuidedSampler(BaseSampler):
     """``GuidedPlan`` first; when it has nothing to propose, the fallback (GP) takes over."""
 
-    def __init__(
-        self, space: SearchSpace, *, seed: int | None = None, fallback: BaseSampler | None = None
-    ) -> None:
+    def __init__(self, space: SearchSpace, *, seed: int | None = None, fallback: BaseSampler | None = None) -> None:
         self._space = space
         self._plan = GuidedPlan(space)
         if fallback is None and not gp_available():
@@ -107,9 +103,7 @@ class GuidedSampler(BaseSampler):
         self._fallback.reseed_rng()
         self._redraw.reseed_rng()
 
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self._space.distributions()
 
     def sample_relative(
@@ -119,9 +113,7 @@ class GuidedSampler(BaseSampler):
             return {}
         trials = study._get_trials(deepcopy=False, use_cache=False)
         others = [t for t in trials if t.number != trial.number]
-        pending = [
-            _params_of(t) for t in others if t.state in (TrialState.RUNNING, TrialState.WAITING)
-        ]
+        pending = [_params_of(t) for t in others if t.state in (TrialState.RUNNING, TrialState.WAITING)]
         # a configuration that failed (and is not queued again) is not proposed again
         failed = [_params_of(t) for t in others if t.state == TrialState.FAIL]
         proposal = self._plan.propose(observations(others), pending, failed)

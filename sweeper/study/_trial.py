@@ -29,8 +29,8 @@ from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
 from sweeper.errors import MeasurementError, ServerError, StorageError, StudyError, SweeperError
 from sweeper.serving import FailureKind, classify
-from sweeper.versions import software_versions
 from sweeper.study._confirm import Standing, is_confirmation, standing
+from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
 from sweeper.study._gate import (
     BOUND_KEY,
     CONSTRAINT,
@@ -39,15 +39,15 @@ from sweeper.study._gate import (
     paired_stderr,
     record_rows,
     reference_estimate,
-    reference_trial,
     reference_ppl,
+    reference_trial,
     set_reference,
     wait_for_reference,
 )
-from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
-from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
 from sweeper.study._options import StudyOptions
+from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
 from sweeper.study._watchdog import TrialTimedOut, TrialWatchdog
+from sweeper.versions import software_versions
 
 logger = logging.getLogger(__name__)
 # how long a trial waits for the baseline's per-record PPL rows to pair its own with
@@ -76,9 +76,7 @@ class _Heartbeat:
 
     def __init__(self, store: TrialStore, study_name: str, number: int, interval_s: float) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, args=(store, study_name, number, interval_s), daemon=True
-        )
+        self._thread = threading.Thread(target=self._beat, args=(store, study_name, number, interval_s), daemon=True)
 
     def _beat(self, store: TrialStore, study_name: str, number: int, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
@@ -193,9 +191,7 @@ class TrialRunner:
         mean_log = sum(math.log(screen) for _, screen in pairs) / len(pairs)
         return math.exp(mean_log - 2.0 * now.spread.relative * math.sqrt(2.0))
 
-    def _paired_with_reference(
-        self, number: int, rows: Sequence[Mapping[str, Any]]
-    ) -> tuple[float, int] | None:
+    def _paired_with_reference(self, number: int, rows: Sequence[Mapping[str, Any]]) -> tuple[float, int] | None:
         """log(PPL / baseline PPL)'s standard error from the two trials' per-record rows.
 
         The baseline sets the reference PPL before its own record is stored, so another
@@ -251,9 +247,7 @@ class TrialRunner:
             set_reference(self.study, ppl, number, stderr_log_ppl=stderr, records=records)
             reference = ppl
         if reference is None and ppl is not None:
-            reference = wait_for_reference(
-                self.study, self._baseline_finished, should_stop=self.stop_event.is_set
-            )
+            reference = wait_for_reference(self.study, self._baseline_finished, should_stop=self.stop_event.is_set)
         return self.gate.cap_for(reference)
 
     def _baseline_finished(self) -> bool:
@@ -286,9 +280,7 @@ class TrialRunner:
             raise
         context = self._start(trial, role, params, overrides)
         start = time.monotonic()
-        with _Heartbeat(
-            self.store, context.study_name, trial.number, self.options.stale_after_s / 4
-        ):
+        with _Heartbeat(self.store, context.study_name, trial.number, self.options.stale_after_s / 4):
             outcome, error = self._evaluate(trial, context)
         if outcome.state == REFUSED:
             outcome = self._refused_outcome(trial, context, outcome)
@@ -372,9 +364,7 @@ class TrialRunner:
         )
         known_ppl, known_trial = self._known_ppl(params, role)
         floor = self._screen_floor(role)
-        event = functools.partial(
-            TrialEvent, study_name=study_name, number=trial.number, params=params, role=role
-        )
+        event = functools.partial(TrialEvent, study_name=study_name, number=trial.number, params=params, role=role)
         context = TrialContext(
             study_name=study_name,
             number=trial.number,
@@ -387,9 +377,7 @@ class TrialRunner:
             screen_floor=floor,
             store=self.store,
             stop_event=self.stop_event,
-            on_phase=lambda name, done, total: self._emit(
-                event(kind="phase", phase=name, done=done, total=total)
-            ),
+            on_phase=lambda name, done, total: self._emit(event(kind="phase", phase=name, done=done, total=total)),
             on_progress=lambda name, done, total: self._emit(
                 event(kind="progress", phase=name, done=done, total=total)
             ),
@@ -398,15 +386,11 @@ class TrialRunner:
         logger.info("trial %d (%s): %s", trial.number, role, params)
         return context
 
-    def _evaluate(
-        self, trial: optuna.trial.Trial, context: TrialContext
-    ) -> tuple[TrialOutcome, BaseException | None]:
+    def _evaluate(self, trial: optuna.trial.Trial, context: TrialContext) -> tuple[TrialOutcome, BaseException | None]:
         """The trial's outcome, and an error to raise once it is recorded (a bug, not a failure)."""
         params = context.params
         limit = self.trial_limit()
-        watchdog = (
-            TrialWatchdog(limit, token=lambda: context.server_token) if limit is not None else None
-        )
+        watchdog = TrialWatchdog(limit, token=lambda: context.server_token) if limit is not None else None
         try:
             try:
                 self._in_evaluate = True
@@ -418,9 +402,7 @@ class TrialRunner:
             finally:
                 self._in_evaluate = False
             if not isinstance(measurement, Measurement):
-                raise MeasurementError(
-                    f"the evaluator returned {type(measurement).__name__}, not a Measurement"
-                )
+                raise MeasurementError(f"the evaluator returned {type(measurement).__name__}, not a Measurement")
             return self._complete(trial, context.role, measurement, context), None
         except (TrialInterrupted, KeyboardInterrupt) as exc:
             self.stop_event.set()
@@ -445,16 +427,12 @@ class TrialRunner:
     def _kind(exc: BaseException, context: TrialContext, log_tail: str) -> FailureKind:
         """The failure's kind: the evaluator's, else classified here from what is known."""
         measured = {name for name, _ in context.recorded_phases} & _MEASURING_PHASES
-        return classify(
-            log_tail, exc, during_start=isinstance(exc, ServerError) and not measured
-        )
+        return classify(log_tail, exc, during_start=isinstance(exc, ServerError) and not measured)
 
     def _frozen(self, trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
         return self.study._storage.get_trial(trial._trial_id)
 
-    def _failed(
-        self, context: TrialContext, state: str, kind: str, message: str, log_tail: str = ""
-    ) -> TrialOutcome:
+    def _failed(self, context: TrialContext, state: str, kind: str, message: str, log_tail: str = "") -> TrialOutcome:
         logger.warning("trial %d %s: %s: %s", context.number, state, kind, message)
         return TrialOutcome(
             state=state,
@@ -524,17 +502,13 @@ class TrialRunner:
             server_token=measurement.server_token or context.server_token,
         )
 
-    def _refused_outcome(
-        self, trial: optuna.trial.Trial, context: TrialContext, outcome: TrialOutcome
-    ) -> TrialOutcome:
+    def _refused_outcome(self, trial: optuna.trial.Trial, context: TrialContext, outcome: TrialOutcome) -> TrialOutcome:
         """A refusal as stored: infeasible, the cap in force, the slowest TPS seen standing in."""
         if self.gate.relative and reference_ppl(self.study) is None and is_baseline(context.role):
             cap = None  # the baseline itself was refused: nothing can be judged
         elif self.gate.relative and reference_ppl(self.study) is None:
             try:  # another worker runs the baseline
-                reference = wait_for_reference(
-                    self.study, self._baseline_finished, should_stop=self.stop_event.is_set
-                )
+                reference = wait_for_reference(self.study, self._baseline_finished, should_stop=self.stop_event.is_set)
             except StudyError as exc:  # no cap will ever come: recorded as a failure
                 logger.warning("trial %d: refused, and no cap to judge it by: %s", trial.number, exc)
                 return dataclasses.replace(outcome, state="failed")
@@ -543,9 +517,7 @@ class TrialRunner:
             cap = self._cap(context.role, None, trial.number)
         if cap is None:  # told to Optuna as a failure: see run_one
             return dataclasses.replace(outcome, state="failed")
-        return dataclasses.replace(
-            outcome, ppl_cap=cap, feasible=False, tps=self._slowest_tps(), tps_imputed=True
-        )
+        return dataclasses.replace(outcome, ppl_cap=cap, feasible=False, tps=self._slowest_tps(), tps_imputed=True)
 
     def _slowest_tps(self) -> float:
         measured = [

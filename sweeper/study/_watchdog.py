@@ -96,6 +96,4 @@ class TrialWatchdog:
                 return
             logger.warning("the evaluator did not return after its server stopped: raising in it")
             self._raised = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self._thread_id), ctypes.py_object(TrialTimedOut)
-            )
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread_id), ctypes.py_object(TrialTimedOut))

@@ -8,13 +8,13 @@
 
 from sweeper.sweep._plan import (
     CHALLENGE_SIZES,
-    DEMO_PRESET,
-    DEMO_STORAGE,
     DEFAULT_NOISE,
-    GPU_DEMO_NOISE,
+    DEMO_PRESET,
     DEMO_SIZES,
+    DEMO_STORAGE,
     DEMO_STUDY,
     DEMO_TRIALS,
+    GPU_DEMO_NOISE,
     PreparedRun,
     RunData,
     RunPlan,

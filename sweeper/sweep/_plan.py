@@ -31,8 +31,7 @@ from storage import normalize_url
 from sweeper.demo import demo_paths
 from sweeper.errors import ManifestError, UserInputError
 from sweeper.manifest import Manifest
-from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data
-from sweeper.measure import warmup_settings_from
+from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data, warmup_settings_from
 from sweeper.study import (
     DEFAULT_CONFIDENCE,
     MODES,
@@ -42,12 +41,12 @@ from sweeper.study import (
     StudyRecipe,
     StudyResult,
     TrialEvent,
-    existing_study_attrs,
     default_space_for,
+    existing_study_attrs,
     parse_duration,
     plan_from_manifest,
-    run_study,
     recipe_changes,
+    run_study,
     save_recipe,
     stored_recipe,
 )
@@ -164,12 +163,17 @@ class RunPlan:
             object.__setattr__(self, "ppl_cap_rel", None)  # an absolute cap wins
         _positive_int("--n-trials", self.n_trials)
         _positive_int("--max-consecutive-failures", self.max_consecutive_failures)
-        for option, value in (("--num-prompts", self.num_prompts), ("--output-len", self.output_len),
-                              ("--ppl-records", self.ppl_max_records)):  # fmt: skip
+        for option, value in (
+            ("--num-prompts", self.num_prompts),
+            ("--output-len", self.output_len),
+            ("--ppl-records", self.ppl_max_records),
+        ):
             _positive_int(option, value)
-        for option, value in (("--warmup-requests", self.warmup_requests),
-                              ("--warmup-prompts", self.warmup_prompts),
-                              ("--verify-top", self.verify_top)):  # fmt: skip
+        for option, value in (
+            ("--warmup-requests", self.warmup_requests),
+            ("--warmup-prompts", self.warmup_prompts),
+            ("--verify-top", self.verify_top),
+        ):
             _positive_int(option, value, zero=True)
         for option, value in (("timeout", self.timeout), ("trial-timeout", self.trial_timeout)):
             if value is None:
@@ -181,9 +185,7 @@ class RunPlan:
             if seconds is not None and not seconds > 0:
                 raise UserInputError(f"--{option} must be longer than 0 s, not {value!r}")
         if not _number(self.ready_timeout_s) or not self.ready_timeout_s > 0:
-            raise UserInputError(
-                f"--ready-timeout must be a positive number of seconds, not {self.ready_timeout_s!r}"
-            )
+            raise UserInputError(f"--ready-timeout must be a positive number of seconds, not {self.ready_timeout_s!r}")
         if self.ppl_cap is not None and not (_number(self.ppl_cap) and self.ppl_cap > 0):
             raise UserInputError(f"--ppl-cap must be positive, not {self.ppl_cap}")
         if self.ppl_cap_rel is not None and not (_number(self.ppl_cap_rel) and self.ppl_cap_rel >= 1.0):
@@ -333,10 +335,7 @@ def gate_settings(
     level = plan.given_confidence()
     if stored is not None:
         where = f"study {study_name!r} was started with the gate {stored.describe()}"
-        how = (
-            "resume it without the option (it keeps its own), or start another study with "
-            "--study NAME"
-        )
+        how = "resume it without the option (it keeps its own), or start another study with --study NAME"
         if given and level != stored.confidence:
             text = "none" if level is None else f"{level:g}"
             raise UserInputError(f"--ppl-confidence {text}: {where}: {how}")
@@ -380,9 +379,7 @@ def load_run_space(spec: str) -> SearchSpace:
         return load_preset(spec)
     if os.path.exists(spec):
         return load_space(spec)
-    raise UserInputError(
-        f"search space {spec!r}: neither a preset ({', '.join(preset_names())}) nor a file"
-    )
+    raise UserInputError(f"search space {spec!r}: neither a preset ({', '.join(preset_names())}) nor a file")
 
 
 # -- data -------------------------------------------------------------------------------
@@ -440,8 +437,7 @@ def run_data(plan: RunPlan, manifest_label: str) -> RunData:
         needs = []
         if missing:
             needs.append(
-                f"its data: {' and '.join(missing)} (a file or hub dataset id each, as "
-                "'sweeper eval' takes them)"
+                f"its data: {' and '.join(missing)} (a file or hub dataset id each, as 'sweeper eval' takes them)"
             )
         if heldout_missing:
             needs.append(
@@ -572,15 +568,15 @@ def prepare(plan: RunPlan) -> PreparedRun:
         logger.warning(
             "the tuning prompt set has %d prompts, fewer than the %d asked for (--num-prompts): "
             "each TPS measurement uses all %d",
-            counts["prompts"], settings.tps.num_prompts, counts["prompts"],
-        )  # fmt: skip
+            counts["prompts"],
+            settings.tps.num_prompts,
+            counts["prompts"],
+        )
     _check_resume(plan.storage, study_name, recipe)
     scored = counts["heldout_ppl_records"]  # what verify scores: the held-out set, --ppl-records at most
     if scored and plan.sizes.ppl_records is not None:
         scored = min(scored, plan.sizes.ppl_records)
-    confidence, rerun_records = gate_settings(
-        plan, stored_gate(plan.storage, study_name), scored or None, study_name
-    )
+    confidence, rerun_records = gate_settings(plan, stored_gate(plan.storage, study_name), scored or None, study_name)
     if plan.server_venv:
         from sweeper.serving import server_venv
 
@@ -670,9 +666,7 @@ def _trials_done(url: str, study_name: str) -> int:
         store.close()
 
 
-def execute(
-    prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | None = None
-) -> StudyResult:
+def execute(prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | None = None) -> StudyResult:
     plan = prepared.plan
     saved: list[bool] = []
 

@@ -72,9 +72,7 @@ def gpu_groups(gpus: Sequence[str], tensor_parallel: int = 1) -> tuple[tuple[str
             f"--gpus {','.join(gpus)}: {len(gpus)} GPU(s) do not split into groups of "
             f"{TENSOR_PARALLEL_VARIABLE}={tensor_parallel}"
         )
-    return tuple(
-        tuple(gpus[i : i + tensor_parallel]) for i in range(0, len(gpus), tensor_parallel)
-    )
+    return tuple(tuple(gpus[i : i + tensor_parallel]) for i in range(0, len(gpus), tensor_parallel))
 
 
 def cpu_shares(workers: int, cores: Sequence[int] | None = None) -> list[str | None]:
@@ -318,8 +316,8 @@ def run_on_gpus(prepared: Any) -> Any:
     worker that failed (the others' trials are stored all the same).
     """
     from storage import redact, study_status
-    from sweeper.sweep._plan import verify_answer
     from sweeper.study import StudyResult
+    from sweeper.sweep._plan import verify_answer
 
     plan = prepared.plan
     groups = gpu_groups(parse_gpus(plan.gpus), tensor_parallel_size(prepared.manifest.env))

@@ -24,10 +24,20 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 RECORD = BENCHMARKS / "results" / "gpu-parity-rounds.csv"
 
 # the probe before the rounds, as the two sessions of 2026-12-03 stored it (docs/measurement.md)
-QUIET_HOST = {"seconds": 89, "median_cpu_ms": 0.768, "low_quartile_cpu_ms": 0.760,
-              "high_quartile_cpu_ms": 0.778, "quiet": True}  # fmt: skip
-BUSY_HOST = {"seconds": 153, "median_cpu_ms": 1.571, "low_quartile_cpu_ms": 1.183,
-             "high_quartile_cpu_ms": 1.915, "quiet": False}  # fmt: skip
+QUIET_HOST = {
+    "seconds": 89,
+    "median_cpu_ms": 0.768,
+    "low_quartile_cpu_ms": 0.760,
+    "high_quartile_cpu_ms": 0.778,
+    "quiet": True,
+}
+BUSY_HOST = {
+    "seconds": 153,
+    "median_cpu_ms": 1.571,
+    "low_quartile_cpu_ms": 1.183,
+    "high_quartile_cpu_ms": 1.915,
+    "quiet": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +47,11 @@ def confirm(load_benchmark):
 
 def _rounds_on_record(run: str) -> list[tuple[float, float]]:
     with RECORD.open(newline="") as handle:
-        return [(float(r["harness_tps"]), float(r["ours_tps"])) for r in csv.DictReader(handle)
-                if r["run"] == run and r["size"] == "128x512"]  # fmt: skip
+        return [
+            (float(r["harness_tps"]), float(r["ours_tps"]))
+            for r in csv.DictReader(handle)
+            if r["run"] == run and r["size"] == "128x512"
+        ]
 
 
 def _t_interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -47,18 +60,36 @@ def _t_interval(ratios: list[float]) -> tuple[float, float, float]:
     return math.exp(logs.mean()), math.exp(logs.mean() - half), math.exp(logs.mean() + half)
 
 
-def _whole_file(path: Path, rounds: list[tuple[float, float]], host: dict | None, *,
-                ours_tokens: int = 65536, same_order: bool = True) -> Path:  # fmt: skip
+def _whole_file(
+    path: Path,
+    rounds: list[tuple[float, float]],
+    host: dict | None,
+    *,
+    ours_tokens: int = 65536,
+    same_order: bool = True,
+) -> Path:
     def side(tps: float, tokens: int) -> dict:
         # the fields the run's own summary reads (tps_vs_harness_client.size_summary)
-        return {"ok": True, "tps": tps, "output_lens": [tokens // 128] * 128, "input_lens": [40] * 128,
-                "server": {"requests": 132, "e2e_s": 58.0, "decode_s": 57.0}}  # fmt: skip
+        return {
+            "ok": True,
+            "tps": tps,
+            "output_lens": [tokens // 128] * 128,
+            "input_lens": [40] * 128,
+            "server": {"requests": 132, "e2e_s": 58.0, "decode_s": 57.0},
+        }
 
     records = []
     for number, (harness, ours) in enumerate(rounds):
         order = ["harness", "ours"] if number % 2 == 0 else ["ours", "harness"]
-        records.append({"round": number, "first": order[0], "order": order, "harness": side(harness, 65536),
-                        "ours": {**side(ours, ours_tokens), "same_order": same_order}})  # fmt: skip
+        records.append(
+            {
+                "round": number,
+                "first": order[0],
+                "order": order,
+                "harness": side(harness, 65536),
+                "ours": {**side(ours, ours_tokens), "same_order": same_order},
+            }
+        )
     entry = {"rounds": records, **({"host_before": host} if host else {})}
     path.write_text(json.dumps({"began": "2026-12-03 00:40:00", "sizes": {"128x512": entry}}))
     return path
@@ -70,8 +101,17 @@ def _per_request_file(path: Path, ratios: list[float], output_tokens: int = 512)
     for number, ratio in enumerate(ratios):
         harness = 0.44 + 0.01 * (number % 7)
         for place, (side, latency) in enumerate((("harness", harness), ("ours", harness * ratio))):
-            rows.append({"pass": 0, "prompt_id": f"p{number}", "side": side, "place": place, "ok": True,
-                         "latency_s": latency, "output_tokens": output_tokens})  # fmt: skip
+            rows.append(
+                {
+                    "pass": 0,
+                    "prompt_id": f"p{number}",
+                    "side": side,
+                    "place": place,
+                    "ok": True,
+                    "latency_s": latency,
+                    "output_tokens": output_tokens,
+                }
+            )
     path.write_text(json.dumps(rows))
     return path
 
@@ -92,8 +132,10 @@ def test_the_quiet_session_on_record_confirms_its_whole_runs_but_had_no_per_requ
 def test_with_a_per_request_pass_at_the_size_it_confirms(confirm, tmp_path) -> None:
     rng = random.Random(19)
     latency_ratios = [math.exp(rng.gauss(0.0, 0.03)) for _ in range(128)]
-    verdict = confirm.judge(_whole_file(tmp_path / "whole.json", _rounds_on_record("2026-12-03T00:40Z"), QUIET_HOST),
-                            _per_request_file(tmp_path / "per-request.json", latency_ratios))  # fmt: skip
+    verdict = confirm.judge(
+        _whole_file(tmp_path / "whole.json", _rounds_on_record("2026-12-03T00:40Z"), QUIET_HOST),
+        _per_request_file(tmp_path / "per-request.json", latency_ratios),
+    )
     assert verdict.code == confirm.CONFIRMED
     assert (verdict.per_request.prompts, verdict.per_request.output_tokens) == (128, 512)
     # TPS ours / harness is the inverse of the latency ratio's geometric mean
@@ -106,8 +148,10 @@ def test_with_a_per_request_pass_at_the_size_it_confirms(confirm, tmp_path) -> N
 
 
 def test_a_per_request_pass_of_another_size_does_not_count(confirm, tmp_path) -> None:
-    verdict = confirm.judge(_whole_file(tmp_path / "whole.json", _rounds_on_record("2026-12-03T00:40Z"), QUIET_HOST),
-                            _per_request_file(tmp_path / "per-request.json", [1.0, 1.01] * 24, 128))  # fmt: skip
+    verdict = confirm.judge(
+        _whole_file(tmp_path / "whole.json", _rounds_on_record("2026-12-03T00:40Z"), QUIET_HOST),
+        _per_request_file(tmp_path / "per-request.json", [1.0, 1.01] * 24, 128),
+    )
     assert verdict.code == confirm.NO_PER_REQUEST and verdict.per_request is None
 
 
@@ -145,8 +189,9 @@ def test_unlike_pairs_and_a_single_pair_do_not_confirm(confirm, tmp_path) -> Non
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCHMARKS / "confirm_parity.py"), *args],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / "confirm_parity.py"), *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_command_prints_the_figures_and_exits_with_the_verdicts_code(tmp_path) -> None:
@@ -159,16 +204,29 @@ def test_the_command_prints_the_figures_and_exits_with_the_verdicts_code(tmp_pat
     assert _cli(str(whole)).returncode == 4
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    ("{not json", "not a readable JSON file"),
-    (json.dumps({"sizes": {"48x128": {"rounds": []}}}), "no whole runs at 128x512"),
-    (json.dumps({"sizes": {"128x512": {"rounds": [], "host_before": {"seconds": 3}}}}), "host_before lacks"),
-    (json.dumps({"sizes": ["128x512"]}), "no whole runs at 128x512"),
-    (json.dumps({"sizes": {"128x512": {"host_before": QUIET_HOST, "rounds": [{"ours": {"ok": True},
-                                                                           "harness": {"ok": True}}]}}}),
-     "a round without its figures"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("{not json", "not a readable JSON file"),
+        (json.dumps({"sizes": {"48x128": {"rounds": []}}}), "no whole runs at 128x512"),
+        (json.dumps({"sizes": {"128x512": {"rounds": [], "host_before": {"seconds": 3}}}}), "host_before lacks"),
+        (json.dumps({"sizes": ["128x512"]}), "no whole runs at 128x512"),
+        (
+            json.dumps(
+                {
+                    "sizes": {
+                        "128x512": {
+                            "host_before": QUIET_HOST,
+                            "rounds": [{"ours": {"ok": True}, "harness": {"ok": True}}],
+                        }
+                    }
+                }
+            ),
+            "a round without its figures",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message) -> None:
     path = tmp_path / "whole.json"
     if content is not None:

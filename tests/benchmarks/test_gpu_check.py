@@ -85,10 +85,16 @@ COLD_LOG = """\
 def test_the_startup_phases_come_from_the_log_timestamps(gpu_check) -> None:
     startup = gpu_check.parse_startup(COLD_LOG, ready_s=138.4)
     assert dict(startup.phases) == {
-        "api imports": 17.0, "engine process start": 54.0, "weight load": 2.0, "torch.compile": 28.0,
-        "memory profile, KV cache": 4.0, "CUDA graph capture": 2.0, "engine warm-up after capture": 16.0,
-        "api set-up": 14.0, "first answer": 1.4,
-    }  # fmt: skip
+        "api imports": 17.0,
+        "engine process start": 54.0,
+        "weight load": 2.0,
+        "torch.compile": 28.0,
+        "memory profile, KV cache": 4.0,
+        "CUDA graph capture": 2.0,
+        "engine warm-up after capture": 16.0,
+        "api set-up": 14.0,
+        "first answer": 1.4,
+    }
     assert sum(seconds for _, seconds in startup.phases) == pytest.approx(138.4)
     assert startup.compile_s == pytest.approx(26.14) and startup.compile_misses == 2 and startup.compile_hits == 0
     assert startup.cache_hit is False and startup.cache_hashes == ("b3d7082411",)
@@ -115,13 +121,26 @@ def test_a_cache_hit_a_missing_milestone_and_midnight(gpu_check) -> None:
 def test_padded_prompts_reach_the_count_with_new_prefixes(gpu_check, tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps([{"id": "t0", "conversations": [{"from": "human", "value": "one two three"}]}]))
-    b.write_text(json.dumps([{"id": "h0", "conversations": [{"from": "human", "value": "four five"},
-                                                            {"from": "gpt", "value": "six seven"}]}]))  # fmt: skip
+    b.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "h0",
+                    "conversations": [{"from": "human", "value": "four five"}, {"from": "gpt", "value": "six seven"}],
+                }
+            ]
+        )
+    )
     path = gpu_check.padded_prompts((a, b), 5, tmp_path / "out" / "p.json")
     prompts = json.loads(path.read_text())
     assert [p["id"] for p in prompts] == ["t0", "h0", "t0-copy1", "h0-copy1", "t0-copy2"]
     assert [p["conversations"][0]["value"] for p in prompts] == [
-        "one two three", "four five", "two three one", "five four", "three one two"]
+        "one two three",
+        "four five",
+        "two three one",
+        "five four",
+        "three one two",
+    ]
     assert prompts[3]["conversations"][1]["value"] == "six seven"  # only the human turn is reworded
     assert len({p["conversations"][0]["value"] for p in prompts}) == 5
 
@@ -134,8 +153,14 @@ def test_the_resume_verdict(gpu_check) -> None:
     before = [trial(0, "COMPLETE", 32), trial(1, "RUNNING", 8)]
     good = [trial(0, "COMPLETE", 32), trial(1, "FAIL", 8), trial(2, "COMPLETE", 8, retry_of=1)]
     verdict = gpu_check.resume_verdict(before, good, killed=1, n_trials=2)
-    assert verdict == {"killed_state_after": "FAIL", "killed_retried_as": [2], "complete": 2, "lost": [],
-                       "run_twice": [], "ok": True}  # fmt: skip
+    assert verdict == {
+        "killed_state_after": "FAIL",
+        "killed_retried_as": [2],
+        "complete": 2,
+        "lost": [],
+        "run_twice": [],
+        "ok": True,
+    }
     never_retried = [trial(0, "COMPLETE", 32), trial(1, "FAIL", 8), trial(2, "COMPLETE", 20)]
     verdict = gpu_check.resume_verdict(before, never_retried, killed=1, n_trials=2)
     assert verdict["lost"] == [1] and not verdict["ok"]
@@ -147,23 +172,35 @@ def test_the_resume_verdict(gpu_check) -> None:
 def test_startup_and_resume_figures_are_summarized(gpu_check, tmp_path: Path) -> None:
     recorder = gpu_check.Recorder(tmp_path)
     startup = gpu_check.parse_startup(COLD_LOG, ready_s=138.4)
-    recorder.write("startup", case="cold", sliding_window="32", trial_s=142.0, trials_per_hour=25.4,
-                   **startup.to_dict())  # fmt: skip
-    recorder.write("resume-kill", killed_trial=1, gpu_memory_at_kill_mib=44000.0, idle_mib=615.0,
-                   freed_after_s=0.8, pids_after=[])  # fmt: skip
-    recorder.write("resume", rc=0, rerun_s=120.0, **gpu_check.resume_verdict(
-        [trial(0, "COMPLETE", 32), trial(1, "RUNNING", 8)],
-        [trial(0, "COMPLETE", 32), trial(1, "FAIL", 8), trial(2, "COMPLETE", 8, retry_of=1)], killed=1, n_trials=2))
+    recorder.write(
+        "startup", case="cold", sliding_window="32", trial_s=142.0, trials_per_hour=25.4, **startup.to_dict()
+    )
+    recorder.write(
+        "resume-kill", killed_trial=1, gpu_memory_at_kill_mib=44000.0, idle_mib=615.0, freed_after_s=0.8, pids_after=[]
+    )
+    recorder.write(
+        "resume",
+        rc=0,
+        rerun_s=120.0,
+        **gpu_check.resume_verdict(
+            [trial(0, "COMPLETE", 32), trial(1, "RUNNING", 8)],
+            [trial(0, "COMPLETE", 32), trial(1, "FAIL", 8), trial(2, "COMPLETE", 8, retry_of=1)],
+            killed=1,
+            n_trials=2,
+        ),
+    )
     recorder.write("startup-trial", trial="trial-0001", **gpu_check.parse_startup(COLD_LOG).to_dict())
     lines = gpu_check.summary_lines(gpu_check.read_records(recorder.path))
     assert lines[3].startswith("startup of sweeper's trial-0001: api imports 17, engine process start 54,")
     assert lines[3].endswith("compile 26.14 s, cache hit False (b3d7082411)")
     assert lines[0].startswith("startup cold (window 32): ready 138 s = api imports 17, engine process start 54,")
     assert lines[0].endswith("compile 26.14 s, cache hit False; trial 142 s = 25 trials/h")
-    assert lines[1] == ("resume: SIGKILL in trial 1 at 44000.0 MiB (idle 615.0); freed after 0.8 s, "
-                        "GPU processes left []")  # fmt: skip
-    assert lines[2] == ("resume: re-run rc 0 in 120.0 s; 2 complete, killed trial now FAIL, retried as [2], "
-                        "lost [], run twice []: ok")  # fmt: skip
+    assert lines[1] == (
+        "resume: SIGKILL in trial 1 at 44000.0 MiB (idle 615.0); freed after 0.8 s, GPU processes left []"
+    )
+    assert lines[2] == (
+        "resume: re-run rc 0 in 120.0 s; 2 complete, killed trial now FAIL, retried as [2], lost [], run twice []: ok"
+    )
 
 
 def test_sigterm_unwinds_the_part_so_its_server_is_stopped(gpu_check, tmp_path: Path, monkeypatch) -> None:

@@ -14,8 +14,14 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_parity.sh"
 
 
 def _script(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHON": sys.executable, **env}, check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, **env},
+        check=False,
+    )
 
 
 def test_plan_counts_a_run_for_each_side_of_a_round() -> None:
@@ -28,8 +34,9 @@ def test_plan_counts_a_run_for_each_side_of_a_round() -> None:
 def test_a_part_that_fails_returns_its_exit_code(tmp_path) -> None:
     client = tmp_path / "bench_serving.py"
     client.write_text("raise SystemExit('never run')\n")
-    done = _script("smoke", PARITY_DIR=str(tmp_path / "parity"), BENCH_SERVING=str(client),
-                   MANIFEST=str(tmp_path / "missing.json"))  # fmt: skip
+    done = _script(
+        "smoke", PARITY_DIR=str(tmp_path / "parity"), BENCH_SERVING=str(client), MANIFEST=str(tmp_path / "missing.json")
+    )
     assert done.returncode == 2, done.stdout[-2000:]
     assert "hold_server: " in done.stdout and "missing.json: no such file" in done.stdout
     assert (tmp_path / "parity" / "smoke.done").read_text().strip() == "2"
@@ -49,8 +56,10 @@ def test_part2_refuses_big_rounds_it_would_not_run(tmp_path) -> None:
     for command in (("part2",), ("start", "part2")):
         refused = _script(*command, BIG_ROUNDS="1", **env)
         assert refused.returncode == 2 and refused.stdout == ""
-        assert refused.stderr.strip() == ("part2 runs no rounds at 128x512 unless PART2_BIG=1: set PART2_BIG=1 "
-                                          "for BIG_ROUNDS=1 there, or PART2_BIG=0 for none")  # fmt: skip
+        assert refused.stderr.strip() == (
+            "part2 runs no rounds at 128x512 unless PART2_BIG=1: set PART2_BIG=1 "
+            "for BIG_ROUNDS=1 there, or PART2_BIG=0 for none"
+        )
         assert not (tmp_path / "parity" / "running").exists() and not (tmp_path / "parity" / "part2").exists()
     asked, declined, default = {"BIG_ROUNDS": "1", "PART2_BIG": "1"}, {"BIG_ROUNDS": "1", "PART2_BIG": "0"}, {}
     for settings in (asked, declined, default):
@@ -87,17 +96,31 @@ def test_a_part_judges_its_runs_at_the_challenges_size_by_the_confirming_rule(tm
     # the part's server cannot start (no manifest), so only the files already there are judged
     part = tmp_path / "parity" / "smoke"
     part.mkdir(parents=True)
-    run = {"ok": True, "output_lens": [512] * 128, "input_lens": [40] * 128,
-           "server": {"requests": 132, "e2e_s": 58.0, "decode_s": 57.0}}  # what the run's summary reads
-    rounds = [{"round": n, "first": "harness", "order": ["harness", "ours"], "harness": {**run, "tps": 1000.0},
-               "ours": {**run, "tps": 1000.0 * ratio, "same_order": True}}
-              for n, ratio in enumerate((1.004, 0.996, 1.001))]  # fmt: skip
+    run = {
+        "ok": True,
+        "output_lens": [512] * 128,
+        "input_lens": [40] * 128,
+        "server": {"requests": 132, "e2e_s": 58.0, "decode_s": 57.0},
+    }  # what the run's summary reads
+    rounds = [
+        {
+            "round": n,
+            "first": "harness",
+            "order": ["harness", "ours"],
+            "harness": {**run, "tps": 1000.0},
+            "ours": {**run, "tps": 1000.0 * ratio, "same_order": True},
+        }
+        for n, ratio in enumerate((1.004, 0.996, 1.001))
+    ]
     host = {"seconds": 90, "median_cpu_ms": 0.77, "low_quartile_cpu_ms": 0.76, "high_quartile_cpu_ms": 0.78}
-    (part / "whole-128x512.json").write_text(json.dumps({"sizes": {"128x512": {"rounds": rounds, "host_before": host}}}))
+    (part / "whole-128x512.json").write_text(
+        json.dumps({"sizes": {"128x512": {"rounds": rounds, "host_before": host}}})
+    )
     client = tmp_path / "bench_serving.py"
     client.write_text("raise SystemExit('never run')\n")
-    done = _script("smoke", PARITY_DIR=str(tmp_path / "parity"), BENCH_SERVING=str(client),
-                   MANIFEST=str(tmp_path / "missing.json"))  # fmt: skip
+    done = _script(
+        "smoke", PARITY_DIR=str(tmp_path / "parity"), BENCH_SERVING=str(client), MANIFEST=str(tmp_path / "missing.json")
+    )
     assert done.returncode == 2  # the part's own code, not the verdict's
     assert "== smoke: the confirming-run rule" in done.stdout
     assert "a quiet host" in done.stdout and "3 pairs" in done.stdout
@@ -106,8 +129,9 @@ def test_a_part_judges_its_runs_at_the_challenges_size_by_the_confirming_rule(tm
 
 def _probe_file(path: Path, cpu_ms: list[float]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"t": 1796289000.0 + n, "cpu_ms": value, "mem_ms": 3.0, "n": 10})
-             for n, value in enumerate(cpu_ms)]  # fmt: skip
+    lines = [
+        json.dumps({"t": 1796289000.0 + n, "cpu_ms": value, "mem_ms": 3.0, "n": 10}) for n, value in enumerate(cpu_ms)
+    ]
     path.write_text("\n".join(lines) + '\n{"t": 17962')  # a torn last line, as from a probe still writing
     return path
 
@@ -120,8 +144,10 @@ def test_host_judges_the_probe_so_far_by_the_fixed_cut(tmp_path) -> None:
         done = _script("host", part, PARITY_DIR=str(tmp_path))
         low, median, high = statistics.quantiles(values, n=4, method="inclusive")
         assert done.returncode == code, done.stdout + done.stderr
-        assert done.stdout.strip() == (f"== {part}: the host so far: probe cpu_ms median {median:.3f} (quartiles "
-                                       f"{low:.3f} and {high:.3f}, {len(values)} s): a {word} host")  # fmt: skip
+        assert done.stdout.strip() == (
+            f"== {part}: the host so far: probe cpu_ms median {median:.3f} (quartiles "
+            f"{low:.3f} and {high:.3f}, {len(values)} s): a {word} host"
+        )
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "probe.jsonl").write_text('{"t": 1796289000.0, "mem_ms": 3.0}\n')
     for part in ("empty", "absent"):
@@ -137,9 +163,16 @@ def test_a_busy_host_skips_the_per_request_pass_only_when_asked(tmp_path) -> Non
     _probe_file(tmp_path / "part1" / "probe.jsonl", [1.6, 1.7, 1.8])
     client = tmp_path / "bench_serving.py"
     client.write_text("raise SystemExit('never run')\n")
-    env = {"PARITY_DIR": str(tmp_path), "BENCH_SERVING": str(client), "PARITY_BASE_URL": "http://127.0.0.1:9",
-           "PARITY_MODEL": "m", "PARITY_SERVER_PID": "1", "PER_REQUEST_FIRST": "1", "PROBE_CPUS": "13",
-           "MANIFEST": str(tmp_path / "missing.json")}  # fmt: skip
+    env = {
+        "PARITY_DIR": str(tmp_path),
+        "BENCH_SERVING": str(client),
+        "PARITY_BASE_URL": "http://127.0.0.1:9",
+        "PARITY_MODEL": "m",
+        "PARITY_SERVER_PID": "1",
+        "PER_REQUEST_FIRST": "1",
+        "PROBE_CPUS": "13",
+        "MANIFEST": str(tmp_path / "missing.json"),
+    }
     asked = _script("_steps", "part1", PER_REQUEST_IF_QUIET="1", **env)
     assert "the host is not quiet so far, so no per-request pass" in asked.stdout
     assert "per request, 1 passes" not in asked.stdout

@@ -19,9 +19,7 @@ def landscape(load_benchmark):
 
 def test_the_space_is_the_preset_plus_a_knob_of_no_effect(landscape) -> None:
     space = landscape.search_space().bind(BASE_ENV)
-    assert space.names == (
-        "sliding_window", "centroid_top_k", "num_speculative_tokens", "max_num_seqs"
-    )  # fmt: skip
+    assert space.names == ("sliding_window", "centroid_top_k", "num_speculative_tokens", "max_num_seqs")
     assert space.speed_names == ("centroid_top_k", "num_speculative_tokens", "max_num_seqs")
     assert space.overrides({**space.base_values(), "max_num_seqs": 8}) == {"MAX_NUM_SEQS": "8"}
     land = landscape.Landscape(0)
@@ -72,10 +70,12 @@ def trials_to_near_best(landscape, seed: int, noise: float, cap: int = 20) -> in
         measured = land(proposal)
         seen.append(
             Observation(
-                number=number, params=proposal, tps=measured.tps,
+                number=number,
+                params=proposal,
+                tps=measured.tps,
                 gate=measured.ppl - landscape.PPL_CAP,
             )
-        )  # fmt: skip
+        )
         if land.is_near_best(proposal):
             return number + 1
     return None

@@ -165,8 +165,13 @@ def test_size_summary_and_parse_size(load_benchmark) -> None:
     assert bench.parse_size("128x512") == (128, 512)
 
     def side(tps: float, offset: int) -> dict:
-        return {"ok": True, "tps": tps, "output_lens": [32, 32], "input_lens": [10 + offset, 20 + offset],
-                "server": {"requests": 6.0, "e2e_s": 6.0 / tps, "decode_s": 3.0 / tps}}
+        return {
+            "ok": True,
+            "tps": tps,
+            "output_lens": [32, 32],
+            "input_lens": [10 + offset, 20 + offset],
+            "server": {"requests": 6.0, "e2e_s": 6.0 / tps, "decode_s": 3.0 / tps},
+        }
 
     rounds = [{"ours": side(100.0, 6), "harness": side(98.0, 0)}, {"ours": side(101.0, 6), "harness": side(103.0, 0)}]
     summary = bench.size_summary(rounds)
@@ -178,8 +183,10 @@ def test_size_summary_and_parse_size(load_benchmark) -> None:
     assert summary["equal_server_time_ratio"]["geometric_mean"] == pytest.approx(1.0)
     # ours 2 % and 3 % slower than the harness over a server as fast in both runs: the clients' own part
     served = side(100.0, 0)["server"]
-    slower = [{"ours": {**side(100.0 / 1.02, 6), "server": served}, "harness": side(100.0, 0)},
-              {"ours": {**side(100.0 / 1.03, 6), "server": served}, "harness": side(100.0, 0)}]
+    slower = [
+        {"ours": {**side(100.0 / 1.02, 6), "server": served}, "harness": side(100.0, 0)},
+        {"ours": {**side(100.0 / 1.03, 6), "server": served}, "harness": side(100.0, 0)},
+    ]
     clients = bench.size_summary(slower)["equal_server_time_ratio"]
     assert clients["geometric_mean"] == pytest.approx(math.sqrt(1 / 1.02 / 1.03)) and clients["count"] == 2
 
@@ -188,11 +195,16 @@ def test_ours_sides_and_a_summary_against_another_side(load_benchmark) -> None:
     bench = load_benchmark("tps_vs_harness_client")
     side_of = bench.OursSide
     assert bench.ours_sides("harness") == {"ours": side_of("harness")}
-    assert bench.ours_sides("harness, keep-alive") == {"ours": side_of("harness"),
-                                                       "ours:keep-alive": side_of("keep-alive")}
+    assert bench.ours_sides("harness, keep-alive") == {
+        "ours": side_of("harness"),
+        "ours:keep-alive": side_of("keep-alive"),
+    }
     # ours:idle measures with the first protocol, after the idle
     assert bench.ours_sides("keep-alive,harness", idle_s=8.5) == {
-        "ours": side_of("keep-alive"), "ours:harness": side_of("harness"), "ours:idle": side_of("keep-alive", 8.5)}
+        "ours": side_of("keep-alive"),
+        "ours:harness": side_of("harness"),
+        "ours:idle": side_of("keep-alive", 8.5),
+    }
     for bad in ("", "harness,harness", "pipelined"):
         with pytest.raises(argparse.ArgumentTypeError, match="--ours-connection"):
             bench.ours_sides(bad)
@@ -201,12 +213,19 @@ def test_ours_sides_and_a_summary_against_another_side(load_benchmark) -> None:
             bench.ours_sides("harness", idle_s=bad_idle)
 
     def side(tps: float) -> dict:
-        return {"ok": True, "tps": tps, "output_lens": [32], "input_lens": [16],
-                "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps}}
+        return {
+            "ok": True,
+            "tps": tps,
+            "output_lens": [32],
+            "input_lens": [16],
+            "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps},
+        }
 
-    rounds = [{"harness": side(100.0), "ours": side(99.0), "ours:keep-alive": side(93.0)},
-              {"harness": side(104.0), "ours": {"ok": False}, "ours:keep-alive": side(95.0)},
-              {"harness": side(102.0), "ours": side(103.0), "ours:keep-alive": side(96.0)}]
+    rounds = [
+        {"harness": side(100.0), "ours": side(99.0), "ours:keep-alive": side(93.0)},
+        {"harness": side(104.0), "ours": {"ok": False}, "ours:keep-alive": side(95.0)},
+        {"harness": side(102.0), "ours": side(103.0), "ours:keep-alive": side(96.0)},
+    ]
     kept = bench.size_summary(rounds, "ours:keep-alive")
     assert kept["complete_rounds"] == 3
     assert kept["ratios"] == pytest.approx([0.93, 95 / 104, 96 / 102])
@@ -224,8 +243,10 @@ def _bench_serving_file() -> Path | None:
     return Path(given) if given and Path(given).is_file() else None
 
 
-@pytest.mark.skipif(_bench_serving_file() is None,
-                    reason="set BENCH_SERVING to sglang 0.5.2's bench_serving.py (see docs/measurement.md)")
+@pytest.mark.skipif(
+    _bench_serving_file() is None,
+    reason="set BENCH_SERVING to sglang 0.5.2's bench_serving.py (see docs/measurement.md)",
+)
 def test_the_harness_client_samples_our_order(parity, tmp_path) -> None:
     """Its ShareGPT sampler, seeded as its --seed 1 does, picks the prompts measure_tps sends, in order."""
     pytest.importorskip("aiohttp")
@@ -289,8 +310,9 @@ def test_server_watch_finds_a_busy_thread_of_a_process_tree(tmp_path, load_bench
     import time
 
     spin = "import time\nend = time.time() + 4\nwhile time.time() < end: pass\n"
-    parent = subprocess.Popen([sys.executable, "-c",
-                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"])
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"]
+    )
     try:
         watch = bench.ServerWatch(parent.pid)
         began = time.perf_counter()
@@ -372,8 +394,10 @@ def test_request_starts_backwards_and_probe_windows(parity, tmp_path) -> None:
     assert starts[-1] + 4.0 + 1 / 3 == pytest.approx(100.0)
     assert parity.request_starts_backwards(5.0, 1.0, []) == []
     log = tmp_path / "probe.jsonl"
-    log.write_text('{"t": 10.0, "cpu_ms": 1.0}\n{"t": 11.0, "cpu_ms": 2.0, "gpu_ms": 0.5}\n'
-                   '{"t": 12.0, "cpu_ms": 4.0}\n{"t": 13.0, "cpu')  # a torn last line, still being written
+    log.write_text(
+        '{"t": 10.0, "cpu_ms": 1.0}\n{"t": 11.0, "cpu_ms": 2.0, "gpu_ms": 0.5}\n'
+        '{"t": 12.0, "cpu_ms": 4.0}\n{"t": 13.0, "cpu'
+    )  # a torn last line, still being written
     lines = parity.load_probe(log)
     assert len(lines) == 3
     assert parity.probe_mean(lines, "cpu_ms", 10.5, 12.0) == pytest.approx(3.0)
@@ -391,15 +415,23 @@ def test_host_state_is_the_probes_median_and_quartiles_in_a_window(parity) -> No
         values = [line["cpu_ms"] for line in chosen]
         assert state.seconds == len(values)
         assert (state.low_quartile_cpu_ms, state.median_cpu_ms, state.high_quartile_cpu_ms) == pytest.approx(
-            tuple(np.percentile(values, [25, 50, 75])))
+            tuple(np.percentile(values, [25, 50, 75]))
+        )
         assert state.quiet == (float(np.median(values)) < 1.0)
     assert parity.host_state(lines, end=159.5).quiet and not parity.host_state(lines, start=160.0).quiet
     assert parity.host_state(lines, end=159.5, quiet_cpu_ms=0.5).quiet is False
     assert parity.host_state(lines, start=1000.0) is None and parity.host_state([]) is None
     one = parity.host_state([{"t": 1.0, "cpu_ms": 0.9}])
     assert (one.seconds, one.median_cpu_ms, one.low_quartile_cpu_ms, one.quiet) == (1, 0.9, 0.9, True)
-    assert parity.host_state(lines, end=159.5).describe().endswith("(quartiles %.3f and %.3f, 60 s): a quiet host" % (
-        tuple(np.percentile([line["cpu_ms"] for line in quiet], [25, 75]))))
+    assert (
+        parity.host_state(lines, end=159.5)
+        .describe()
+        .endswith(
+            "(quartiles {:.3f} and {:.3f}, 60 s): a quiet host".format(
+                *np.percentile([line["cpu_ms"] for line in quiet], [25, 75])
+            )
+        )
+    )
 
 
 def test_a_runs_timed_window_runs_from_its_first_start_to_its_last_end(load_benchmark) -> None:
@@ -413,13 +445,21 @@ def test_size_summary_adjusts_by_the_probe(load_benchmark) -> None:
     bench = load_benchmark("tps_vs_harness_client")
 
     def side(tps: float, cpu_ms: float) -> dict:
-        return {"ok": True, "tps": tps, "output_lens": [32], "input_lens": [16], "probe": {"cpu_ms": cpu_ms},
-                "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps}}
+        return {
+            "ok": True,
+            "tps": tps,
+            "output_lens": [32],
+            "input_lens": [16],
+            "probe": {"cpu_ms": cpu_ms},
+            "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps},
+        }
 
-    rounds = [{"harness": side(100.0, 1.00), "ours": side(110.0, 0.90)},
-              {"harness": side(100.0, 1.00), "ours": side(95.0, 1.05)},
-              {"harness": side(90.0, 1.10), "ours": side(99.0, 1.00)},
-              {"harness": side(100.0, 1.00), "ours": side(101.0, 1.00)}]
+    rounds = [
+        {"harness": side(100.0, 1.00), "ours": side(110.0, 0.90)},
+        {"harness": side(100.0, 1.00), "ours": side(95.0, 1.05)},
+        {"harness": side(90.0, 1.10), "ours": side(99.0, 1.00)},
+        {"harness": side(100.0, 1.00), "ours": side(101.0, 1.00)},
+    ]
     summary = bench.size_summary(rounds)
     fit = summary["adjusted"]["cpu_ms"]
     assert set(summary["adjusted"]) == {"cpu_ms"}  # no gpu_ms or mem_ms in these records
@@ -437,8 +477,19 @@ def test_host_probe_writes_a_line_a_second_and_stops_on_sigterm(tmp_path) -> Non
 
     out = tmp_path / "probe.jsonl"
     cpu = sorted(os.sched_getaffinity(0))[-1]
-    probe = subprocess.Popen([sys.executable, str(BENCHMARKS / "host_probe.py"), "--out", str(out),
-                              "--cpus", str(cpu), "--interval-s", "0.05", "--no-gpu"])
+    probe = subprocess.Popen(
+        [
+            sys.executable,
+            str(BENCHMARKS / "host_probe.py"),
+            "--out",
+            str(out),
+            "--cpus",
+            str(cpu),
+            "--interval-s",
+            "0.05",
+            "--no-gpu",
+        ]
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):

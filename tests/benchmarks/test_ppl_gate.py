@@ -26,8 +26,7 @@ def test_the_wilson_interval(ppl_gate) -> None:
 
 def test_a_cut_run_resumes_from_its_log(ppl_gate, tmp_path: Path, capsys) -> None:
     log = tmp_path / "trap.jsonl"
-    argv = ["trap", "--landscapes", "0", "--seeds", "1", "--ppl-noises", "0.002",
-            "--trials", "4", "--log", str(log)]  # fmt: skip
+    argv = ["trap", "--landscapes", "0", "--seeds", "1", "--ppl-noises", "0.002", "--trials", "4", "--log", str(log)]
     assert ppl_gate.main(argv) == 0
     lines = log.read_text().splitlines()
     assert len(lines) == 2  # without and with the known configurations
@@ -64,8 +63,7 @@ def test_under_a_relative_cap_the_records_luck_cancels_and_the_rows_carry_the_re
     rng = np.random.default_rng(0)
     scores = [(float(t * (0.8 + 0.3 * rng.random())), int(t)) for t in rng.integers(20, 60, 48)]
     sensitivity = list(1 + 0.6 * rng.standard_normal(48))
-    land = ppl_gate.EdgeLandscape(2, noise=0.01, ppl_noise=0.0, scores=scores,
-                                  sensitivity=sensitivity)  # fmt: skip
+    land = ppl_gate.EdgeLandscape(2, noise=0.01, ppl_noise=0.0, scores=scores, sensitivity=sensitivity)
     assert land.cap_rel == pytest.approx(ppl_gate.PPL_CAP / land.base_ppl)
     assert 1.04 < land.cap_rel < 1.06
     base = land({"sliding_window": 512, "centroid_top_k": 32, "num_speculative_tokens": 4})
@@ -86,14 +84,11 @@ def test_under_a_relative_cap_the_records_luck_cancels_and_the_rows_carry_the_re
     expected = change * math.sqrt(((s - mean) ** 2 * tokens**2).sum() / 127 / 128) / tokens.mean()
     assert paired[0] == pytest.approx(expected, rel=1e-6)
     # the private re-run: its own records' changes
-    assert land.rerun_ratio({"sliding_window": land.edge}) == pytest.approx(
-        math.exp(change * land.rerun_sensitivity)
-    )
+    assert land.rerun_ratio({"sliding_window": land.edge}) == pytest.approx(math.exp(change * land.rerun_sensitivity))
 
 
 def test_an_absolute_task_keeps_the_key_it_had_before_relative_caps(ppl_gate) -> None:
-    common = dict(noise=0.01, ppl_noise=0.002, trials=15, records=128, rerun_records=128,
-                  edge_offset=0.001)  # fmt: skip
+    common = dict(noise=0.01, ppl_noise=0.002, trials=15, records=128, rerun_records=128, edge_offset=0.001)
     absolute = ppl_gate.Task("gate", 3, 3, 0.9, True, **common)
     assert "relative" not in json.loads(absolute.key())
     relative = ppl_gate.Task("gate", 3, 3, 0.9, True, relative=True, **common)

@@ -14,10 +14,29 @@ CLIENT = Path(__file__).resolve().parents[2] / "benchmarks" / "tps_ours_client.p
 
 
 def _run(tiny_server, demo, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(CLIENT), "--base-url", tiny_server.base_url,
-                           "--model", tiny_server.served_model_name, "--prompts", str(demo.prompts_tuning),
-                           "--num-prompts", "2", "--output-len", "8", "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            str(CLIENT),
+            "--base-url",
+            tiny_server.base_url,
+            "--model",
+            tiny_server.served_model_name,
+            "--prompts",
+            str(demo.prompts_tuning),
+            "--num-prompts",
+            "2",
+            "--output-len",
+            "8",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.server
@@ -50,8 +69,25 @@ def test_without_the_option_there_is_no_idle(tiny_server, demo, tmp_path) -> Non
 @pytest.mark.parametrize("value", ["-1", "601"])
 def test_an_idle_out_of_range_is_refused_before_anything_is_sent(value, tmp_path) -> None:
     out = tmp_path / "never.json"
-    done = subprocess.run([sys.executable, str(CLIENT), "--base-url", "http://127.0.0.1:9", "--model", "m",
-                           "--prompts", "missing.json", "--out", str(out), "--idle-before-s", value],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(CLIENT),
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--prompts",
+            "missing.json",
+            "--out",
+            str(out),
+            "--idle-before-s",
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2 and "--idle-before-s: 0 to 600 seconds" in done.stderr
     assert not out.exists()

@@ -46,9 +46,7 @@ class ScriptedServer:
                         self.wfile.write(f"data: {event}\n\n".encode())
                         self.wfile.flush()
                     return
-                data = (
-                    payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-                )
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -90,7 +88,5 @@ def plain_server(demo_manifest: Manifest, tmp_path_factory: pytest.TempPathFacto
 
     log = tmp_path_factory.mktemp("plain-server") / "server.log"
     overrides = {"SPECULATIVE_CONFIG": "", "CENTROID_TOP_K": ""}
-    with ServerProcess(
-        demo_manifest, overrides=overrides, log_path=log, ready_timeout_s=600
-    ) as server:
+    with ServerProcess(demo_manifest, overrides=overrides, log_path=log, ready_timeout_s=600) as server:
         yield server

@@ -96,14 +96,10 @@ def test_prompt_score_shape_and_parquet_and_jsonl_prompts(tmp_path: Path):
     assert saved.records == records.records
 
     parquet = tmp_path / "records.parquet"
-    pd.DataFrame(
-        [{"id": "p", "context_token_ids": [2, 3], "target_token_ids": [4, 5, 6]}]
-    ).to_parquet(parquet)
+    pd.DataFrame([{"id": "p", "context_token_ids": [2, 3], "target_token_ids": [4, 5, 6]}]).to_parquet(parquet)
     assert load_ppl_records(parquet).summary()["scored_tokens"] == 3
 
-    prompts = load_prompts(
-        write_jsonl(tmp_path / "prompts.jsonl", [{"id": "x", "prompt": "hello"}, {"prompt": "bye"}])
-    )
+    prompts = load_prompts(write_jsonl(tmp_path / "prompts.jsonl", [{"id": "x", "prompt": "hello"}, {"prompt": "bye"}]))
     assert [(p.id, p.text) for p in prompts] == [("x", "hello"), ("1", "bye")]
     sharegpt = load_prompts(prompts.save(tmp_path / "prompts.json"))
     assert sharegpt.prompts == prompts.prompts
@@ -124,8 +120,7 @@ def test_prompt_score_shape_and_parquet_and_jsonl_prompts(tmp_path: Path):
         ),
         (
             [{"id": "a", "context_token_ids": [1, 2.5], "target_token_ids": [3]}],
-            "record 0 (id 'a'): field 'context_token_ids' must be a list of integer token ids, "
-            "not a list holding 2.5",
+            "record 0 (id 'a'): field 'context_token_ids' must be a list of integer token ids, not a list holding 2.5",
         ),
         (
             [{"id": "a", "context_token_ids": [], "target_token_ids": [3]}],
@@ -172,9 +167,7 @@ def test_bad_ppl_records_are_named(tmp_path: Path, rows: list[object], expected:
     path = write_jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(DataError) as caught:
         load_ppl_records(path)
-    assert str(caught.value) == f"{path}: {expected}" or str(caught.value).startswith(
-        f"{path}: {expected}"
-    )
+    assert str(caught.value) == f"{path}: {expected}" or str(caught.value).startswith(f"{path}: {expected}")
 
 
 def test_unreadable_files_are_named(tmp_path: Path):
@@ -232,9 +225,8 @@ def test_records_checked_against_the_model(challenge_data: Path):
     )
     with pytest.raises(DataError) as caught:
         check_ppl_records(records, max_model_len=2048)
-    assert (
-        "record 85 (id 'gpqa_diamond-1d37a7a51d'): 2943 tokens do not fit the server's "
-        "max_model_len 2048" in str(caught.value)
+    assert "record 85 (id 'gpqa_diamond-1d37a7a51d'): 2943 tokens do not fit the server's max_model_len 2048" in str(
+        caught.value
     )
 
 

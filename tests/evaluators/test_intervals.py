@@ -6,9 +6,8 @@ import math
 import random
 import statistics
 
-import pytest
-
 import numpy as np
+import pytest
 
 from evaluators.intervals import pooled_spread, repeat_interval, request_interval, speedup_interval
 from sweeper.errors import MeasurementError

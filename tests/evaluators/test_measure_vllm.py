@@ -102,9 +102,7 @@ def test_harness_connection_opens_one_connection_per_request(tiny_server, demo):
     for connection in ("harness", "keep-alive"):
         settings = TpsSettings(num_prompts=4, output_len=16, warmup_requests=1, connection=connection)
         before = _closed_by_us(tiny_server.port)
-        result = measure_tps(
-            tiny_server.base_url, tiny_server.served_model_name, prompts, settings, spec_metrics=False
-        )
+        result = measure_tps(tiny_server.base_url, tiny_server.served_model_name, prompts, settings, spec_metrics=False)
         counts[connection] = len(_closed_by_us(tiny_server.port) - before)
         tokens[connection] = [r.output_tokens for r in result.requests]
         assert result.ok
@@ -125,17 +123,13 @@ def test_streaming_records_ttft_and_itl(tiny_server, demo):
 
 
 def test_warmup_bridge_on_real_server(tiny_server):
-    result = run_warmup(
-        tiny_server.base_url, tiny_server.served_model_name, WarmupSettings(num_prompts=4)
-    )
+    result = run_warmup(tiny_server.base_url, tiny_server.served_model_name, WarmupSettings(num_prompts=4))
     assert result.requests == 4 and result.duration_s > 0
 
 
 def test_speculative_decoding_keeps_greedy_fidelity(tiny_server, plain_server, demo, tmp_path):
     prompts = load_prompts(demo.prompts_tuning).head(4)
-    reference = generate_reference(
-        plain_server.base_url, plain_server.served_model_name, prompts, output_len=64
-    )
+    reference = generate_reference(plain_server.base_url, plain_server.served_model_name, prompts, output_len=64)
     assert all(len(entry.token_ids) == 64 for entry in reference.entries)
     loaded = FidelityReference.load(reference.save(tmp_path / "ref.json"))
     assert loaded.entries == reference.entries

@@ -132,9 +132,7 @@ def test_missing_logprob_is_an_error_naming_record_and_position(scripted_server)
     scripted_server.routes["/v1/completions"] = scripted_completions(
         lambda prompt, p: None if (len(prompt) == 5 and p == 3) else -0.5
     )
-    with pytest.raises(
-        MeasurementError, match=r"PPL record 'r2': no logprob for token 9 at position 3"
-    ):
+    with pytest.raises(MeasurementError, match=r"PPL record 'r2': no logprob for token 9 at position 3"):
         measure_ppl(scripted_server.base_url, "m", RECORDS, PplSettings(order_seed=None))
 
 
@@ -154,8 +152,7 @@ def test_non_finite_logprob_makes_ppl_infinite_not_a_crash(scripted_server, bad)
 def test_measure_ppl_stops_early_when_clearly_over_the_cap(scripted_server):
     scripted_server.routes["/v1/completions"] = scripted_completions(lambda prompt, p: -1.5)
     records = [
-        PplRecord(id=f"r{i}", token_ids=tuple(range(2, 40 + i)), score_start=5, score_end=38 + i)
-        for i in range(64)
+        PplRecord(id=f"r{i}", token_ids=tuple(range(2, 40 + i)), score_start=5, score_end=38 + i) for i in range(64)
     ]
     settings = PplSettings(stop_above=2.42, min_records=8)
     result = measure_ppl(scripted_server.base_url, "m", records, settings)

@@ -45,10 +45,19 @@ def test_a_complete_result_keeps_a_stderr_for_new_records():
     running_nll = sum(s.nll for s in scores)
     tokens = sum(s.tokens for s in scores)
     result = PplResult(
-        settings=PplSettings(), ppl=math.exp(running_nll / tokens), nll=running_nll,
-        tokens=tokens, records_scored=32, records_total=32, stopped_early=False,
-        ppl_low=0.0, ppl_high=0.0, stderr_log_ppl=0.0, scores=scores, duration_s=0.0,
-    )  # fmt: skip
+        settings=PplSettings(),
+        ppl=math.exp(running_nll / tokens),
+        nll=running_nll,
+        tokens=tokens,
+        records_scored=32,
+        records_total=32,
+        stopped_early=False,
+        ppl_low=0.0,
+        ppl_high=0.0,
+        stderr_log_ppl=0.0,
+        scores=scores,
+        duration_s=0.0,
+    )
     assert result.stderr_log_ppl == 0.0  # the file's own PPL is known exactly
     assert result.stderr_log_ppl_records == pytest.approx(record_stderr(scores))
     assert result.to_dict()["stderr_log_ppl_records"] == pytest.approx(record_stderr(scores))
@@ -61,9 +70,7 @@ def test_pass_probability_values():
     # Student's t on the 32 records' 31 degrees of freedom
     expected = stats.t.cdf(math.log(2.42 / 2.401) / sd, 31)
     assert pass_probability(2.401, 0.01, 32, 2.42, 16) == pytest.approx(expected)
-    assert pass_probability(2.401, 0.01, 32, 2.42) == pytest.approx(
-        stats.t.cdf(math.log(2.42 / 2.401) / 0.01, 31)
-    )
+    assert pass_probability(2.401, 0.01, 32, 2.42) == pytest.approx(stats.t.cdf(math.log(2.42 / 2.401) / 0.01, 31))
     assert expected < statistics.NormalDist().cdf(math.log(2.42 / 2.401) / sd)  # t is the more cautious
     assert pass_probability(math.inf, 0.01, 32, 2.42, 16) == 0.0
     assert pass_probability(2.40, 0.0, 32, 2.42, 16) == 1.0
@@ -108,8 +115,6 @@ def test_the_bound_covers_held_out_records_at_its_level(demo_scores, confidence)
         tuning, heldout = order[:32], order[32:]
         estimate = PplEstimate.from_scores(tuning)
         bound = estimate.upper(confidence, len(heldout))
-        assert bound == pytest.approx(
-            estimate.ppl * math.exp(stats.t.ppf(confidence, 31) * estimate.sd(len(heldout)))
-        )
+        assert bound == pytest.approx(estimate.ppl * math.exp(stats.t.ppf(confidence, 31) * estimate.sd(len(heldout))))
         held += PplEstimate.from_scores(heldout).ppl <= bound
     assert held / splits == pytest.approx(confidence, abs=0.035)

@@ -70,20 +70,14 @@ def test_tps_is_usage_tokens_over_wall_clock_and_brackets_the_metrics(scripted_s
             {"drafts": 40, "draft_tokens": 80, "accepted": 50, "p0": 28, "p1": 22},
         ]
     )
-    settings = TpsSettings(
-        num_prompts=3, output_len=16, warmup_requests=2, order="given", warmup="sequential"
-    )
+    settings = TpsSettings(num_prompts=3, output_len=16, warmup_requests=2, order="given", warmup="sequential")
     result = measure_tps(scripted_server.base_url, "m", PROMPTS, settings)
     assert result.ok and (result.completed, result.total) == (3, 3)
     assert result.output_tokens == 48
     assert result.tps == pytest.approx(48 / result.duration_s)
     assert result.duration_s >= 3 * 0.02
     # the old protocol: 2 warm-up requests (first prompts, untimed), then the 3 measured ones
-    sent = [
-        body["messages"][0]["content"]
-        for path, body in scripted_server.requests
-        if path == "/v1/chat/completions"
-    ]
+    sent = [body["messages"][0]["content"] for path, body in scripted_server.requests if path == "/v1/chat/completions"]
     assert sent == [
         "prompt number 0",
         "prompt number 1",
@@ -125,9 +119,7 @@ def test_unreachable_server_marks_the_rest_not_sent(scripted_server):
     base_url = scripted_server.base_url
     scripted_server.httpd.shutdown()
     scripted_server.httpd.server_close()
-    result = measure_tps(
-        base_url, "m", PROMPTS, TpsSettings(num_prompts=3, warmup_requests=0), spec_metrics=False
-    )
+    result = measure_tps(base_url, "m", PROMPTS, TpsSettings(num_prompts=3, warmup_requests=0), spec_metrics=False)
     assert (result.completed, result.total) == (0, 3)
     assert result.failures[0].error.startswith("server unreachable")
     assert result.failures[2].error.startswith("not sent: server unreachable")
@@ -148,9 +140,7 @@ def test_streaming_ttft_and_itl_count_every_token_of_multi_token_chunks(scripted
                     }
                 )
             )
-        events.append(
-            json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10}})
-        )
+        events.append(json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10}}))
         events.append("[DONE]")
         return 200, events
 
@@ -228,7 +218,11 @@ def test_tps_stops_at_the_first_request_that_times_out(scripted_server):
 
     scripted_server.routes["/v1/chat/completions"] = chat_route(tokens)
     settings = TpsSettings(
-        num_prompts=4, output_len=16, warmup_requests=0, timeout_base_s=0.6, timeout_per_token_s=0.0,
+        num_prompts=4,
+        output_len=16,
+        warmup_requests=0,
+        timeout_base_s=0.6,
+        timeout_per_token_s=0.0,
         order="given",
     )
     began = time.monotonic()
@@ -237,9 +231,7 @@ def test_tps_stops_at_the_first_request_that_times_out(scripted_server):
     assert len(calls) == 2
     assert (result.completed, result.total, result.tps) == (1, 4, None)
     assert result.requests[1].error.startswith("timed out after 1 s")
-    assert [r.error for r in result.requests[2:]] == [
-        f"not sent: {result.requests[1].error} (at request 1)"
-    ] * 2
+    assert [r.error for r in result.requests[2:]] == [f"not sent: {result.requests[1].error} (at request 1)"] * 2
 
 
 # The order in which sglang.bench_serving 0.5.2 (the harness's client, --seed 1) sends
@@ -247,8 +239,54 @@ def test_tps_stops_at_the_first_request_that_times_out(scripted_server):
 # own sampler (sample_sharegpt_requests) and from the request log of a run against the
 # demo server. Its warm-up is --warmup-requests copies of the first of these.
 HARNESS_ORDER_48_SEED_1 = [
-    44, 15, 45, 9, 5, 35, 2, 14, 19, 34, 33, 46, 40, 26, 11, 38, 37, 12, 21, 17, 20, 22, 29, 32,
-    10, 3, 18, 43, 25, 23, 47, 41, 0, 27, 39, 1, 42, 6, 13, 24, 30, 28, 31, 7, 16, 4, 36, 8,
+    44,
+    15,
+    45,
+    9,
+    5,
+    35,
+    2,
+    14,
+    19,
+    34,
+    33,
+    46,
+    40,
+    26,
+    11,
+    38,
+    37,
+    12,
+    21,
+    17,
+    20,
+    22,
+    29,
+    32,
+    10,
+    3,
+    18,
+    43,
+    25,
+    23,
+    47,
+    41,
+    0,
+    27,
+    39,
+    1,
+    42,
+    6,
+    13,
+    24,
+    30,
+    28,
+    31,
+    7,
+    16,
+    4,
+    36,
+    8,
 ]
 
 
@@ -283,13 +321,9 @@ def test_default_protocol_sends_what_the_harness_client_sends(scripted_server):
     first = f"text of record {HARNESS_ORDER_48_SEED_1[0]}"
     assert [(b["messages"][0]["content"], b["max_tokens"]) for b in warm] == [(first, 32)] * 4
     assert in_flight[1] == 4  # the warm-up requests were in flight together
-    assert [b["messages"][0]["content"] for b in measured] == [
-        f"text of record {i}" for i in HARNESS_ORDER_48_SEED_1
-    ]
+    assert [b["messages"][0]["content"] for b in measured] == [f"text of record {i}" for i in HARNESS_ORDER_48_SEED_1]
     assert {b["max_tokens"] for b in measured} == {128}
-    assert [r.prompt_id for r in result.requests] == [
-        f"tune-{i:03d}" for i in HARNESS_ORDER_48_SEED_1
-    ]
+    assert [r.prompt_id for r in result.requests] == [f"tune-{i:03d}" for i in HARNESS_ORDER_48_SEED_1]
     warm_end = max(end for _, end, n in times if n == 32)
     first_measured = min(start for start, _, n in times if n == 128)
     assert first_measured - warm_end >= 1.0  # the harness sleeps 1 s before its timer
@@ -315,9 +349,7 @@ def test_a_subset_is_the_first_of_the_harness_shuffle_and_the_old_protocol_stays
 
 
 def test_a_failed_concurrent_warmup_is_a_measurement_error(scripted_server):
-    scripted_server.routes["/v1/chat/completions"] = chat_route(
-        lambda body: (500, {"error": {"message": "no"}})
-    )
+    scripted_server.routes["/v1/chat/completions"] = chat_route(lambda body: (500, {"error": {"message": "no"}}))
     with pytest.raises(MeasurementError, match=r"TPS warm-up: 2 of 2 concurrent requests \(p3\)"):
         measure_tps(
             scripted_server.base_url,

@@ -46,9 +46,7 @@ def test_gemma_preset_on_the_vidraft_manifest(challenge_data) -> None:
         "num_speculative_tokens": 7,
     }
     assert space.overrides(space.base_values()) == {}
-    overrides = space.overrides(
-        {"sliding_window": 200, "centroid_top_k": 49, "num_speculative_tokens": 5}
-    )
+    overrides = space.overrides({"sliding_window": 200, "centroid_top_k": 49, "num_speculative_tokens": 5})
     assert set(overrides) == {"HF_OVERRIDES", "SLIDING_WINDOW", "SPECULATIVE_CONFIG"}
     assert json.loads(overrides["HF_OVERRIDES"]) == {"text_config": {"sliding_window": 200}}
     assert overrides["SLIDING_WINDOW"] == "200"
@@ -80,9 +78,7 @@ def test_baseline_defaults_when_the_manifest_leaves_a_knob_unset() -> None:
     }
     assert space.overrides(space.base_values()) == {}
     # HF_OVERRIDES is created when the manifest has none; SLIDING_WINDOW is not added
-    overrides = space.overrides(
-        {"sliding_window": 188, "centroid_top_k": 32, "num_speculative_tokens": 4}
-    )
+    overrides = space.overrides({"sliding_window": 188, "centroid_top_k": 32, "num_speculative_tokens": 4})
     assert overrides == {"HF_OVERRIDES": '{"text_config":{"sliding_window":188}}'}
 
 
@@ -92,13 +88,9 @@ def test_tiny_preset_on_the_demo_manifest(demo_manifest) -> None:
     assert base == {
         "sliding_window": int(demo_manifest.env["SLIDING_WINDOW"]),
         "centroid_top_k": int(demo_manifest.env["CENTROID_TOP_K"]),
-        "num_speculative_tokens": json.loads(demo_manifest.env["SPECULATIVE_CONFIG"])[
-            "num_speculative_tokens"
-        ],
+        "num_speculative_tokens": json.loads(demo_manifest.env["SPECULATIVE_CONFIG"])["num_speculative_tokens"],
     }
-    overrides = space.overrides(
-        {"sliding_window": 16, "centroid_top_k": 4, "num_speculative_tokens": 5}
-    )
+    overrides = space.overrides({"sliding_window": 16, "centroid_top_k": 4, "num_speculative_tokens": 5})
     assert overrides["SLIDING_WINDOW"] == "16"
     assert overrides["CENTROID_TOP_K"] == "4"
     speculative = json.loads(overrides["SPECULATIVE_CONFIG"])

@@ -106,16 +106,12 @@ def test_a_template_renders_with_the_other_parameters() -> None:
         "high": 6,
         "affects": "speed",
         "env": "SPECULATIVE_CONFIG",
-        "template": (
-            '{"method": "mtp", "model": "drafter", "num_speculative_tokens": $value, "w": $window}'
-        ),
+        "template": ('{"method": "mtp", "model": "drafter", "num_speculative_tokens": $value, "w": $window}'),
     }
     space = load(window(), tokens).bind({})
     assert space.overrides({"window": 16, "tokens": 3}) == {
         "SLIDING_WINDOW": "16",
-        "SPECULATIVE_CONFIG": (
-            '{"method": "mtp", "model": "drafter", "num_speculative_tokens": 3, "w": 16}'
-        ),
+        "SPECULATIVE_CONFIG": ('{"method": "mtp", "model": "drafter", "num_speculative_tokens": 3, "w": 16}'),
     }
 
 

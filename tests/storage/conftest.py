@@ -110,9 +110,7 @@ class PostgresCluster:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresCluster]:
     if _binary("initdb") is None or _binary("pg_ctl") is None:
-        pytest.skip(
-            "PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/install_postgres.sh"
-        )
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/install_postgres.sh")
     pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[test]')")
     cluster = PostgresCluster()
     cluster.start()

@@ -120,9 +120,7 @@ def make_study(
         handle_signals=False,
     )
     if recipe:
-        save_recipe(
-            url, name, StudyRecipe(base_manifest=str(manifest_path), num_prompts=4, output_len=16)
-        )
+        save_recipe(url, name, StudyRecipe(base_manifest=str(manifest_path), num_prompts=4, output_len=16))
     return SyntheticStudy(url=url, name=name, db=db)
 
 

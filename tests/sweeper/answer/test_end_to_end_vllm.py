@@ -37,15 +37,11 @@ from scipy import stats
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from search_spaces import load_preset
 from storage import TrialStore, study_status
+from sweeper.answer import export_answer, verify_study
 from sweeper.cli import app
-from sweeper.measure import EvalSettings
-from sweeper.answer import export_answer
-from sweeper.study import plan_from_manifest
-from sweeper.study import StudyRecipe, save_recipe
+from sweeper.measure import EvalSettings, ServerEvaluator
 from sweeper.report import _plotly, build_report
-from sweeper.measure import ServerEvaluator
-from sweeper.study import run_study
-from sweeper.answer import verify_study
+from sweeper.study import StudyRecipe, plan_from_manifest, run_study, save_recipe
 
 pytestmark = pytest.mark.server
 
@@ -84,8 +80,15 @@ def expected_statement(ppl, se, m, cap, k, reference, paired_se=None) -> dict[st
         df = min(m, reference[1]) - 1
     margin = math.log(cap / ppl)
     p = (1.0 if margin >= 0 else 0.0) if sd == 0 else stats.t.cdf(margin / sd, df)
-    return {"ppl": ppl, "low": ppl * math.exp(-z * se), "high": ppl * math.exp(z * se), "m": m, "k": k,
-            "cap": cap, "p": p}  # fmt: skip
+    return {
+        "ppl": ppl,
+        "low": ppl * math.exp(-z * se),
+        "high": ppl * math.exp(z * se),
+        "m": m,
+        "k": k,
+        "cap": cap,
+        "p": p,
+    }
 
 
 def assert_statement(text: str, want: dict[str, float], rel: float) -> None:
@@ -114,9 +117,16 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     plan = plan_from_manifest(demo_manifest, load_preset("tiny-cpu"))
     other_tokens = {**plan.enqueued_params, "num_speculative_tokens": 2}  # a speed knob only
     result = run_study(
-        plan.space, evaluator, study_name="e2e", storage=url, n_trials=2, ppl_cap_rel=1.05,
-        enqueue=[other_tokens], reuse_quality=True, handle_signals=False,
-    )  # fmt: skip
+        plan.space,
+        evaluator,
+        study_name="e2e",
+        storage=url,
+        n_trials=2,
+        ppl_cap_rel=1.05,
+        enqueue=[other_tokens],
+        reuse_quality=True,
+        handle_signals=False,
+    )
     trials = result.status.trials
     assert [t.state for t in trials] == ["complete", "complete"], [t.error_message for t in trials]
     assert "imported:tiny-gemma4-demo" in trials[0].role.split("+")
@@ -136,17 +146,32 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
         assert trial.extras["ppl_paired_stderr"] == pytest.approx(paired0, abs=1e-12)
         want = expected_statement(trial.ppl, se0, m0, trial.ppl_cap, PPL_RECORDS, (se0, m0), paired0)
         assert trial.extras["ppl_pass_probability"] == pytest.approx(want["p"], rel=1e-9)
-    save_recipe(url, "e2e", StudyRecipe(
-        base_manifest=str(demo.manifest), num_prompts=NUM_PROMPTS, output_len=OUTPUT_LEN,
-        warmup_requests=WARMUP_REQUESTS, warmup_prompts=WARMUP_PROMPTS, ppl_records=PPL_RECORDS,
-    ))  # fmt: skip
+    save_recipe(
+        url,
+        "e2e",
+        StudyRecipe(
+            base_manifest=str(demo.manifest),
+            num_prompts=NUM_PROMPTS,
+            output_len=OUTPUT_LEN,
+            warmup_requests=WARMUP_REQUESTS,
+            warmup_prompts=WARMUP_PROMPTS,
+            ppl_records=PPL_RECORDS,
+        ),
+    )
 
     # verify both configurations on held-out data, in fresh servers: the one that is not the
     # base runs beside a control (the base manifest as it is). One server a side cannot
     # confirm a speedup on two shared cores, and the study's two single trials could not
     # claim one either: no claim, so the speedup is measured and shown, not required.
-    verified = verify_study(storage=url, study_name="e2e", top=2, repeats=1, tolerance=TOLERANCE,
-                            claimed_speedup=False, run_dir=tmp_path / "verify")  # fmt: skip
+    verified = verify_study(
+        storage=url,
+        study_name="e2e",
+        top=2,
+        repeats=1,
+        tolerance=TOLERANCE,
+        claimed_speedup=False,
+        run_dir=tmp_path / "verify",
+    )
     by_trial = {v.trial_number: v for v in verified.verifications}
     assert sorted(by_trial) == [0, 1]
     own, other = by_trial[0], by_trial[1]  # trial 0 is the manifest's own values: the base
@@ -157,7 +182,8 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert (tmp_path / "verify" / "trial-0001-base" / "trial-0000" / "server.log").is_file()
     # the control did the base's greedy work: the same drafts and acceptance, the same PPL
     assert (control.extras["spec_drafts"], control.extras["spec_accepted_tokens"]) == (
-        base_itself.extras["spec_drafts"], base_itself.extras["spec_accepted_tokens"]
+        base_itself.extras["spec_drafts"],
+        base_itself.extras["spec_accepted_tokens"],
     )
     assert math.isclose(control.ppl, base_itself.ppl, rel_tol=1e-3)
     # one server a side: the ratio, and a t-interval on the prior spread (0.10, 2 df) alone
@@ -165,9 +191,7 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     ratio = candidate_run.tps / control.tps
     half = stats.t.ppf(0.975, 2) * 0.10 * math.sqrt(2)
     assert other.speedup == pytest.approx(ratio)
-    assert (other.speedup_low, other.speedup_high) == pytest.approx(
-        (ratio * math.exp(-half), ratio * math.exp(half))
-    )
+    assert (other.speedup_low, other.speedup_high) == pytest.approx((ratio * math.exp(-half), ratio * math.exp(half)))
     assert f"held-out speedup over the base: {(ratio - 1) * 100:+.1f} %" in other.reason
 
     verification = by_trial[result.status.best.number]
@@ -202,13 +226,36 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert_statement(manifest["description"].split("Tuned PPL: ", 1)[1], tuned, rel=1e-9)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     completed = subprocess.run(
-        [sys.executable, "-m", "sweeper", "eval", str(exported.path), "--json",
-         "--prompts", str(demo.prompts_heldout), "--ppl-data", str(demo.ppl_heldout),
-         "--num-prompts", str(NUM_PROMPTS), "--output-len", str(OUTPUT_LEN),
-         "--warmup-requests", str(WARMUP_REQUESTS), "--warmup-prompts", str(WARMUP_PROMPTS),
-         "--ppl-records", str(PPL_RECORDS), "--log", str(tmp_path / "eval-server.log")],
-        capture_output=True, text=True, timeout=900, env=env, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sweeper",
+            "eval",
+            str(exported.path),
+            "--json",
+            "--prompts",
+            str(demo.prompts_heldout),
+            "--ppl-data",
+            str(demo.ppl_heldout),
+            "--num-prompts",
+            str(NUM_PROMPTS),
+            "--output-len",
+            str(OUTPUT_LEN),
+            "--warmup-requests",
+            str(WARMUP_REQUESTS),
+            "--warmup-prompts",
+            str(WARMUP_PROMPTS),
+            "--ppl-records",
+            str(PPL_RECORDS),
+            "--log",
+            str(tmp_path / "eval-server.log"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     measured = json.loads(completed.stdout)
     log = (tmp_path / "eval-server.log").read_text()
@@ -219,7 +266,8 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert math.isclose(measured["ppl"], verification.max_ppl, rel_tol=1e-3)
     for run in verification.runs:  # the same greedy work: the same drafts, the same acceptance
         assert (run.extras["spec_drafts"], run.extras["spec_accepted_tokens"]) == (
-            measured["spec_drafts"], measured["spec_accepted_tokens"]
+            measured["spec_drafts"],
+            measured["spec_accepted_tokens"],
         )
     deviation = abs(measured["tps"] - verification.median_tps) / verification.median_tps
     assert deviation <= TOLERANCE, (measured["tps"], verification.median_tps)

@@ -8,16 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.answer import NothingToExportError, UnverifiedAnswerError, derived_name, export_answer
+from sweeper.answer import NothingToExportError, UnverifiedAnswerError, derived_name, export_answer, verify_study
 from sweeper.manifest import Manifest
 from sweeper.serving import build_serve_command
-from sweeper.answer import verify_study
 
 
 def verified_study(synthetic, folder: Path, **kwargs):
     study = synthetic.make_study(folder, **kwargs)
-    verify_study(storage=study.url, study_name=study.name, top=1, repeats=2,
-                 evaluate=synthetic.synthetic_evaluator(tps_factor=0.99))  # fmt: skip
+    verify_study(
+        storage=study.url,
+        study_name=study.name,
+        top=1,
+        repeats=2,
+        evaluate=synthetic.synthetic_evaluator(tps_factor=0.99),
+    )
     return study
 
 
@@ -47,8 +51,10 @@ def test_export_writes_the_verified_winner_runnable_from_anywhere(synthetic, dem
     env = written["env"]
     assert env["SLIDING_WINDOW"] == "36" and env["CENTROID_TOP_K"] == "4"
     assert json.loads(env["SPECULATIVE_CONFIG"]) == {
-        "method": "mtp", "model": str(demo.drafter), "num_speculative_tokens": best["num_speculative_tokens"],
-    }  # fmt: skip
+        "method": "mtp",
+        "model": str(demo.drafter),
+        "num_speculative_tokens": best["num_speculative_tokens"],
+    }
     # written elsewhere: the model paths that pointed into the demo folder are absolute now
     assert env["MODEL_ID"] == str(demo.model) and written["model_id"] == str(demo.model)
     assert set(result.made_absolute) == {"env.MODEL_ID", "env.SPECULATIVE_CONFIG.model", "model_id"}
@@ -104,9 +110,17 @@ def test_an_unverified_answer_is_refused_unless_allowed(synthetic, tmp_path) -> 
 
 def test_a_failed_verification_is_refused_with_how_to_go_on(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path)
-    verify_study(storage=study.url, study_name=study.name, top=3, repeats=1,
-                 evaluate=synthetic.synthetic_evaluator(tps_factor=0.5))  # fmt: skip
-    with pytest.raises(UnverifiedAnswerError, match=r"failed verification \(median held-out TPS .* below .*\): verify more candidates with 'sweeper verify .* --top N'"):
+    verify_study(
+        storage=study.url,
+        study_name=study.name,
+        top=3,
+        repeats=1,
+        evaluate=synthetic.synthetic_evaluator(tps_factor=0.5),
+    )
+    with pytest.raises(
+        UnverifiedAnswerError,
+        match=r"failed verification \(median held-out TPS .* below .*\): verify more candidates with 'sweeper verify .* --top N'",
+    ):
         export_answer(storage=study.url, study_name=study.name, output=tmp_path / "x.json")
     assert not (tmp_path / "x.json").exists()
 
@@ -116,9 +130,10 @@ def test_nothing_to_export_from_an_empty_or_hopeless_study(synthetic, tmp_path) 
     with pytest.raises(NothingToExportError, match="has no trials yet: nothing to export"):
         export_answer(storage=empty.url, study_name=empty.name, output=tmp_path / "a.json")
     hopeless = synthetic.make_study(tmp_path, name="hopeless", configs=list(synthetic.INFEASIBLE_CONFIGS.values()))
-    with pytest.raises(NothingToExportError, match=r"has no feasible trial: none of its 3 trials \(3 measured\) passed the PPL cap"):
-        export_answer(storage=hopeless.url, study_name=hopeless.name, output=tmp_path / "b.json",
-                      allow_unverified=True)  # fmt: skip
+    with pytest.raises(
+        NothingToExportError, match=r"has no feasible trial: none of its 3 trials \(3 measured\) passed the PPL cap"
+    ):
+        export_answer(storage=hopeless.url, study_name=hopeless.name, output=tmp_path / "b.json", allow_unverified=True)
     assert list(tmp_path.glob("*.json")) == []
 
 

@@ -7,22 +7,28 @@ import math
 import pytest
 
 from storage import VerificationRun, VerificationStore, study_status
-from sweeper.errors import StudyError, UserInputError
-from sweeper.study import StudyRecipe
 from sweeper.answer import (
+    HeldOutDataError,
     VerifySettings,
     VerifySettingsError,
     candidates,
+    heldout_sources,
     judge,
     verify_study,
 )
-from sweeper.answer import HeldOutDataError, heldout_sources
+from sweeper.errors import StudyError, UserInputError
+from sweeper.study import StudyRecipe
 
 
 def run(repeat: int, tps: float | None, ppl: float | None, state: str = "complete") -> VerificationRun:
-    return VerificationRun(repeat=repeat, state=state, tps=tps, ppl=ppl,
-                           error_kind=None if state == "complete" else "ServerStartError",
-                           error_message=None if state == "complete" else "exited with code 1")  # fmt: skip
+    return VerificationRun(
+        repeat=repeat,
+        state=state,
+        tps=tps,
+        ppl=ppl,
+        error_kind=None if state == "complete" else "ServerStartError",
+        error_message=None if state == "complete" else "exited with code 1",
+    )
 
 
 # -- the verdict -----------------------------------------------------------------------
@@ -30,9 +36,12 @@ def run(repeat: int, tps: float | None, ppl: float | None, state: str = "complet
 
 def test_judge_verifies_median_within_tolerance() -> None:
     verdict = judge(
-        tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3,
+        tuned_tps=100.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
         runs=[run(0, 97.0, 2.39), run(1, 104.0, 2.39), run(2, 96.0, 2.40)],
-    )  # fmt: skip
+    )
     assert verdict.status == "verified"
     assert verdict.median_tps == 97.0
     assert verdict.max_ppl == 2.40
@@ -42,39 +51,45 @@ def test_judge_verifies_median_within_tolerance() -> None:
 @pytest.mark.parametrize(("tps", "word"), [(90.0, "below"), (110.0, "above")])
 def test_judge_rejects_a_median_outside_tolerance_either_way(tps: float, word: str) -> None:
     verdict = judge(
-        tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3,
+        tuned_tps=100.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
         runs=[run(i, tps, 2.39) for i in range(3)],
-    )  # fmt: skip
-    assert verdict.status == "failed"
-    assert verdict.reason == (
-        f"median held-out TPS {tps:.2f} is 10.0% {word} the tuned 100.00 (tolerance 5%)"
     )
+    assert verdict.status == "failed"
+    assert verdict.reason == (f"median held-out TPS {tps:.2f} is 10.0% {word} the tuned 100.00 (tolerance 5%)")
 
 
 def test_judge_rejects_ppl_over_the_cap_in_any_repeat() -> None:
     verdict = judge(
-        tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3,
+        tuned_tps=100.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
         runs=[run(0, 100.0, 2.39), run(1, 100.0, 2.43)],
-    )  # fmt: skip
+    )
     assert verdict.status == "failed"
     assert verdict.reason == "held-out PPL 2.4300 is over the cap 2.4200 in repeat 2"
-    infinite = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=1,
-                     runs=[run(0, 100.0, math.inf)])  # fmt: skip
+    infinite = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=1, runs=[run(0, 100.0, math.inf)])
     assert infinite.status == "failed" and "PPL inf" in infinite.reason
 
 
 def test_judge_rejects_failed_or_missing_repeats() -> None:
-    failed = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3,
-                   runs=[run(0, 100.0, 2.3), run(1, None, None, state="failed")])  # fmt: skip
+    failed = judge(
+        tuned_tps=100.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
+        runs=[run(0, 100.0, 2.3), run(1, None, None, state="failed")],
+    )
     assert failed.status == "failed"
     assert failed.reason == "repeat 2 could not be measured (ServerStartError: exited with code 1)"
     short = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=[run(0, 100.0, 2.3)])
     assert short.status == "failed" and short.reason == "only 1 of 3 repeats ran"
 
 
-@pytest.mark.parametrize(
-    ("field", "value"), [("top", 0), ("repeats", -1), ("tolerance", 1.5), ("tolerance", 0)]
-)
+@pytest.mark.parametrize(("field", "value"), [("top", 0), ("repeats", -1), ("tolerance", 1.5), ("tolerance", 0)])
 def test_verify_settings_name_the_bad_field(field: str, value: float) -> None:
     with pytest.raises(VerifySettingsError, match=f"verify: {field} must be"):
         VerifySettings(**{field: value})
@@ -95,9 +110,13 @@ def test_verify_stores_every_repeat_and_the_verdict(synthetic, tmp_path) -> None
     study = synthetic.make_study(tmp_path)
     factors = {0: 0.98, 1: 1.03, 2: 1.01}  # repeat -> TPS factor: median 1.01
     result = verify_study(
-        storage=study.url, study_name=study.name, top=2, repeats=3, tolerance=0.05,
+        storage=study.url,
+        study_name=study.name,
+        top=2,
+        repeats=3,
+        tolerance=0.05,
         evaluate=synthetic.synthetic_evaluator(tps_factor=lambda r: factors[r], ppl_shift=0.001),
-    )  # fmt: skip
+    )
     best = study.number(synthetic.CONFIGS["C"])
     second = study.number(synthetic.CONFIGS["B"])
     assert [v.trial_number for v in result.verifications] == [best, second]
@@ -145,8 +164,12 @@ def test_verified_candidates_are_skipped_unless_redo(synthetic, tmp_path) -> Non
     again = verify_study(storage=study.url, study_name=study.name, top=1, repeats=1, evaluate=evaluate)
     assert again.verifications == ()
     assert again.skipped == ((study.number(synthetic.CONFIGS["C"]), "already verified (use --redo to verify again)"),)
-    redone = verify_study(storage=study.url, study_name=study.name, settings=VerifySettings(top=1, repeats=1, redo=True),
-                          evaluate=evaluate)  # fmt: skip
+    redone = verify_study(
+        storage=study.url,
+        study_name=study.name,
+        settings=VerifySettings(top=1, repeats=1, redo=True),
+        evaluate=evaluate,
+    )
     assert len(redone.verifications) == 1
 
 
@@ -221,8 +244,10 @@ def test_a_held_out_ppl_within_the_noise_of_the_cap_is_flagged_even_when_it_pass
     def with_records(params, context):
         measured = plain(params, context)
         log_ppl = math.log(measured.ppl)
-        rows = [{"kind": "ppl", "id": f"r{i}", "nll": tokens * (log_ppl + (spread if i % 2 else -spread)),
-                 "tokens": tokens} for i in range(m)]  # fmt: skip
+        rows = [
+            {"kind": "ppl", "id": f"r{i}", "nll": tokens * (log_ppl + (spread if i % 2 else -spread)), "tokens": tokens}
+            for i in range(m)
+        ]
         return dataclasses.replace(measured, requests=rows)
 
     result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=1, evaluate=with_records)

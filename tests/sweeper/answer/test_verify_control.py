@@ -30,11 +30,18 @@ from sweeper.answer import (
 from sweeper.study import Measurement
 
 
-def run(repeat: int, tps: float | None, ppl: float | None = 2.3, *, subject: str = "candidate",
-        state: str = "complete") -> VerificationRun:  # fmt: skip
-    return VerificationRun(repeat=repeat, subject=subject, state=state, tps=tps, ppl=ppl,
-                           error_kind=None if state == "complete" else "ServerStartError",
-                           error_message=None if state == "complete" else "exited with code 1")  # fmt: skip
+def run(
+    repeat: int, tps: float | None, ppl: float | None = 2.3, *, subject: str = "candidate", state: str = "complete"
+) -> VerificationRun:
+    return VerificationRun(
+        repeat=repeat,
+        subject=subject,
+        state=state,
+        tps=tps,
+        ppl=ppl,
+        error_kind=None if state == "complete" else "ServerStartError",
+        error_message=None if state == "complete" else "exited with code 1",
+    )
 
 
 def runs(tpss: list[float], subject: str = "candidate") -> list[VerificationRun]:
@@ -69,8 +76,15 @@ BASE = [101.0, 99.0, 100.5]
 
 
 def test_a_confirmed_speedup_verifies_and_matches_a_two_sample_t_interval() -> None:
-    verdict = judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE),
-                    base_runs=runs(BASE, "base"), spread_prior_df=0.0)  # fmt: skip
+    verdict = judge(
+        tuned_tps=120.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
+        runs=runs(CANDIDATE),
+        base_runs=runs(BASE, "base"),
+        spread_prior_df=0.0,
+    )
     value, low, high = t_interval_on_logs(CANDIDATE, BASE)
     assert verdict.status == "verified"
     assert verdict.control == "measured" and verdict.claimed_speedup
@@ -82,8 +96,9 @@ def test_a_confirmed_speedup_verifies_and_matches_a_two_sample_t_interval() -> N
 
 
 def test_the_prior_widens_the_interval_as_pooled_by_hand() -> None:
-    verdict = judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE),
-                    base_runs=runs(BASE, "base"))  # default prior 0.10 weighted as 2 df  # fmt: skip
+    verdict = judge(
+        tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=runs(BASE, "base")
+    )  # default prior 0.10 weighted as 2 df
     value, low, high = pooled_with_prior(CANDIDATE, BASE, 0.10, 2.0)
     assert (verdict.speedup.value, verdict.speedup.low, verdict.speedup.high) == pytest.approx((value, low, high))
     assert verdict.spread.df == 6
@@ -94,8 +109,15 @@ def test_the_prior_widens_the_interval_as_pooled_by_hand() -> None:
 
 def test_an_unconfirmed_speedup_fails_with_the_interval_in_the_reason() -> None:
     candidate, base = [104.0, 97.0, 109.0], [100.0, 103.0, 96.0]
-    verdict = judge(tuned_tps=103.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(candidate),
-                    base_runs=runs(base, "base"), spread_prior_df=0.0)  # fmt: skip
+    verdict = judge(
+        tuned_tps=103.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
+        runs=runs(candidate),
+        base_runs=runs(base, "base"),
+        spread_prior_df=0.0,
+    )
     value, low, high = t_interval_on_logs(candidate, base)
     assert low < 1.0 < high
     assert verdict.status == "failed"
@@ -117,8 +139,15 @@ def test_a_candidate_that_is_the_base_needs_no_control() -> None:
 
 def test_without_a_claim_the_speedup_is_shown_not_required() -> None:
     # the base is faster on held-out data too: no claim, so PPL and the tolerance decide
-    verdict = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(BASE),
-                    base_runs=runs(CANDIDATE, "base"), claimed_speedup=False)  # fmt: skip
+    verdict = judge(
+        tuned_tps=100.0,
+        ppl_cap=2.42,
+        tolerance=0.05,
+        repeats=3,
+        runs=runs(BASE),
+        base_runs=runs(CANDIDATE, "base"),
+        claimed_speedup=False,
+    )
     value, low, high = pooled_with_prior(BASE, CANDIDATE, 0.10, 2.0)
     assert high < 1.0 and verdict.speedup.high == pytest.approx(high)
     assert verdict.status == "verified" and not verdict.claimed_speedup
@@ -132,20 +161,24 @@ def test_no_control_and_a_control_that_never_measured() -> None:
     assert off.status == "verified" and off.control == "off"
     assert off.reason.endswith("; no control ran (switched off): the speedup over the base is not checked")
     broken = [run(i, None, None, subject="base", state="failed") for i in range(3)]
-    failed = judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE),
-                   base_runs=broken)  # fmt: skip
+    failed = judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=broken)
     assert failed.status == "failed" and failed.speedup is None
-    assert failed.reason == ("the control (the base configuration) measured no TPS in 3 repeats "
-                             "(ServerStartError: exited with code 1): the claimed speedup over the base is not confirmed")  # fmt: skip
+    assert failed.reason == (
+        "the control (the base configuration) measured no TPS in 3 repeats "
+        "(ServerStartError: exited with code 1): the claimed speedup over the base is not confirmed"
+    )
     # the base's own PPL is not judged: a base over the cap still serves as the control
     over = [run(i, tps, 9.9, subject="base") for i, tps in enumerate(BASE)]
-    assert judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE),
-                 base_runs=over).status == "verified"  # fmt: skip
+    assert (
+        judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=over).status
+        == "verified"
+    )
 
 
 def test_the_ppl_and_tolerance_rules_come_first() -> None:
-    verdict = judge(tuned_tps=150.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE),
-                    base_runs=runs(BASE, "base"))  # fmt: skip
+    verdict = judge(
+        tuned_tps=150.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=runs(BASE, "base")
+    )
     assert verdict.status == "failed" and verdict.reason.startswith("median held-out TPS 121.00 is 19.3% below")
     assert verdict.speedup is not None  # still computed, and stored, for the record
 
@@ -174,8 +207,9 @@ class RecordingEvaluator:
         self.calls: list[tuple[int, str, int, dict, float | None]] = []
 
     def __call__(self, params, context) -> Measurement:
-        self.calls.append((context.trial_number, context.subject, context.number, dict(context.overrides),
-                           context.ppl_cap))  # fmt: skip
+        self.calls.append(
+            (context.trial_number, context.subject, context.number, dict(context.overrides), context.ppl_cap)
+        )
         if self.stop_at is not None and len(self.calls) == self.stop_at:
             raise KeyboardInterrupt
         tps = self.synthetic.synthetic_tps(params)
@@ -189,11 +223,16 @@ def test_the_base_alternates_with_the_candidate_in_fresh_calls(synthetic, tmp_pa
     study = synthetic.make_study(tmp_path)
     best = study.number(synthetic.CONFIGS["C"])
     evaluate = RecordingEvaluator(synthetic, base_factor=0.7)
-    result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=evaluate,
-                          claimed_speedup=True)  # fmt: skip
+    result = verify_study(
+        storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=evaluate, claimed_speedup=True
+    )
     assert [(n, who, r) for n, who, r, _, _ in evaluate.calls] == [
-        (best, "candidate", 0), (best, "base", 0), (best, "candidate", 1), (best, "base", 1),
-        (best, "candidate", 2), (best, "base", 2),
+        (best, "candidate", 0),
+        (best, "base", 0),
+        (best, "candidate", 1),
+        (best, "base", 1),
+        (best, "candidate", 2),
+        (best, "base", 2),
     ]
     # the base is the manifest as it is (no overrides) and is measured without a cap
     assert all(o == {} and cap is None for _, who, _, o, cap in evaluate.calls if who == "base")
@@ -205,8 +244,9 @@ def test_the_base_alternates_with_the_candidate_in_fresh_calls(synthetic, tmp_pa
     assert dict(verification.base_params) == BASE_PARAMS and verification.base_trial == 0
     base_tps = synthetic.synthetic_tps(dict(verification.base_params)) * 0.7
     assert [r.tps for r in verification.base_runs] == pytest.approx([base_tps * j for j in (1.0, 1.01, 0.99)])
-    value, low, high = pooled_with_prior([r.tps for r in verification.runs],
-                                         [r.tps for r in verification.base_runs], 0.10, 2.0)  # fmt: skip
+    value, low, high = pooled_with_prior(
+        [r.tps for r in verification.runs], [r.tps for r in verification.base_runs], 0.10, 2.0
+    )
     stored = heldout_speedup(verification)
     assert (stored.value, stored.low, stored.high) == pytest.approx((value, low, high))
     assert stored.value == pytest.approx(174.0 / (169.0 * 0.7))
@@ -222,15 +262,22 @@ def test_the_default_claim_and_the_candidate_that_is_the_base(synthetic, tmp_pat
 
     # the study found its base over the cap, so no speedup is claimed
     evaluate = RecordingEvaluator(synthetic)
-    (plain,) = verify_study(storage=study.url, study_name=study.name, top=1, repeats=2,
-                            evaluate=evaluate).verifications  # fmt: skip
+    (plain,) = verify_study(storage=study.url, study_name=study.name, top=1, repeats=2, evaluate=evaluate).verifications
     assert plain.status == "verified" and plain.claimed_speedup is False and len(plain.base_runs) == 2
-    assert "the study claims no speedup over the base, so none is required (held-out speedup over the base: +3.0 %" in plain.reason
+    assert (
+        "the study claims no speedup over the base, so none is required (held-out speedup over the base: +3.0 %"
+        in plain.reason
+    )
 
     # a caller's claim wins over the default, and fails here; its tuned figure is the one matched
-    again = verify_study(storage=study.url, study_name=study.name, settings=VerifySettings(top=1, repeats=2, redo=True,
-                         tolerance=0.1), evaluate=evaluate, tuned_tps={plain.trial_number: 180.0},
-                         claimed_speedup={plain.trial_number: True})  # fmt: skip
+    again = verify_study(
+        storage=study.url,
+        study_name=study.name,
+        settings=VerifySettings(top=1, repeats=2, redo=True, tolerance=0.1),
+        evaluate=evaluate,
+        tuned_tps={plain.trial_number: 180.0},
+        claimed_speedup={plain.trial_number: True},
+    )
     (claimed,) = again.verifications
     assert claimed.tuned_tps == 180.0 and claimed.claimed_speedup is True
     assert claimed.status == "failed" and "the claimed speedup over the base is not confirmed" in claimed.reason
@@ -242,15 +289,20 @@ def test_the_default_claim_and_the_candidate_that_is_the_base(synthetic, tmp_pat
     # without a control
     hopeful = RecordingEvaluator(synthetic, base_factor=0.7)
     relaxed = _study_with_cap(synthetic, tmp_path, cap=2.35, configs=[FASTER_THAN_BASE, synthetic.CONFIGS["A"]])
-    faster, itself = verify_study(storage=relaxed.url, study_name=relaxed.name, top=2, repeats=2,
-                                  evaluate=hopeful).verifications  # fmt: skip
+    faster, itself = verify_study(
+        storage=relaxed.url, study_name=relaxed.name, top=2, repeats=2, evaluate=hopeful
+    ).verifications
     assert dict(faster.params) == FASTER_THAN_BASE and faster.tuned_tps == 189.0
     assert faster.claimed_speedup is False and faster.control == "measured"
     assert faster.status == "verified" and faster.speedup == pytest.approx(189.0 / (169.0 * 0.7))
     assert itself.trial_number == 0 and itself.control == "is-base" and itself.claimed_speedup is False
     assert [(n, who) for n, who, _, _, _ in hopeful.calls] == [
-        (faster.trial_number, "candidate"), (faster.trial_number, "base"),
-        (faster.trial_number, "candidate"), (faster.trial_number, "base"), (0, "candidate"), (0, "candidate"),
+        (faster.trial_number, "candidate"),
+        (faster.trial_number, "base"),
+        (faster.trial_number, "candidate"),
+        (faster.trial_number, "base"),
+        (0, "candidate"),
+        (0, "candidate"),
     ]
     assert itself.base_runs == () and itself.speedup is None
     assert "the candidate is the base configuration: no control ran" in itself.reason
@@ -267,8 +319,18 @@ def _study_with_cap(synthetic, folder, *, cap: float, configs):
 
     url = f"sqlite:///{folder / 'loose.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
-    run_study(space, synthetic.synthetic_evaluator(), study_name="loose", storage=url, n_trials=len(configs) + 1,
-              ppl_cap=cap, sampler="random", seed=0, enqueue=list(configs), handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        synthetic.synthetic_evaluator(),
+        study_name="loose",
+        storage=url,
+        n_trials=len(configs) + 1,
+        ppl_cap=cap,
+        sampler="random",
+        seed=0,
+        enqueue=list(configs),
+        handle_signals=False,
+    )
     return synthetic.SyntheticStudy(url=url, name="loose", db=folder / "loose.db")
 
 
@@ -290,9 +352,21 @@ def test_a_study_that_confirmed_a_speedup_claims_it_by_default(synthetic, tmp_pa
     url = f"sqlite:///{tmp_path / 'confirmed.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
     confirm = ConfirmSettings(rounds=2)
-    run_study(space, boosted, study_name="confirmed", storage=url, n_trials=2, ppl_cap=2.35, sampler="random",
-              seed=0, enqueue=[FASTER_THAN_BASE], enqueue_space_configs=False, confirm=confirm,
-              enqueue_base=True, handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        boosted,
+        study_name="confirmed",
+        storage=url,
+        n_trials=2,
+        ppl_cap=2.35,
+        sampler="random",
+        seed=0,
+        enqueue=[FASTER_THAN_BASE],
+        enqueue_space_configs=False,
+        confirm=confirm,
+        enqueue_base=True,
+        handle_signals=False,
+    )
     status = study_status(url, "confirmed")
     now = standing(status.trials, confirm)
     assert now.claim == "faster" and dict(now.incumbent.params) == FASTER_THAN_BASE
@@ -312,8 +386,9 @@ def test_a_study_that_confirmed_a_speedup_claims_it_by_default(synthetic, tmp_pa
 def test_no_control_runs_half_the_servers(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path)
     evaluate = RecordingEvaluator(synthetic, base_factor=0.7)
-    (verification,) = verify_study(storage=study.url, study_name=study.name, top=1, repeats=2,
-                                   control=False, evaluate=evaluate).verifications  # fmt: skip
+    (verification,) = verify_study(
+        storage=study.url, study_name=study.name, top=1, repeats=2, control=False, evaluate=evaluate
+    ).verifications
     assert [who for _, who, _, _, _ in evaluate.calls] == ["candidate", "candidate"]
     assert verification.control == "off" and verification.base_runs == ()
     assert verification.status == "verified"
@@ -325,16 +400,16 @@ def test_an_interrupted_verify_goes_on_where_it_stopped(synthetic, tmp_path) -> 
     best = study.number(synthetic.CONFIGS["C"])
     first = RecordingEvaluator(synthetic, base_factor=0.7, stop_at=4)  # Ctrl-C in the base's repeat 2
     with pytest.raises(KeyboardInterrupt):
-        verify_study(storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=first,
-                     claimed_speedup=True)  # fmt: skip
+        verify_study(storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=first, claimed_speedup=True)
     with VerificationStore(study.url) as store:
         (stopped,) = store.records(study.name)
     assert stopped.status == "interrupted"
     assert [r.repeat for r in stopped.runs] == [0, 1] and [r.repeat for r in stopped.base_runs] == [0]
 
     second = RecordingEvaluator(synthetic, base_factor=0.7)
-    result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=second,
-                          claimed_speedup=True)  # fmt: skip
+    result = verify_study(
+        storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=second, claimed_speedup=True
+    )
     # only what was missing ran: the base's repeat 2, then repeat 3 of both
     assert [(who, r) for _, who, r, _, _ in second.calls] == [("base", 1), ("candidate", 2), ("base", 2)]
     (verification,) = result.verifications
@@ -352,20 +427,45 @@ def test_an_interrupted_verify_goes_on_where_it_stopped(synthetic, tmp_path) -> 
 def test_the_control_is_stored_and_read_back(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'v.db'}"
     with VerificationStore(url) as store:
-        vid = store.start(study_name="s", trial_number=3, params={"k": 4}, tuned_tps=120.0, tuned_ppl=2.2,
-                          ppl_cap=2.3, tolerance=0.05, repeats=2, data={}, control="measured",
-                          claimed_speedup=True, base_params={"k": 3}, base_trial=0, spread_prior=0.1)  # fmt: skip
+        vid = store.start(
+            study_name="s",
+            trial_number=3,
+            params={"k": 4},
+            tuned_tps=120.0,
+            tuned_ppl=2.2,
+            ppl_cap=2.3,
+            tolerance=0.05,
+            repeats=2,
+            data={},
+            control="measured",
+            claimed_speedup=True,
+            base_params={"k": 3},
+            base_trial=0,
+            spread_prior=0.1,
+        )
         for repeat, (c, b) in enumerate([(121.0, 100.0), (119.0, 101.0)]):
             store.add_run(vid, run(repeat, c))
             store.add_run(vid, run(repeat, b, 2.5, subject="base"))
-        store.finish(vid, status="verified", reason="ok", median_tps=120.0, max_ppl=2.3, spread=0.07,
-                     speedup=(1.2, 1.1, 1.3), speedup_confidence=0.95)  # fmt: skip
+        store.finish(
+            vid,
+            status="verified",
+            reason="ok",
+            median_tps=120.0,
+            max_ppl=2.3,
+            spread=0.07,
+            speedup=(1.2, 1.1, 1.3),
+            speedup_confidence=0.95,
+        )
     with VerificationStore(url) as store:
         (record,) = store.records("s")
     assert [(r.subject, r.tps) for r in record.runs] == [("candidate", 121.0), ("candidate", 119.0)]
     assert [(r.subject, r.tps, r.ppl) for r in record.base_runs] == [("base", 100.0, 2.5), ("base", 101.0, 2.5)]
     assert (record.control, record.claimed_speedup, dict(record.base_params), record.base_trial) == (
-        "measured", True, {"k": 3}, 0)
+        "measured",
+        True,
+        {"k": 3},
+        0,
+    )
     assert (record.spread_prior, record.spread) == (0.1, 0.07)
     interval = heldout_speedup(record)
     assert (interval.value, interval.low, interval.high, interval.confidence) == (1.2, 1.1, 1.3, 0.95)
@@ -406,8 +506,11 @@ def test_a_study_file_from_before_the_control_still_opens(synthetic, tmp_path) -
             (study.name, best),
         )
         for repeat, tps in enumerate([174.0, 176.0]):
-            db.execute("INSERT INTO sweeper_verification_runs VALUES (?, 1, ?, 'complete', ?, 2.28, 0, 0, NULL, NULL,"
-                       " '{}', '{}', NULL, 50.0)", (repeat + 1, repeat, tps))  # fmt: skip
+            db.execute(
+                "INSERT INTO sweeper_verification_runs VALUES (?, 1, ?, 'complete', ?, 2.28, 0, 0, NULL, NULL,"
+                " '{}', '{}', NULL, 50.0)",
+                (repeat + 1, repeat, tps),
+            )
 
     status = study_status(study.url, study.name)  # opens the store: the columns are added
     old = status.verifications[best]
@@ -421,8 +524,13 @@ def test_a_study_file_from_before_the_control_still_opens(synthetic, tmp_path) -
         assert {"control", "claimed_speedup", "base_params", "speedup", "speedup_low", "speedup_high"} <= columns
 
     # and the old file takes a new verification with its control
-    result = verify_study(storage=study.url, study_name=study.name, settings=VerifySettings(top=1, repeats=2, redo=True),
-                          evaluate=RecordingEvaluator(synthetic, base_factor=0.7), claimed_speedup=True)  # fmt: skip
+    result = verify_study(
+        storage=study.url,
+        study_name=study.name,
+        settings=VerifySettings(top=1, repeats=2, redo=True),
+        evaluate=RecordingEvaluator(synthetic, base_factor=0.7),
+        claimed_speedup=True,
+    )
     (new,) = result.verifications
     assert new.id == 2 and new.status == "verified" and len(new.base_runs) == 2
     with VerificationStore(study.url) as store:
@@ -441,17 +549,26 @@ def test_verify_shows_the_speedup_and_checks_the_prior(synthetic, tmp_path, monk
     from sweeper.cli.verify_cmd import control_lines, verification_table
 
     study = synthetic.make_study(tmp_path)
-    result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=2, claimed_speedup=True,
-                          evaluate=RecordingEvaluator(synthetic, base_factor=0.7))  # fmt: skip
+    result = verify_study(
+        storage=study.url,
+        study_name=study.name,
+        top=1,
+        repeats=2,
+        claimed_speedup=True,
+        evaluate=RecordingEvaluator(synthetic, base_factor=0.7),
+    )
     (verification,) = result.verifications
-    assert control_lines([verification]) == [f"trial #{verification.trial_number}: {speedup_text(heldout_speedup(verification))}"]
+    assert control_lines([verification]) == [
+        f"trial #{verification.trial_number}: {speedup_text(heldout_speedup(verification))}"
+    ]
     console = Console(width=120, record=True)
     console.print(verification_table([verification], title="t"))
     row = next(line for line in console.export_text().splitlines() if f"#{verification.trial_number} " in line)
     assert f"{(heldout_speedup(verification).value - 1) * 100:+.1f}%" in row
 
-    monkeypatch.setattr(sys, "argv", ["sweeper", "verify", "--storage", study.url, "--no-control",
-                                      "--spread-prior", "2"])  # fmt: skip
+    monkeypatch.setattr(
+        sys, "argv", ["sweeper", "verify", "--storage", study.url, "--no-control", "--spread-prior", "2"]
+    )
     with pytest.raises(SystemExit) as exit_info:
         main()
     assert exit_info.value.code == 2

@@ -29,13 +29,10 @@ def test_bad_ppl_data_fails_before_a_server_starts(demo, tmp_path: Path):
         '{"id": "b", "context_token_ids": [2, 3], "target_token_ids": "4 5"}\n'
     )
     log = tmp_path / "server.log"
-    done = run_eval(
-        str(demo.manifest), "--ppl", "--ppl-data", str(bad), "--log", str(log), timeout=120
-    )
+    done = run_eval(str(demo.manifest), "--ppl", "--ppl-data", str(bad), "--log", str(log), timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        f"error: {bad}: record 1 (id 'b'): field 'target_token_ids' must be a list of integer "
-        "token ids, not str"
+        f"error: {bad}: record 1 (id 'b'): field 'target_token_ids' must be a list of integer token ids, not str"
     )
     assert not log.exists()  # no server was started
 
@@ -47,8 +44,7 @@ def test_token_ids_outside_the_vocabulary_fail_before_a_server_starts(demo, tmp_
     done = run_eval(str(demo.manifest), "--ppl-data", str(bad), timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        f"error: {bad}: record 0 (id 'x'): token id 5000 at position 3 is outside the model's "
-        f"vocabulary (size {vocab})"
+        f"error: {bad}: record 0 (id 'x'): token id 5000 at position 3 is outside the model's vocabulary (size {vocab})"
     )
 
 

@@ -42,8 +42,11 @@ def test_with_a_gpu_the_demo_runs_its_gpu_manifest_at_the_demo_sizes(monkeypatch
     assert plan.manifest == str(demo.gpu_manifest)
     assert (plan.prompts, plan.ppl_data) == (str(demo.prompts_tuning), str(demo.ppl_tuning))
     sizes = plan.sizes
-    assert (sizes.num_prompts, sizes.output_len, sizes.warmup_requests) == (4, DEMO_SIZES.output_len,
-                                                                           DEMO_SIZES.warmup_requests)
+    assert (sizes.num_prompts, sizes.output_len, sizes.warmup_requests) == (
+        4,
+        DEMO_SIZES.output_len,
+        DEMO_SIZES.warmup_requests,
+    )
     assert plan.trial_budget == DEMO_TRIALS
     # the GPU's measured between-server spread is the races' prior (docs/gpu.md)
     assert plan.confirm_settings().prior_spread == GPU_DEMO_NOISE == 0.13

@@ -32,9 +32,18 @@ def run(tmp_path, view, n_trials: int, name: str = "view"):
     from sweeper.manifest import Manifest
 
     space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
-    return run_study(space, progress_evaluator, study_name=name, storage=f"sqlite:///{tmp_path / 'v.db'}",
-                     n_trials=n_trials, ppl_cap=2.5, sampler="random", seed=0, handle_signals=False,
-                     progress=view)  # fmt: skip
+    return run_study(
+        space,
+        progress_evaluator,
+        study_name=name,
+        storage=f"sqlite:///{tmp_path / 'v.db'}",
+        n_trials=n_trials,
+        ppl_cap=2.5,
+        sampler="random",
+        seed=0,
+        handle_signals=False,
+        progress=view,
+    )
 
 
 def console() -> tuple[Console, io.StringIO]:

@@ -88,11 +88,18 @@ def test_held_gpu_memory_fails_the_trial_before_any_server_starts(demo, tmp_path
         settings = EvalSettings(ppl=None, tps=None)
         evaluator = ServerEvaluator(Manifest.load(demo.manifest), settings, run_dir=tmp_path, device=slot)
         context = SimpleNamespace(
-            number=7, overrides={}, known_ppl=None, ppl_cap=None, stored={},
-            set_manifest=lambda m: None, set_server_token=lambda t: None,
-            set_log_tail=lambda t: None, record_phase=lambda n, s: None,
-            notify_phase=lambda *a: None, notify_progress=lambda *a: None,
-        )  # fmt: skip
+            number=7,
+            overrides={},
+            known_ppl=None,
+            ppl_cap=None,
+            stored={},
+            set_manifest=lambda m: None,
+            set_server_token=lambda t: None,
+            set_log_tail=lambda t: None,
+            record_phase=lambda n, s: None,
+            notify_phase=lambda *a: None,
+            notify_progress=lambda *a: None,
+        )
         context.set_device = lambda device: context.stored.update(device=device)
         with pytest.raises(ServerError, match=f"GPU memory still held by PIDs {foreign.pid} on GPU 3"):
             evaluator({}, context)
@@ -119,9 +126,18 @@ def test_export_writes_what_the_winner_was_measured_on(synthetic, demo, tmp_path
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(demo.manifest).env)
-    run_study(space, evaluate, study_name="on-gpu", storage=url, n_trials=3, ppl_cap=synthetic.CAP,
-              sampler="random", seed=0, enqueue=list(synthetic.CONFIGS.values())[:2],
-              handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        evaluate,
+        study_name="on-gpu",
+        storage=url,
+        n_trials=3,
+        ppl_cap=synthetic.CAP,
+        sampler="random",
+        seed=0,
+        enqueue=list(synthetic.CONFIGS.values())[:2],
+        handle_signals=False,
+    )
     record = TrialStore(url).records("on-gpu", states=["complete"])[0]
     assert record.extras["gpu_peak_memory_mib"] == 41_500.0
     assert record.versions["gpu"] == "Stand-in H200"

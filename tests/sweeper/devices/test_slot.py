@@ -32,9 +32,7 @@ def processes():
     started: list[subprocess.Popen] = []
 
     def start(**env: str) -> subprocess.Popen:
-        process = subprocess.Popen(
-            ["sleep", "300"], env={**os.environ, **env}, start_new_session=True
-        )
+        process = subprocess.Popen(["sleep", "300"], env={**os.environ, **env}, start_new_session=True)
         started.append(process)
         return process
 
@@ -88,9 +86,7 @@ def test_a_sweeper_server_is_found_by_its_cuda_visible_devices(processes) -> Non
     server = processes(SWEEPER_SERVER_TOKEN="t2", CUDA_VISIBLE_DEVICES="2,3")
     stranger = processes(SWEEPER_SERVER_TOKEN="t0", CUDA_VISIBLE_DEVICES="0")
     gpu = ScriptedGpu(idle_mib=0)
-    slot = DeviceSlot(
-        ScriptedDevices({"2": gpu}), gpus=["2"], wait=FAST, token_processes=processes.mine
-    )
+    slot = DeviceSlot(ScriptedDevices({"2": gpu}), gpus=["2"], wait=FAST, token_processes=processes.mine)
     gpu.readings = [9000]  # held for good: stopping the server does not free it
     with pytest.raises(ServerError) as caught:
         slot.wait_until_free()
@@ -106,9 +102,7 @@ def test_a_sweeper_server_is_found_by_its_cuda_visible_devices(processes) -> Non
 def test_memory_held_by_another_program_fails_the_start_and_kills_nothing(processes) -> None:
     foreign = processes()  # no sweeper token: not ours to stop
     gpu = ScriptedGpu(idle_mib=1000)
-    slot = DeviceSlot(
-        ScriptedDevices({"0": gpu}), gpus=["0"], wait=FAST, token_processes=processes.mine
-    )
+    slot = DeviceSlot(ScriptedDevices({"0": gpu}), gpus=["0"], wait=FAST, token_processes=processes.mine)
     gpu.holders[foreign.pid] = 5000
     began = time.monotonic()
     with pytest.raises(ServerError) as caught:
@@ -117,8 +111,7 @@ def test_memory_held_by_another_program_fails_the_start_and_kills_nothing(proces
     assert FAST.timeout_s <= waited < FAST.timeout_s + FAST.after_stop_s
     assert _alive(foreign)
     assert str(caught.value).startswith(
-        f"GPU memory still held by PIDs {foreign.pid} on GPU 0: 6000 MiB in use, "
-        "1000 MiB when the worker started"
+        f"GPU memory still held by PIDs {foreign.pid} on GPU 0: 6000 MiB in use, 1000 MiB when the worker started"
     )
     assert "no sweeper server holds it" in str(caught.value)
 
@@ -185,9 +178,7 @@ def test_unknown_gpu_is_a_user_error() -> None:
         DeviceSlot(ScriptedDevices([ScriptedGpu(), ScriptedGpu()]), gpus=["7"])
 
 
-@pytest.mark.parametrize(
-    "field, value", [("tolerance_mib", -1), ("timeout_s", 0), ("poll_s", -0.1), ("sample_s", 0)]
-)
+@pytest.mark.parametrize("field, value", [("tolerance_mib", -1), ("timeout_s", 0), ("poll_s", -0.1), ("sample_s", 0)])
 def test_memory_wait_validates_itself(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=f"MemoryWait.{field}"):
         MemoryWait(**{field: value})

@@ -29,9 +29,14 @@ CAP = 1.20
 PRIOR, PRIOR_DF = 0.10, 2.0
 RACING = ConfirmSettings(rounds=2, prior_spread=PRIOR, prior_df=PRIOR_DF)
 SPACE = space_from_dict(
-    {"name": "estimates", "parameters": [{"name": "c", "type": "int", "low": 0, "high": 4, "affects": "quality", "default": 0, "env": "C"}]},
+    {
+        "name": "estimates",
+        "parameters": [
+            {"name": "c", "type": "int", "low": 0, "high": 4, "affects": "quality", "default": 0, "env": "C"}
+        ],
+    },
     source="estimates.yaml",
-).bind({})  # fmt: skip
+).bind({})
 PPL = {0: 1.10, 1: 1.09, 2: 1.08, 3: 1.30}  # c=0 is the base manifest; c=3 is over the cap; c=4 crashes
 
 # each configuration's readings, in the order its servers ran; c=1 reads a little faster than the
@@ -64,10 +69,19 @@ def race_study(folder: Path, figures: dict[int, list[float]]) -> RaceStudy:
 
     url = f"sqlite:///{folder / 'race.db'}"
     sweeper.run_study(
-        SPACE, evaluate, study_name="race", storage=url, n_trials=5, ppl_cap=CAP, sampler="random",
-        seed=0, enqueue=[{"c": c} for c in (1, 2, 3, 4)], enqueue_base=True, confirm=RACING,
+        SPACE,
+        evaluate,
+        study_name="race",
+        storage=url,
+        n_trials=5,
+        ppl_cap=CAP,
+        sampler="random",
+        seed=0,
+        enqueue=[{"c": c} for c in (1, 2, 3, 4)],
+        enqueue_base=True,
+        confirm=RACING,
         handle_signals=False,
-    )  # fmt: skip
+    )
     return RaceStudy(url=url, readings=used)
 
 
@@ -218,12 +232,12 @@ def test_history_shows_the_answer_estimate_and_its_interval_over_faint_readings(
     assert "base's TPS estimate" not in names  # the base is the answer: one line
     # the PNG: the same line and band
     (ax,) = _png.history_figure(base_wins).axes
-    (line,) = [l for l in ax.get_lines() if l.get_label() == "answer's TPS estimate"]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "answer's TPS estimate"]
     assert list(line.get_ydata()) == pytest.approx([answer, answer])
     (span,) = [p for p in ax.patches if p.get_label() == "answer's 95 % interval"]
     assert (span.get_y(), span.get_y() + span.get_height()) == pytest.approx((low, high))
     assert flat(labelled(ax, "the answer's readings").get_offsets()) == [0, 689.7, 6, 900.0, 7, 920.0]
-    assert not [l for l in ax.get_lines() if l.get_label() == "best feasible TPS so far"]
+    assert not [ln for ln in ax.get_lines() if ln.get_label() == "best feasible TPS so far"]
 
 
 def test_a_contender_that_won_its_race_is_the_answer_and_the_base_is_marked_apart(contender_wins) -> None:
@@ -265,7 +279,7 @@ def test_a_contender_that_won_its_race_is_the_answer_and_the_base_is_marked_apar
     assert (min(band.y), max(band.y)) == pytest.approx(base[1:])
     assert list(trace(history, "answer's TPS estimate").y) == pytest.approx([answer[0]] * 2)
     (ax,) = _png.history_figure(data).axes
-    (line,) = [l for l in ax.get_lines() if l.get_label() == "base's TPS estimate"]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "base's TPS estimate"]
     assert list(line.get_ydata()) == pytest.approx([base[0]] * 2)
 
 

@@ -13,26 +13,37 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from sweeper.errors import StudyError
-from sweeper.report import assemble_report_data, build_report
-from sweeper.report import _plotly, _png
 from sweeper.answer import verify_study
+from sweeper.errors import StudyError
+from sweeper.report import _plotly, _png, assemble_report_data, build_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
     # no network at all: every request goes to a proxy that is not there
-    "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-]  # fmt: skip
+    "--proxy-server=http://127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+]
 
 
 @pytest.fixture(scope="module")
 def verified(synthetic, tmp_path_factory):
     """The synthetic study with its two best candidates verified (both pass)."""
     study = synthetic.make_study(tmp_path_factory.mktemp("report-study"))
-    verify_study(storage=study.url, study_name=study.name, top=2, repeats=2,
-                 evaluate=synthetic.synthetic_evaluator(tps_factor=1.01))  # fmt: skip
+    verify_study(
+        storage=study.url,
+        study_name=study.name,
+        top=2,
+        repeats=2,
+        evaluate=synthetic.synthetic_evaluator(tps_factor=1.01),
+    )
     return study
 
 
@@ -93,8 +104,14 @@ def test_png_pareto_draws_the_cap_line_and_labels_the_winner(synthetic, verified
     best = verified.number(synthetic.CONFIGS["C"])
     assert [t.get_text().replace("\n", " ") for t in ax.texts] == [answer_label(data, best, "VERIFIED", 174.0)]
     labels = ax.get_legend_handles_labels()[1]
-    for label in ("feasible (PPL under the cap)", "infeasible (PPL over the cap)", "one server's reading",
-                  "failed (no measurement; drawn at TPS 0)", "verified on held-out data", "winner"):  # fmt: skip
+    for label in (
+        "feasible (PPL under the cap)",
+        "infeasible (PPL over the cap)",
+        "one server's reading",
+        "failed (no measurement; drawn at TPS 0)",
+        "verified on held-out data",
+        "winner",
+    ):
         assert label in labels
 
 
@@ -120,9 +137,18 @@ def test_history_and_importance(synthetic, verified) -> None:
 def test_report_files_hold_the_tables_and_the_summary(synthetic, verified, report) -> None:
     out = report.out_dir
     best = verified.number(synthetic.CONFIGS["C"])
-    expected = {"report.html", "pareto.html", "pareto.png", "history.png", "importance.png",
-                "slice-sliding_window.png", "slice-centroid_top_k.png", "slice-num_speculative_tokens.png",
-                "trials.csv", "summary.md"}  # fmt: skip
+    expected = {
+        "report.html",
+        "pareto.html",
+        "pareto.png",
+        "history.png",
+        "importance.png",
+        "slice-sliding_window.png",
+        "slice-centroid_top_k.png",
+        "slice-num_speculative_tokens.png",
+        "trials.csv",
+        "summary.md",
+    }
     assert set(report.files) == expected
     assert all((out / name).stat().st_size > 0 for name in expected)
     assert report.messages == ()
@@ -154,8 +180,7 @@ def test_a_study_with_no_feasible_trial_still_gets_a_report_that_says_so(synthet
     study = synthetic.make_study(tmp_path, name="hopeless", configs=list(synthetic.INFEASIBLE_CONFIGS.values()))
     written = build_report(study.url, study.name, tmp_path / "out")
     assert written.messages == (
-        "no trial of study 'hopeless' passed the PPL cap 2.3000: there is no winner "
-        "(the report shows what was tried)",
+        "no trial of study 'hopeless' passed the PPL cap 2.3000: there is no winner (the report shows what was tried)",
     )
     assert written.data.answer.record is None
     assert "winner" not in [t.name for t in _plotly.pareto_figure(written.data).data]
@@ -188,10 +213,12 @@ def test_an_empty_study_gets_no_report(synthetic, tmp_path) -> None:
 
 def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000",
-         *args, page.as_uri()],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", *args, page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install_chromium.sh)")

@@ -68,9 +68,7 @@ def start_faults() -> None:
         print(REFUSAL, flush=True)
         sys.exit(1)
     if MODE == "escape":
-        child = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(900)"], start_new_session=True
-        )
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"], start_new_session=True)
         (STATE / "escaped.pid").write_text(str(child.pid))
 
 

@@ -61,20 +61,34 @@ START = ServerStartError("server 'x' exited with code 1 during start-up")
         (CRASH, START, True, True, FailureKind.CRASH),
         ("OSError: [Errno 98] Address already in use", START, True, True, FailureKind.PORT),
         ("ModuleNotFoundError: No module named 'vllm'", START, True, True, FailureKind.ENVIRONMENT),
-        ("INFO ready", MeasurementError("TPS measurement failed: request 3 (p3): server "
-                                        "unreachable"), False, True, FailureKind.CRASH),
-        ("INFO ready", MeasurementError("TPS measurement failed: timed out after 81 s"),
-         False, False, FailureKind.TIMEOUT),
-        ("INFO ready", MeasurementError("PPL record 'r1': no logprob for token 3"),
-         False, False, FailureKind.MEASUREMENT),
-        ("", ServerTimeoutError("not ready within the 900 s deadline"), True, False,
-         FailureKind.TIMEOUT),
+        (
+            "INFO ready",
+            MeasurementError("TPS measurement failed: request 3 (p3): server unreachable"),
+            False,
+            True,
+            FailureKind.CRASH,
+        ),
+        (
+            "INFO ready",
+            MeasurementError("TPS measurement failed: timed out after 81 s"),
+            False,
+            False,
+            FailureKind.TIMEOUT,
+        ),
+        (
+            "INFO ready",
+            MeasurementError("PPL record 'r1': no logprob for token 3"),
+            False,
+            False,
+            FailureKind.MEASUREMENT,
+        ),
+        ("", ServerTimeoutError("not ready within the 900 s deadline"), True, False, FailureKind.TIMEOUT),
         ("", ServerIdentityError("not the one sweeper started"), True, False, FailureKind.PORT),
         ("", ServerStopError("survived SIGKILL", pids=[12]), False, False, FailureKind.STOP_FAILED),
         ("", TrialTimeoutError("past its limit", limit_s=60), False, False, FailureKind.TIMEOUT),
         ("", ServerError("odd", kind="environment"), True, False, FailureKind.ENVIRONMENT),
     ],
-)  # fmt: skip
+)
 def test_classify(log, exc, during_start, exited, kind):
     assert classify(log, exc, during_start=during_start, server_exited=exited) is kind
 
@@ -87,8 +101,10 @@ def test_a_validation_error_after_start_is_not_a_refusal():
 
 def test_reactions_per_kind():
     assert [k for k in FailureKind if k.retry_at_start] == [
-        FailureKind.OOM_START, FailureKind.CRASH, FailureKind.PORT,
-    ]  # fmt: skip
+        FailureKind.OOM_START,
+        FailureKind.CRASH,
+        FailureKind.PORT,
+    ]
     assert [k for k in FailureKind if k.infeasible] == [FailureKind.REFUSED]
     assert [k for k in FailureKind if not k.counts_toward_stop] == [FailureKind.REFUSED]
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.serving import TOP_K_FIELD, drafter_with_top_k
 from sweeper.errors import ManifestError
 from sweeper.manifest import Manifest
-from sweeper.serving import GREEDY_GENERATION_CONFIG, build_serve_command
+from sweeper.serving import GREEDY_GENERATION_CONFIG, TOP_K_FIELD, build_serve_command, drafter_with_top_k
 
 
 def option(argv, name):
@@ -22,9 +21,7 @@ def layout(tmp_path: Path) -> Path:
     (tmp_path / "text-model").mkdir()
     (tmp_path / "text-model" / "config.json").write_text(json.dumps({"sliding_window": 32}))
     (tmp_path / "mm-model").mkdir()
-    (tmp_path / "mm-model" / "config.json").write_text(
-        json.dumps({"text_config": {"sliding_window": 512}})
-    )
+    (tmp_path / "mm-model" / "config.json").write_text(json.dumps({"text_config": {"sliding_window": 512}}))
     drafter = tmp_path / "drafter"
     drafter.mkdir()
     (drafter / "config.json").write_text(

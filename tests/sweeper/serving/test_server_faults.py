@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.serving import processes
 from sweeper.errors import ServerError, ServerIdentityError, ServerStartError, ServerTimeoutError
 from sweeper.manifest import Manifest
-from sweeper.serving import ServerProcess, port_is_free
+from sweeper.serving import ServerProcess, port_is_free, processes
 
 
 def stand_in(tmp_path: Path, body: str) -> Manifest:
@@ -226,10 +225,7 @@ def test_a_parent_death_signal_that_cannot_be_set_is_logged(tmp_path: Path, capl
             assert server.parent_death_signal is False
         finally:
             server.stop()
-    assert any(
-        "has no parent-death signal" in r.message and "Invalid argument" in r.message
-        for r in caplog.records
-    )
+    assert any("has no parent-death signal" in r.message and "Invalid argument" in r.message for r in caplog.records)
     assert not (tmp_path / "l.pdeathsig").exists()
 
     ok = ServerProcess(manifest, log_path=tmp_path / "l2")

@@ -8,9 +8,8 @@ import re
 import httpx
 import pytest
 
-from sweeper.serving import processes
 from sweeper.manifest import Manifest
-from sweeper.serving import ServerProcess, port_is_free
+from sweeper.serving import ServerProcess, port_is_free, processes
 
 pytestmark = pytest.mark.server
 
@@ -30,9 +29,7 @@ def test_knobs_applied_and_server_cleaned_up(demo_manifest: Manifest, tmp_path):
         "CENTROID_TOP_K": "4",
         "SPECULATIVE_CONFIG": json.dumps(spec),
     }
-    server = ServerProcess(
-        demo_manifest, overrides=overrides, log_path=tmp_path / "server.log", ready_timeout_s=600
-    )
+    server = ServerProcess(demo_manifest, overrides=overrides, log_path=tmp_path / "server.log", ready_timeout_s=600)
     with server, httpx.Client(base_url=server.base_url, timeout=120) as client:
         models = client.get("/v1/models").json()
         assert [entry["id"] for entry in models["data"]] == ["tiny-gemma4"]

@@ -22,11 +22,14 @@ def write_manifest(folder: Path, dependencies: list[str]) -> Path:
 
 
 def python_version(python: Path) -> str:
-    return subprocess.run([str(python), "-c", "import sys; print(sys.version_info[:3])"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        [str(python), "-c", "import sys; print(sys.version_info[:3])"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
-def test_a_server_venv_is_created_once_keyed_by_its_dependencies_and_reused(tmp_path, monkeypatch, capsys, build_wheel) -> None:
+def test_a_server_venv_is_created_once_keyed_by_its_dependencies_and_reused(
+    tmp_path, monkeypatch, capsys, build_wheel
+) -> None:
     from sweeper.cli import main
 
     submission = tmp_path / "submission"
@@ -41,14 +44,19 @@ def test_a_server_venv_is_created_once_keyed_by_its_dependencies_and_reused(tmp_
     main()
     made = json.loads(capsys.readouterr().out)
     version = ".".join(map(str, sys.version_info[:3]))
-    key = hashlib.sha256(json.dumps({"dependencies": dependencies, "python": version},
-                                    sort_keys=True).encode()).hexdigest()[:16]  # fmt: skip
+    key = hashlib.sha256(
+        json.dumps({"dependencies": dependencies, "python": version}, sort_keys=True).encode()
+    ).hexdigest()[:16]
     assert made["key"] == key == dependencies_key(dependencies)
     assert made["path"] == str(cache / key) and made["python"] == str(cache / key / "bin" / "python")
     assert made["created"] is True
     python = Path(made["python"])
-    probe = subprocess.run([str(python), "-c", "import sweeper_probe, sys; print(sweeper_probe.VALUE, sys.prefix)"],
-                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    probe = subprocess.run(
+        [str(python), "-c", "import sweeper_probe, sys; print(sweeper_probe.VALUE, sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert probe == ["42", str(cache / key)]  # installed into that venv, which runs from its final folder
     assert python_version(python) == str(sys.version_info[:3])
     assert sorted(p.name for p in cache.iterdir()) == [key]  # no build folder left behind
@@ -72,8 +80,11 @@ def test_a_failed_install_is_a_clear_error_and_caches_nothing(tmp_path, monkeypa
 
     cache = tmp_path / "cache"
     manifest_path = write_manifest(tmp_path, ["./no-such-package-1.0-py3-none-any.whl"])
-    with pytest.raises(ServerVenvError, match=r"pip install ./no-such-package-1.0-py3-none-any.whl failed "
-                                              r"\(exit code 1\); nothing was cached: .*no-such-package"):  # fmt: skip
+    with pytest.raises(
+        ServerVenvError,
+        match=r"pip install ./no-such-package-1.0-py3-none-any.whl failed "
+        r"\(exit code 1\); nothing was cached: .*no-such-package",
+    ):
         server_venv(Manifest.load(manifest_path).dependencies, cwd=tmp_path, cache_root=cache)
     assert list(cache.iterdir()) == []
 

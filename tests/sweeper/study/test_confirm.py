@@ -21,20 +21,41 @@ from sweeper.study import (
     distance_to_base,
     standing,
 )
-from sweeper.sweep._plan import CONFIRM_ROUNDS
 from sweeper.study._confirm import ConfirmSettingsError, claim_confidence, race_confidence
+from sweeper.sweep._plan import CONFIRM_ROUNDS
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
 
 def record(number: int, params: dict, tps: float, *, role: str = "sampled", ppl: float = 1.1) -> TrialRecord:
     return TrialRecord(
-        study_name="s", number=number, optuna_trial_id=number + 1, state="complete", role=role,
-        params=params, overrides={}, manifest=None, tps=tps, ppl=ppl, ppl_cap=1.2,
-        feasible=ppl <= 1.2, ppl_reused_from=None, early_stopped=False, tps_imputed=False,
-        extras={}, versions={}, error_kind=None, error_message=None, log_tail=None,
-        server_token=None, host="h", pid=1, started_at=NOW, heartbeat_at=NOW, finished_at=NOW,
-    )  # fmt: skip
+        study_name="s",
+        number=number,
+        optuna_trial_id=number + 1,
+        state="complete",
+        role=role,
+        params=params,
+        overrides={},
+        manifest=None,
+        tps=tps,
+        ppl=ppl,
+        ppl_cap=1.2,
+        feasible=ppl <= 1.2,
+        ppl_reused_from=None,
+        early_stopped=False,
+        tps_imputed=False,
+        extras={},
+        versions={},
+        error_kind=None,
+        error_message=None,
+        log_tail=None,
+        server_token=None,
+        host="h",
+        pid=1,
+        started_at=NOW,
+        heartbeat_at=NOW,
+        finished_at=NOW,
+    )
 
 
 BASE = {"c": 0}
@@ -97,10 +118,13 @@ def test_the_claim_rests_on_figures_after_selection_not_on_the_lucky_first_one()
     records = [
         record(0, BASE, 100.0, role="baseline"),
         record(1, {"c": 1}, 160.0),  # a lucky first figure ...
-        record(2, {"c": 1}, 121.0, role=tagged(1, 1)), record(3, BASE, 99.0, role=tagged(1, 1)),
-        record(4, {"c": 1}, 119.0, role=tagged(1, 2)), record(5, BASE, 101.0, role=tagged(1, 2)),
-        record(6, {"c": 1}, 120.0, role=tagged(1, 3)), record(7, BASE, 100.0, role=tagged(1, 3)),
-    ]  # fmt: skip
+        record(2, {"c": 1}, 121.0, role=tagged(1, 1)),
+        record(3, BASE, 99.0, role=tagged(1, 1)),
+        record(4, {"c": 1}, 119.0, role=tagged(1, 2)),
+        record(5, BASE, 101.0, role=tagged(1, 2)),
+        record(6, {"c": 1}, 120.0, role=tagged(1, 3)),
+        record(7, BASE, 100.0, role=tagged(1, 3)),
+    ]
     now = standing(records, FIRM)
     assert now.incumbent.first == 1 and now.claim == "faster"
     expected = math.exp(statistics.fmean(math.log(a / b) for a, b in ((121, 99), (119, 101), (120, 100))))
@@ -113,8 +137,9 @@ def test_a_contender_that_reads_no_faster_once_re_measured_is_not_raced_further(
     records = [
         record(0, BASE, 100.0, role="baseline"),
         record(1, {"c": 1}, 118.0),
-        record(2, {"c": 1}, 97.0, role=tagged(1, 1)), record(3, BASE, 101.0, role=tagged(1, 1)),
-    ]  # fmt: skip
+        record(2, {"c": 1}, 97.0, role=tagged(1, 1)),
+        record(3, BASE, 101.0, role=tagged(1, 1)),
+    ]
     now = standing(records, RACING)
     assert now.decisions[-1].outcome == "behind" and now.decisions[-1].pairs == 1
     assert now.incumbent.first == 0 and now.race is None and now.claim == "base"
@@ -136,8 +161,11 @@ def test_a_claim_still_unclear_gets_claim_rounds_beside_the_base_until_it_is_cle
     two = standing(records, FIRM)
     assert two.race is not None and [c.first for c in two.race.lineup()] == [6, 1, 0]
     assert two.race.role == tagged(6, 1)
-    records += [record(7, {"c": 2}, 120.0, role=tagged(6, 1)), record(8, {"c": 1}, 129.0, role=tagged(6, 1)),
-                record(9, BASE, 100.0, role=tagged(6, 1))]  # fmt: skip
+    records += [
+        record(7, {"c": 2}, 120.0, role=tagged(6, 1)),
+        record(8, {"c": 1}, 129.0, role=tagged(6, 1)),
+        record(9, BASE, 100.0, role=tagged(6, 1)),
+    ]
     after = standing(records, FIRM)
     assert after.decisions[-1].outcome == "behind"
     assert after.basis.races == 2 and after.basis.confidence == pytest.approx(0.975)
@@ -185,7 +213,10 @@ def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer
     # the claim of the new incumbent: its own rounds beside the base's figures of those rounds
     assert now.basis.answer_trials == (7, 10) and now.basis.base_trials == (9, 12)
     # the other way round: the incumbent is the nearer one and keeps its place
-    swapped = [record(r.number, near if r.params == far else far if r.params == near else r.params, r.tps, role=r.role) for r in records]
+    swapped = [
+        record(r.number, near if r.params == far else far if r.params == near else r.params, r.tps, role=r.role)
+        for r in records
+    ]
     assert standing(swapped, FIRM).decisions[-1].outcome == "tie-kept"
 
 
@@ -208,12 +239,29 @@ def test_confirm_settings_refuse_nonsense_with_the_field_named() -> None:
 # -- a noisy study: races against picking the single best figure ----------------------
 
 # eleven configurations: the base at 100, a crowd at 112-115, one clearly best at 135
-TRUE_TPS = {0: 100.0, 1: 112.0, 2: 113.0, 3: 114.0, 4: 115.0, 5: 112.0, 6: 114.0, 7: 113.0, 8: 135.0, 9: 115.0, 10: 114.0}
+TRUE_TPS = {
+    0: 100.0,
+    1: 112.0,
+    2: 113.0,
+    3: 114.0,
+    4: 115.0,
+    5: 112.0,
+    6: 114.0,
+    7: 113.0,
+    8: 135.0,
+    9: 115.0,
+    10: 114.0,
+}
 NOISE = 0.10  # between-server spread of one figure, as on 2 shared CPU cores
 NOISY_SPACE = space_from_dict(
-    {"name": "noisy", "parameters": [{"name": "c", "type": "int", "low": 0, "high": 10, "affects": "speed", "default": 0, "env": "C"}]},
+    {
+        "name": "noisy",
+        "parameters": [
+            {"name": "c", "type": "int", "low": 0, "high": 10, "affects": "speed", "default": 0, "env": "C"}
+        ],
+    },
     source="noisy.yaml",
-).bind({})  # fmt: skip
+).bind({})
 
 
 def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
@@ -226,10 +274,17 @@ def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
     order = list(range(1, 11))
     random.Random(seed + 1000).shuffle(order)
     result = sweeper.run_study(
-        NOISY_SPACE, evaluate, study_name="noisy", storage=str(tmp_path / f"noisy-{seed}-{rounds}.db"),
-        n_trials=11, ppl_cap=1.2, enqueue=[{"c": c} for c in order], enqueue_base=True,
-        confirm=ConfirmSettings(rounds=rounds, prior_spread=NOISE), handle_signals=False,
-    )  # fmt: skip
+        NOISY_SPACE,
+        evaluate,
+        study_name="noisy",
+        storage=str(tmp_path / f"noisy-{seed}-{rounds}.db"),
+        n_trials=11,
+        ppl_cap=1.2,
+        enqueue=[{"c": c} for c in order],
+        enqueue_base=True,
+        confirm=ConfirmSettings(rounds=rounds, prior_spread=NOISE),
+        handle_signals=False,
+    )
     now = standing(result.status.trials, ConfirmSettings(rounds=rounds, prior_spread=NOISE))
     assert now.confirmed  # every race was run to its end, past n_trials
     return TRUE_TPS[now.incumbent.params["c"]], len(result.status.trials)
@@ -258,15 +313,26 @@ def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tm
         return Measurement(tps=figures[params["c"]].pop(0), ppl=None if context.known_ppl else 1.1)
 
     result = sweeper.run_study(
-        NOISY_SPACE, evaluate, study_name="rounds", storage=str(tmp_path / "rounds.db"), n_trials=2,
-        ppl_cap=1.2, enqueue=[{"c": 1}], enqueue_base=True, confirm=RACING, handle_signals=False,
-    )  # fmt: skip
+        NOISY_SPACE,
+        evaluate,
+        study_name="rounds",
+        storage=str(tmp_path / "rounds.db"),
+        n_trials=2,
+        ppl_cap=1.2,
+        enqueue=[{"c": 1}],
+        enqueue_base=True,
+        confirm=RACING,
+        handle_signals=False,
+    )
     trials = result.status.trials
     assert [(t.role, t.params["c"]) for t in trials] == [
-        ("baseline", 0), ("enqueued-0", 1),
-        (tagged(1, 1), 1), (tagged(1, 1), 0),  # round 1: contender, then the base (the incumbent)
-        (tagged(1, 2), 0), (tagged(1, 2), 1),  # round 2, queued only once round 1 had run: turned
-    ]  # fmt: skip
+        ("baseline", 0),
+        ("enqueued-0", 1),
+        (tagged(1, 1), 1),
+        (tagged(1, 1), 0),  # round 1: contender, then the base (the incumbent)
+        (tagged(1, 2), 0),
+        (tagged(1, 2), 1),  # round 2, queued only once round 1 had run: turned
+    ]
     # re-measurements are handed the PPL measured before for the same quality parameters
     # (none in this space: the base's), though reuse_quality is off here
     assert [t.ppl_reused_from for t in trials] == [None, None, 0, 0, 0, 0]
@@ -290,10 +356,17 @@ def test_a_screen_below_the_floor_skips_the_full_run_and_is_never_the_answer(tmp
         return Measurement(tps=true_tps[params["c"]], ppl=1.1, extras={"tps_screen": screen})
 
     result = sweeper.run_study(
-        NOISY_SPACE, evaluate, study_name="screen", storage=str(tmp_path / "screen.db"), n_trials=3,
-        ppl_cap=1.2, enqueue=[{"c": 1}, {"c": 2}], enqueue_base=True, confirm=RACING,
+        NOISY_SPACE,
+        evaluate,
+        study_name="screen",
+        storage=str(tmp_path / "screen.db"),
+        n_trials=3,
+        ppl_cap=1.2,
+        enqueue=[{"c": 1}, {"c": 2}],
+        enqueue_base=True,
+        confirm=RACING,
         handle_signals=False,
-    )  # fmt: skip
+    )
     base, slow, close = result.status.trials[:3]
     assert floors[0] == 0.0  # the base (trial 0): screened, but always measured in full
     # the floor: the incumbent's screen (90) less two standard errors of a difference at 10 %

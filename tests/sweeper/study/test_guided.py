@@ -31,16 +31,22 @@ SPACE = space_from_dict(
                 "resolution": 8,
                 "env": "W",
             },
-            {"name": "top_k", "type": "int", "low": 16, "high": 128, "log": True,
-             "affects": "speed", "default": 32, "env": "C"},
-            {"name": "tokens", "type": "int", "low": 1, "high": 8, "affects": "speed",
-             "default": 4, "env": "K"},
-            {"name": "dead", "type": "int", "low": 8, "high": 64, "affects": "speed",
-             "default": 32, "env": "D"},
+            {
+                "name": "top_k",
+                "type": "int",
+                "low": 16,
+                "high": 128,
+                "log": True,
+                "affects": "speed",
+                "default": 32,
+                "env": "C",
+            },
+            {"name": "tokens", "type": "int", "low": 1, "high": 8, "affects": "speed", "default": 4, "env": "K"},
+            {"name": "dead", "type": "int", "low": 8, "high": 64, "affects": "speed", "default": 32, "env": "D"},
         ],
     },
     source="challenge-like.yaml",
-).bind({})  # fmt: skip
+).bind({})
 
 
 def curve(boundary: float, power: float, decay: float = 80.0):
@@ -56,12 +62,7 @@ def smallest_feasible(ppl) -> int:
 def speed_tps(params) -> float:
     """Unimodal in K (best 5) and in log top-k (best 40); the window helps a little."""
     k, c, w = params["tokens"], params["top_k"], params["window"]
-    return (
-        500.0
-        * math.exp(-0.02 * (k - 5) ** 2)
-        * math.exp(-0.3 * math.log(c / 40) ** 2)
-        * (1 + 0.2 * (512 - w) / 384)
-    )
+    return 500.0 * math.exp(-0.02 * (k - 5) ** 2) * math.exp(-0.3 * math.log(c / 40) ** 2) * (1 + 0.2 * (512 - w) / 384)
 
 
 def observe(number: int, params, ppl, tps=None) -> Observation:
@@ -85,9 +86,7 @@ def search(ppl, trials: int, noise: float = 0.0, seed: int = 0) -> list[Observat
     return seen
 
 
-@pytest.mark.parametrize(
-    ("boundary", "power"), [(150, 1.0), (230, 0.75), (300, 1.3), (420, 1.0), (480, 0.75)]
-)
+@pytest.mark.parametrize(("boundary", "power"), [(150, 1.0), (230, 0.75), (300, 1.3), (420, 1.0), (480, 0.75)])
 def test_the_boundary_is_found_to_its_resolution_in_few_probes(boundary, power) -> None:
     ppl = curve(boundary, power)
     plan = GuidedPlan(SPACE)
@@ -107,8 +106,9 @@ def test_the_boundary_is_found_to_its_resolution_in_few_probes(boundary, power) 
 
 def test_the_first_probe_after_a_safe_start_is_the_fast_end_on_a_small_range() -> None:
     plan = GuidedPlan(toy.SPACE)
-    first = Observation(number=0, params={"w": 16, "k": 1}, tps=toy.tps({"w": 16, "k": 1}),
-                        gate=toy.ppl({"w": 16, "k": 1}) - toy.CAP)  # fmt: skip
+    first = Observation(
+        number=0, params={"w": 16, "k": 1}, tps=toy.tps({"w": 16, "k": 1}), gate=toy.ppl({"w": 16, "k": 1}) - toy.CAP
+    )
     assert plan.next_window([first]) == 9  # the middle, then interpolation
 
 
@@ -158,8 +158,7 @@ def test_a_knob_measured_at_several_values_without_effect_is_frozen() -> None:
     seen = search(ppl, 8)
     varied = [(40, 5, 8), (40, 5, 64), (30, 4, 20), (50, 6, 50)]  # the dead knob over its range
     seen += [
-        observe(8 + i, {"window": 300, "top_k": c, "tokens": k, "dead": d}, ppl)
-        for i, (c, k, d) in enumerate(varied)
+        observe(8 + i, {"window": 300, "top_k": c, "tokens": k, "dead": d}, ppl) for i, (c, k, d) in enumerate(varied)
     ]
     plan = GuidedPlan(SPACE)
     frozen = plan.frozen_knobs(seen)
@@ -178,9 +177,7 @@ def test_the_search_ends_near_the_best_speed_settings_at_the_boundary() -> None:
         for c in range(16, 129)
         for k in range(1, 9)
     )
-    reached = [
-        o.number for o in seen if ppl(o.params["window"]) <= CAP and speed_tps(o.params) >= 0.99 * best
-    ]
+    reached = [o.number for o in seen if ppl(o.params["window"]) <= CAP and speed_tps(o.params) >= 0.99 * best]
     assert reached and reached[0] < 10
 
 
@@ -248,9 +245,7 @@ def test_a_window_within_noise_of_the_cap_does_not_trap_the_plan(ppl_noise, know
             assert proposal is not None
             tps = speed_tps(proposal) * (1 + 0.01 * rng.standard_normal())
             reading = ppl(proposal["window"]) + ppl_noise * rng.standard_normal()
-            seen.append(
-                Observation(number=number, params=proposal, tps=tps, gate=reading - CAP)
-            )
+            seen.append(Observation(number=number, params=proposal, tps=tps, gate=reading - CAP))
         windows = [o.params["window"] for o in seen]
         over = [w for w in windows if ppl(w) > CAP]
         assert max((over.count(w) for w in set(over)), default=0) <= 5, windows
@@ -272,9 +267,15 @@ def test_an_uncertain_window_is_read_again_a_few_times_then_passed_over() -> Non
     up the range one reading at a time."""
     plan = GuidedPlan(SPACE)
     seen = [
-        _read(0, 512, -0.127), _read(1, 324, -0.110), _read(2, 128, 0.190), _read(3, 136, 0.160),
-        _read(4, 204, -0.023), _read(5, 192, -0.017), _read(6, 184, 0.003), _read(7, 192, 0.005),
-    ]  # fmt: skip
+        _read(0, 512, -0.127),
+        _read(1, 324, -0.110),
+        _read(2, 128, 0.190),
+        _read(3, 136, 0.160),
+        _read(4, 204, -0.023),
+        _read(5, 192, -0.017),
+        _read(6, 184, 0.003),
+        _read(7, 192, 0.005),
+    ]
     states = {r.value: r.state for r in plan.window_readings(seen).values()}
     assert states[192] == states[204] == "uncertain"
     assert plan.next_window(seen) == 192
@@ -308,11 +309,14 @@ def _trial(number: int, window: int, top_k: int, tokens: int, dead: int, tps: fl
 # a cap-edge run (benchmarks/ppl_gate.py trap, landscape 4, PPL noise 0.01): the design,
 # then two speed trials; the best so far is W208, top-k 28, 4 tokens
 EDGE_RUN = [
-    _trial(0, 512, 45, 4, 36, 429.1, -0.1003), _trial(1, 324, 84, 7, 53, 371.3, -0.0835),
-    _trial(2, 128, 24, 7, 19, 476.1, 0.0794), _trial(3, 136, 84, 2, 19, 433.5, 0.0817),
-    _trial(4, 144, 24, 2, 53, 477.9, 0.0717), _trial(5, 208, 28, 4, 35, 494.4, -0.018),
+    _trial(0, 512, 45, 4, 36, 429.1, -0.1003),
+    _trial(1, 324, 84, 7, 53, 371.3, -0.0835),
+    _trial(2, 128, 24, 7, 19, 476.1, 0.0794),
+    _trial(3, 136, 84, 2, 19, 433.5, 0.0817),
+    _trial(4, 144, 24, 2, 53, 477.9, 0.0717),
+    _trial(5, 208, 28, 4, 35, 494.4, -0.018),
     _trial(6, 196, 18, 4, 30, 480.1, -0.029),
-]  # fmt: skip
+]
 
 
 def test_the_speed_settings_are_chosen_near_the_incumbent() -> None:
@@ -391,13 +395,18 @@ def test_the_safe_end_read_over_the_cap_once_is_read_again() -> None:
 # top-k was frozen at 62 (0.984 of the best) after the seventh trial, and 8 tokens at W192
 # has been measured; four trials since moved only the knob that does nothing
 FROZEN_RUN = [
-    _trial(0, 512, 45, 4, 36, 389.0, -0.1097), _trial(1, 324, 84, 7, 53, 458.0, -0.0828),
-    _trial(2, 152, 24, 7, 19, 451.2, 0.0641), _trial(3, 176, 84, 2, 19, 321.5, 0.0177),
-    _trial(4, 192, 24, 2, 53, 309.2, -0.0039), _trial(5, 184, 52, 8, 40, 492.0, 0.0062),
-    _trial(6, 192, 57, 8, 35, 494.4, -0.0039), _trial(7, 192, 62, 8, 37, 484.3, -0.0039),
-    _trial(8, 192, 62, 8, 32, 485.5, -0.0039), _trial(9, 192, 62, 8, 40, 480.9, -0.0039),
+    _trial(0, 512, 45, 4, 36, 389.0, -0.1097),
+    _trial(1, 324, 84, 7, 53, 458.0, -0.0828),
+    _trial(2, 152, 24, 7, 19, 451.2, 0.0641),
+    _trial(3, 176, 84, 2, 19, 321.5, 0.0177),
+    _trial(4, 192, 24, 2, 53, 309.2, -0.0039),
+    _trial(5, 184, 52, 8, 40, 492.0, 0.0062),
+    _trial(6, 192, 57, 8, 35, 494.4, -0.0039),
+    _trial(7, 192, 62, 8, 37, 484.3, -0.0039),
+    _trial(8, 192, 62, 8, 32, 485.5, -0.0039),
+    _trial(9, 192, 62, 8, 40, 480.9, -0.0039),
     _trial(10, 192, 62, 8, 30, 490.1, -0.0039),
-]  # fmt: skip
+]
 
 
 def test_with_nothing_left_to_beat_the_incumbent_a_frozen_knob_moves_again() -> None:
@@ -412,5 +421,8 @@ def test_with_nothing_left_to_beat_the_incumbent_a_frozen_knob_moves_again() -> 
     # times (unmeasured at those values, it scored higher than top-k near 57)
     proposals = [plan.propose(FROZEN_RUN[:n]) for n in range(7, 11)]
     assert [(p["top_k"], p["tokens"], p["dead"]) for p in proposals] == [
-        (62, 8, 37), (62, 8, 32), (62, 8, 40), (62, 8, 30)
+        (62, 8, 37),
+        (62, 8, 32),
+        (62, 8, 40),
+        (62, 8, 30),
     ]

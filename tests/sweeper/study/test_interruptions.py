@@ -147,15 +147,25 @@ def test_sigkilled_worker_s_server_dies_with_it_and_resume_stops_what_escaped(
             left_at_first_trial.append(processes.pids_with_env(TOKEN_VARIABLE, token))
         return toy.evaluate(params, context)
 
-    result = sweeper.run_study(toy.SPACE, evaluate, study_name="toy", storage=url, n_trials=3,
-                               ppl_cap=toy.CAP, sampler="random", seed=1,
-                               handle_signals=False)  # fmt: skip
+    result = sweeper.run_study(
+        toy.SPACE,
+        evaluate,
+        study_name="toy",
+        storage=url,
+        n_trials=3,
+        ppl_cap=toy.CAP,
+        sampler="random",
+        seed=1,
+        handle_signals=False,
+    )
     assert left_at_first_trial == [[]]  # stopped before the first trial of the resumed run
     assert process_gone(escaped_pid)
     records = {r.number: r for r in result.status.trials}
     assert (records[0].state, records[1].state, records[1].error_kind) == (
-        "complete", "stale", "WorkerDied",
-    )  # fmt: skip
+        "complete",
+        "stale",
+        "WorkerDied",
+    )
     assert records[2].params == records[1].params and records[2].state == "complete"
     assert survived_s < 10
 
@@ -305,22 +315,30 @@ def _orphan(url: str, *, host: str, pid: int, state: str = "running", **outcome)
     # a worker that went silent an hour ago: its heartbeat, set in the table directly
     trials = sqlalchemy.Table("sweeper_trials", sqlalchemy.MetaData(), autoload_with=store.engine)
     with store.engine.begin() as connection:
-        connection.execute(
-            trials.update().where(trials.c.number == trial.number).values(heartbeat_at=long_ago)
-        )
+        connection.execute(trials.update().where(trials.c.number == trial.number).values(heartbeat_at=long_ago))
     store.close()
     return trial.number
 
 
 def test_a_silent_worker_on_another_host_is_recovered(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    sweeper.run_study(toy.SPACE, toy.evaluate, study_name="toy", storage=url, n_trials=1,
-                      ppl_cap=toy.CAP, handle_signals=False)  # fmt: skip
+    sweeper.run_study(
+        toy.SPACE, toy.evaluate, study_name="toy", storage=url, n_trials=1, ppl_cap=toy.CAP, handle_signals=False
+    )
     silent = _orphan(url, host="elsewhere", pid=1)
-    told_late = _orphan(url, host="elsewhere", pid=1, state="complete", tps=321.0, ppl=1.1,
-                        ppl_cap=toy.CAP, feasible=True)  # fmt: skip
-    result = sweeper.run_study(toy.SPACE, toy.evaluate, study_name="toy", storage=url, n_trials=4,
-                               ppl_cap=toy.CAP, stale_after_s=60, handle_signals=False)  # fmt: skip
+    told_late = _orphan(
+        url, host="elsewhere", pid=1, state="complete", tps=321.0, ppl=1.1, ppl_cap=toy.CAP, feasible=True
+    )
+    result = sweeper.run_study(
+        toy.SPACE,
+        toy.evaluate,
+        study_name="toy",
+        storage=url,
+        n_trials=4,
+        ppl_cap=toy.CAP,
+        stale_after_s=60,
+        handle_signals=False,
+    )
     records = {r.number: r for r in result.status.trials}
     assert records[silent].state == "stale"
     assert records[silent].error_message.startswith("worker on elsewhere silent for 36")
@@ -345,7 +363,15 @@ def test_heartbeats_are_recorded_while_a_trial_runs(tmp_path: Path) -> None:
         seen.append((first, store.record("toy", context.number).heartbeat_at))
         return toy.evaluate(params, context)
 
-    sweeper.run_study(toy.SPACE, evaluate, study_name="toy", storage=url, n_trials=1,
-                      ppl_cap=toy.CAP, stale_after_s=0.8, handle_signals=False)  # fmt: skip
+    sweeper.run_study(
+        toy.SPACE,
+        evaluate,
+        study_name="toy",
+        storage=url,
+        n_trials=1,
+        ppl_cap=toy.CAP,
+        stale_after_s=0.8,
+        handle_signals=False,
+    )
     first, later = seen[0]
     assert later > first

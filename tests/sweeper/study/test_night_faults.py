@@ -124,9 +124,11 @@ def test_a_transient_start_failure_is_retried_once(tmp_path: Path, demo_manifest
     not yet free); the retry, after the device seam ``before_retry``, serves."""
     waited = []
     evaluate = evaluator(
-        tmp_path, fake_manifest(tmp_path, "oom-once"), demo_manifest,
+        tmp_path,
+        fake_manifest(tmp_path, "oom-once"),
+        demo_manifest,
         before_retry=lambda: waited.append(time.monotonic()),
-    )  # fmt: skip
+    )
     result = run(tmp_path, evaluate)
     record = TrialStore(f"sqlite:///{tmp_path / 'study.db'}").record("night", 0)
     assert result.status.counts["COMPLETE"] == 1 and len(waited) == 1
@@ -139,9 +141,7 @@ def test_a_transient_start_failure_is_retried_once(tmp_path: Path, demo_manifest
     assert [name for name, _ in record.phases].count("start") == 2
 
 
-def test_a_start_that_keeps_failing_is_tried_twice_then_failed(
-    tmp_path: Path, demo_manifest: Manifest
-):
+def test_a_start_that_keeps_failing_is_tried_twice_then_failed(tmp_path: Path, demo_manifest: Manifest):
     """Stand-in: every start dies (an engine-core failure): one retry, then the trial fails
     with kind crash and the consecutive-failure stop counts it."""
     evaluate = evaluator(tmp_path, fake_manifest(tmp_path, "crash"), demo_manifest)
@@ -152,9 +152,7 @@ def test_a_start_that_keeps_failing_is_tried_twice_then_failed(
     assert (tmp_path / "runs" / "trial-0000" / "server-2.log").exists()
 
 
-def test_oom_while_measuring_is_told_apart_from_oom_at_start(
-    tmp_path: Path, demo_manifest: Manifest
-):
+def test_oom_while_measuring_is_told_apart_from_oom_at_start(tmp_path: Path, demo_manifest: Manifest):
     """Stand-in: the server starts, then dies with a CUDA OOM at its first chat request."""
     evaluate = evaluator(tmp_path, fake_manifest(tmp_path, "oom-measure"), demo_manifest)
     result = run(tmp_path, evaluate)
@@ -172,14 +170,20 @@ def test_a_refused_configuration_is_infeasible_not_failed(tmp_path: Path, demo_m
     evaluate = evaluator(tmp_path, manifest, demo_manifest)
     configs = [{"w": 8, "k": 1}, {"w": 8, "k": 2}, {"w": 9, "k": 2}, {"w": 9, "k": 1}]
     result = run(
-        tmp_path, evaluate, n_trials=4, enqueue=configs, enqueue_space_configs=False,
+        tmp_path,
+        evaluate,
+        n_trials=4,
+        enqueue=configs,
+        enqueue_space_configs=False,
         max_consecutive_failures=1,
-    )  # fmt: skip
+    )
     records = result.status.trials
     assert [(r.params["k"], r.state, r.error_kind) for r in records] == [
-        (1, "complete", None), (2, "refused", "refused"), (2, "refused", "refused"),
         (1, "complete", None),
-    ]  # fmt: skip
+        (2, "refused", "refused"),
+        (2, "refused", "refused"),
+        (1, "complete", None),
+    ]
     refused = records[1]
     assert "the server refused its configuration" in refused.error_message
     assert "validation error for SpeculativeConfig" in refused.error_message

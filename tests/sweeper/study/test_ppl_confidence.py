@@ -43,9 +43,17 @@ def _evaluate(params, context) -> Measurement:
 
 def _run(tmp_path: Path, name: str, **kwargs):
     return sweeper.run_study(
-        toy.SPACE, _evaluate, study_name=name, storage=str(tmp_path / f"{name}.db"),
-        n_trials=12, ppl_cap=toy.CAP, sampler="guided", seed=0, handle_signals=False, **kwargs,
-    )  # fmt: skip
+        toy.SPACE,
+        _evaluate,
+        study_name=name,
+        storage=str(tmp_path / f"{name}.db"),
+        n_trials=12,
+        ppl_cap=toy.CAP,
+        sampler="guided",
+        seed=0,
+        handle_signals=False,
+        **kwargs,
+    )
 
 
 def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Path) -> None:
@@ -65,9 +73,7 @@ def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Pa
         assert record.feasible == (bound <= toy.CAP)
         probability = stats.t.cdf(math.log(toy.CAP / record.ppl) / sd, 64 - 1)
         assert record.extras[PASS_PROBABILITY_KEY] == pytest.approx(probability)
-        assert trial_pass_probability(record.ppl, record.extras, toy.CAP, 64) == pytest.approx(
-            probability
-        )
+        assert trial_pass_probability(record.ppl, record.extras, toy.CAP, 64) == pytest.approx(probability)
         if record.feasible:
             assert record.extras[PASS_PROBABILITY_KEY] >= 0.9
     # the point gate's winner would pass a re-run with probability one half
@@ -139,18 +145,25 @@ def test_the_plan_is_not_trapped_at_a_window_within_noise_of_the_cap(
         def ppl(w: int) -> float:
             return toy.CAP + 0.001 + 0.02 * (5 - w)  # w=5: 1.201; w=6: 1.181
 
-        def evaluate(params, context) -> Measurement:
+        def evaluate(params, context, rng=rng) -> Measurement:
             tps = toy.tps(params) * (1 + 0.01 * rng.standard_normal())
             return Measurement(tps=tps, ppl=ppl(params["w"]) + ppl_noise * rng.standard_normal())
 
         name = f"trap-{seed}-{enqueue}-{ppl_noise}"
         seen = []
-        result = sweeper.run_study(
-            toy.SPACE, evaluate, study_name=name, storage=str(tmp_path / f"{name}.db"),
-            n_trials=20, ppl_cap=toy.CAP, sampler="guided", seed=seed, handle_signals=False,
+        sweeper.run_study(
+            toy.SPACE,
+            evaluate,
+            study_name=name,
+            storage=str(tmp_path / f"{name}.db"),
+            n_trials=20,
+            ppl_cap=toy.CAP,
+            sampler="guided",
+            seed=seed,
+            handle_signals=False,
             enqueue=[{"w": 5, "k": 4}] if enqueue else (),
-            progress=lambda e: seen.append(e.params["w"]) if e.kind == "finished" else None,
-        )  # fmt: skip
+            progress=lambda e, seen=seen: seen.append(e.params["w"]) if e.kind == "finished" else None,
+        )
         over = [w for w in seen if ppl(w) > toy.CAP]
         assert max((over.count(w) for w in set(over)), default=0) <= 5, seen
         assert seen.count(6) >= 1, seen  # the neighbour with margin was measured

@@ -41,8 +41,7 @@ CAP_REL, CONFIDENCE = 1.05, 0.9
 
 def _rows(nll_per_token: list[float]) -> list[dict]:
     return [
-        {"kind": "ppl", "id": f"r{i}", "nll": TOKENS * value, "tokens": TOKENS}
-        for i, value in enumerate(nll_per_token)
+        {"kind": "ppl", "id": f"r{i}", "nll": TOKENS * value, "tokens": TOKENS} for i, value in enumerate(nll_per_token)
     ]
 
 
@@ -69,9 +68,7 @@ def test_the_paired_bound_replaces_the_quadrature_one() -> None:
     base = sweeper.study._gate.PplEstimate(ppl=2.30, stderr_log_ppl=0.03, records=RECORDS)
     cap = CAP_REL * 2.30
     quadrature = gate.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base)
-    paired = gate.judge(
-        2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.001, RECORDS)
-    )
+    paired = gate.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.001, RECORDS))
     z = stats.t.ppf(CONFIDENCE, RECORDS - 1)  # Student's t on the records' degrees of freedom
     # on as many fresh records as measured: the predictive SD is sqrt(2) times the SE
     assert paired.bound == pytest.approx(2.40 * math.exp(z * 0.001 * math.sqrt(2)))
@@ -100,10 +97,18 @@ def test_a_relative_confidence_gate_on_shared_records_passes_what_has_margin(tmp
 
     storage = str(tmp_path / "paired.db")
     sweeper.run_study(
-        toy.SPACE, evaluate, study_name="paired", storage=storage, n_trials=10,
-        ppl_cap_rel=CAP_REL, ppl_confidence=CONFIDENCE, sampler="guided", seed=0,
-        handle_signals=False, enqueue=[{"w": 9, "k": 4}, {"w": 8, "k": 4}],
-    )  # fmt: skip
+        toy.SPACE,
+        evaluate,
+        study_name="paired",
+        storage=storage,
+        n_trials=10,
+        ppl_cap_rel=CAP_REL,
+        ppl_confidence=CONFIDENCE,
+        sampler="guided",
+        seed=0,
+        handle_signals=False,
+        enqueue=[{"w": 9, "k": 4}, {"w": 8, "k": 4}],
+    )
     records = [r for r in TrialStore(storage).records("paired", details=True) if r.state == "complete"]
     assert {9, 8, 16} <= {r.params["w"] for r in records}
     z = stats.t.ppf(CONFIDENCE, RECORDS - 1)
@@ -140,8 +145,13 @@ def test_rows_without_ids_keep_their_standard_error_but_cannot_be_paired(caplog)
 def test_the_paired_interval_decides_within_noise_and_its_records_are_stored() -> None:
     gate = PplGate(cap_rel=CAP_REL, confidence=CONFIDENCE)
     base = PplEstimate(ppl=2.30, stderr_log_ppl=0.03, records=RECORDS)
-    settings = {"ppl_cap_rel": CAP_REL, "reference_ppl": 2.30, "reference_stderr_log_ppl": 0.03,
-                "reference_ppl_records": RECORDS, "ppl_confidence": CONFIDENCE}  # fmt: skip
+    settings = {
+        "ppl_cap_rel": CAP_REL,
+        "reference_ppl": 2.30,
+        "reference_stderr_log_ppl": 0.03,
+        "reference_ppl_records": RECORDS,
+        "ppl_confidence": CONFIDENCE,
+    }
     cap = CAP_REL * 2.30
     # the baseline judged against itself: its own interval holds the cap, the paired one is a point
     itself = gate.judge(2.30, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.0, RECORDS))
@@ -170,9 +180,7 @@ def test_the_paired_interval_decides_within_noise_and_its_records_are_stored() -
 
 
 def test_the_gate_describes_its_level_without_rounding() -> None:
-    assert PplGate(cap=2.42, confidence=0.995).describe() == (
-        "PPL <= 2.42 at 99.5 % confidence on as many new records"
-    )
+    assert PplGate(cap=2.42, confidence=0.995).describe() == ("PPL <= 2.42 at 99.5 % confidence on as many new records")
     assert PplGate(cap_rel=1.05, confidence=0.9, rerun_records=16).describe() == (
         "PPL <= 1.05 x baseline PPL at 90 % confidence on 16 new records"
     )

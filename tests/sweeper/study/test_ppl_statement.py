@@ -47,8 +47,14 @@ def test_a_trial_shows_the_gates_own_figure_and_a_relative_cap_adds_the_baseline
     gate = PplGate(cap_rel=1.05, confidence=0.9, rerun_records=8)
     base = PplEstimate(ppl=2.00, stderr_log_ppl=0.015, records=32)
     verdict = gate.judge(2.05, 2.10, stderr_log_ppl=0.02, records=32, reference=base)
-    settings = {"ppl_cap_rel": 1.05, "reference_ppl": 2.0, "reference_stderr_log_ppl": 0.015,
-                "reference_ppl_records": 32, "ppl_confidence": 0.9, "ppl_rerun_records": 8}  # fmt: skip
+    settings = {
+        "ppl_cap_rel": 1.05,
+        "reference_ppl": 2.0,
+        "reference_stderr_log_ppl": 0.015,
+        "reference_ppl_records": 32,
+        "ppl_confidence": 0.9,
+        "ppl_rerun_records": 8,
+    }
     stored = ppl_statement(2.05, verdict.extras(), 2.10, settings)
     computed = ppl_statement(2.05, {"ppl_stderr_records": 0.02, "ppl_records": 32}, 2.10, settings)
     chance = expected(2.05, 0.02, 32, 2.10, 8, reference=(0.015, 32))[2]

@@ -28,13 +28,19 @@ def test_vllm_refusal_is_an_infeasible_trial(tmp_path: Path, demo_manifest: Mani
         {
             "name": "k-only",
             "parameters": [
-                {"name": "num_speculative_tokens", "type": "int", "low": 0, "high": 3,
-                 "affects": "speed", "env": "SPECULATIVE_CONFIG",
-                 "json_path": "num_speculative_tokens"},
+                {
+                    "name": "num_speculative_tokens",
+                    "type": "int",
+                    "low": 0,
+                    "high": 3,
+                    "affects": "speed",
+                    "env": "SPECULATIVE_CONFIG",
+                    "json_path": "num_speculative_tokens",
+                },
             ],
         },
         source="k-only.yaml",
-    ).bind(demo_manifest.env)  # fmt: skip
+    ).bind(demo_manifest.env)
     settings = EvalSettings(
         tps=TpsSettings(num_prompts=1, output_len=8, warmup_requests=0),
         ppl=PplSettings(max_records=2),
@@ -45,10 +51,17 @@ def test_vllm_refusal_is_an_infeasible_trial(tmp_path: Path, demo_manifest: Mani
     url = f"sqlite:///{tmp_path / 'study.db'}"
     began = time.monotonic()
     result = sweeper.run_study(
-        space, evaluate, study_name="refusal", storage=url, n_trials=1, ppl_cap=10.0,
-        enqueue=[{"num_speculative_tokens": 0}], enqueue_space_configs=False,
-        max_consecutive_failures=1, handle_signals=False,
-    )  # fmt: skip
+        space,
+        evaluate,
+        study_name="refusal",
+        storage=url,
+        n_trials=1,
+        ppl_cap=10.0,
+        enqueue=[{"num_speculative_tokens": 0}],
+        enqueue_space_configs=False,
+        max_consecutive_failures=1,
+        handle_signals=False,
+    )
     elapsed = time.monotonic() - began
     record = result.status.trials[0]
     assert (record.state, record.error_kind, record.feasible) == ("refused", "refused", False)

@@ -65,9 +65,7 @@ def test_guided_search_finds_the_boundary_and_the_best_speed(tmp_path: Path) -> 
 
 
 def test_pareto_mode_has_two_objectives(tmp_path: Path) -> None:
-    result = run(
-        tmp_path, n_trials=len(toy.CONFIGS), enqueue=toy.CONFIGS, mode="pareto", sampler="tpe"
-    )
+    result = run(tmp_path, n_trials=len(toy.CONFIGS), enqueue=toy.CONFIGS, mode="pareto", sampler="tpe")
     study = optuna.load_study(study_name="toy", storage=result.status.url)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     assert sorted(t.number for t in study.best_trials) == sorted(r.number for r in result.pareto)

@@ -85,9 +85,7 @@ def test_status_of_a_failed_trial_shows_its_error_and_log(study_db: str) -> None
     assert "trial 3 of toy: failed (enqueued-3)" in result.output
     assert "error: port: server exited with code 1 during start-up" in result.output
     assert result.output.rstrip().endswith("INFO starting\nERROR address already in use")
-    detail = json.loads(
-        CliRunner().invoke(app, ["status", "--storage", study_db, "--trial", "0", "--json"]).output
-    )
+    detail = json.loads(CliRunner().invoke(app, ["status", "--storage", study_db, "--trial", "0", "--json"]).output)
     assert (detail["state"], detail["feasible"], detail["tps"]) == ("complete", False, 270.0)
     assert detail["phases"] == [["tps", pytest.approx(0.0, abs=0.5)]]
 
@@ -139,8 +137,9 @@ def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made
         role = confirmation_role(1, n)
         records += [record(2 * n, {"c": 1}, a, role=role), record(2 * n + 1, BASE, b, role=role)]
     lines = standing_lines(standing(records, FIRM))
-    assert lines[0].startswith("best: trial 1: TPS 130.00 (geometric mean of 2 servers after selection; "
-                               "every reading: 160.0, 131.0, 129.0)")  # fmt: skip
+    assert lines[0].startswith(
+        "best: trial 1: TPS 130.00 (geometric mean of 2 servers after selection; every reading: 160.0, 131.0, 129.0)"
+    )
     (basis,) = [line for line in lines if line.startswith("claim rests on: ")]
     assert "2 round(s) after selection, answer/base trials 2/3, 4/5 (trial(s) 1 selected it" in basis
     assert "at 95.00 %: the study-wise 95 % shared over its 1 race(s)" in basis
@@ -161,18 +160,45 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
     verdict = gate.judge(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base, paired=(0.004, 32))
     now = datetime.datetime.now(datetime.timezone.utc)
     record = TrialRecord(
-        study_name="s", number=1, optuna_trial_id=2, state="complete", role="", params={"w": 4},
-        overrides={}, manifest=None, tps=100.0, ppl=2.05, ppl_cap=2.1, feasible=verdict.passes,
-        ppl_reused_from=None, early_stopped=False, tps_imputed=False, extras=verdict.extras(),
-        versions={}, error_kind=None, error_message=None, log_tail=None, server_token=None,
-        host="h", pid=1, started_at=now, heartbeat_at=now, finished_at=now,
-    )  # fmt: skip
-    settings = {"ppl_cap_rel": 1.05, "reference_ppl": 2.0, "reference_stderr_log_ppl": 0.02,
-                "reference_ppl_records": 32, "ppl_confidence": 0.9}  # fmt: skip
+        study_name="s",
+        number=1,
+        optuna_trial_id=2,
+        state="complete",
+        role="",
+        params={"w": 4},
+        overrides={},
+        manifest=None,
+        tps=100.0,
+        ppl=2.05,
+        ppl_cap=2.1,
+        feasible=verdict.passes,
+        ppl_reused_from=None,
+        early_stopped=False,
+        tps_imputed=False,
+        extras=verdict.extras(),
+        versions={},
+        error_kind=None,
+        error_message=None,
+        log_tail=None,
+        server_token=None,
+        host="h",
+        pid=1,
+        started_at=now,
+        heartbeat_at=now,
+        finished_at=now,
+    )
+    settings = {
+        "ppl_cap_rel": 1.05,
+        "reference_ppl": 2.0,
+        "reference_stderr_log_ppl": 0.02,
+        "reference_ppl_records": 32,
+        "ppl_confidence": 0.9,
+    }
     table = _trial_table("trials", (record,), settings)
     assert table.caption.endswith("under the cap, judged against the baseline on the same records")
-    quadrature = dataclasses.replace(record, extras=gate.judge(
-        2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base).extras())
+    quadrature = dataclasses.replace(
+        record, extras=gate.judge(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base).extras()
+    )
     assert _trial_table("trials", (quadrature,), settings).caption.endswith(
         "under the cap, the baseline's record noise included"
     )

@@ -59,9 +59,7 @@ def main() -> None:
 
     def evaluate(params, context):
         with log.open("a") as out:
-            out.write(
-                json.dumps({"number": context.number, "pid": os.getpid(), "params": params}) + "\n"
-            )
+            out.write(json.dumps({"number": context.number, "pid": os.getpid(), "params": params}) + "\n")
         if context.number in config.get("hang_on", []) and config.get("server") == "fake":
             hang_in_fake_server(context, log.parent)
         if context.number in config.get("hang_on", []):

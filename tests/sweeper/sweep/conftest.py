@@ -23,8 +23,7 @@ class UserSetup:
     def data_args(self, *, heldout: bool = True) -> list[str]:
         args = ["--prompts", str(self.prompts), "--ppl-data", str(self.ppl_data)]
         if heldout:
-            args += ["--heldout-prompts", str(self.heldout_prompts),
-                     "--heldout-ppl-data", str(self.heldout_ppl_data)]  # fmt: skip
+            args += ["--heldout-prompts", str(self.heldout_prompts), "--heldout-ppl-data", str(self.heldout_ppl_data)]
         return args
 
 

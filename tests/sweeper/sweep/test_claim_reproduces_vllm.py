@@ -54,21 +54,45 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
     user_setup.manifest.write_text(json.dumps(data, indent=2))
     url = f"sqlite:///{tmp_path / 'study.db'}"
     run = subprocess.run(
-        [sys.executable, "-m", "sweeper", "run", "--manifest", str(user_setup.manifest),
-         "--space", "tiny-cpu", *user_setup.data_args(), "--study", "claim", "--storage", url,
-         "--run-dir", str(tmp_path / "runs"), "--n-trials", "2", *SIZES, "--ppl-records", "8",
-         "--enqueue", "num_speculative_tokens=3", "--confirm-rounds", "4", "--plain"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=2400,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sweeper",
+            "run",
+            "--manifest",
+            str(user_setup.manifest),
+            "--space",
+            "tiny-cpu",
+            *user_setup.data_args(),
+            "--study",
+            "claim",
+            "--storage",
+            url,
+            "--run-dir",
+            str(tmp_path / "runs"),
+            "--n-trials",
+            "2",
+            *SIZES,
+            "--ppl-records",
+            "8",
+            "--enqueue",
+            "num_speculative_tokens=3",
+            "--confirm-rounds",
+            "4",
+            "--plain",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     status = study_status(url, "claim")
     now = study_answer(status.trials, status.verifications, status.settings).standing
     assert now is not None and now.base is not None and now.confirmed
     contender = next(c for c in now.configurations if c.params["num_speculative_tokens"] == 3)
     # every figure the claim rests on is a stored trial; the race's trials are confirmations
-    assert sum(len(c.tps) for c in now.configurations) == len(
-        [t for t in status.trials if t.state == "complete"]
-    )
+    assert sum(len(c.tps) for c in now.configurations) == len([t for t in status.trials if t.state == "complete"])
     assert len(contender.tps) >= 2 and len(now.base.tps) >= 2, [(t.number, t.role) for t in status.trials]
     assert f"claim: {now.describe()}" in run.stdout
 
@@ -80,10 +104,24 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
         assert now.claim in ("faster", "indistinct")
         exported = tmp_path / "answer" / "answer.json"
         export = subprocess.run(
-            [sys.executable, "-m", "sweeper", "export", "--storage", url, "--study", "claim",
-             "--allow-unverified", "-o", str(exported)],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "sweeper",
+                "export",
+                "--storage",
+                url,
+                "--study",
+                "claim",
+                "--allow-unverified",
+                "-o",
+                str(exported),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert export.returncode == 0, export.stderr[-3000:]
         description = json.loads(exported.read_text())["description"]
         assert now.basis is not None and contender.first in now.basis.excluded  # its first figure picked it
@@ -100,11 +138,34 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
     # the organizers' re-run: 3 pairs in fresh servers, alternating, nothing from the study
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     rerun = subprocess.run(
-        [sys.executable, "-m", "sweeper", "rerun", str(answer_manifest), "--base", str(user_setup.manifest),
-         "--pairs", "3", "--prompts", str(user_setup.prompts), "--num-prompts", "8", "--output-len", "128",
-         "--warmup-requests", "1", "--warmup-prompts", "8", "--json"],
-        capture_output=True, text=True, timeout=1800, env=env, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sweeper",
+            "rerun",
+            str(answer_manifest),
+            "--base",
+            str(user_setup.manifest),
+            "--pairs",
+            "3",
+            "--prompts",
+            str(user_setup.prompts),
+            "--num-prompts",
+            "8",
+            "--output-len",
+            "128",
+            "--warmup-requests",
+            "1",
+            "--warmup-prompts",
+            "8",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        check=False,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     result = json.loads(rerun.stdout)
     pairs = result["pairs"]

@@ -55,26 +55,45 @@ def test_a_non_demo_manifest_without_data_is_one_line_naming_the_options(
     assert nothing_written(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
 
     # the tuning data alone is not enough: the night's answer has to be verifiable
-    code, out, err = sweeper(monkeypatch, capsys, *run_args(
-        tmp_path, "--manifest", str(user_setup.manifest), *user_setup.data_args(heldout=False)))  # fmt: skip
+    code, out, err = sweeper(
+        monkeypatch,
+        capsys,
+        *run_args(tmp_path, "--manifest", str(user_setup.manifest), *user_setup.data_args(heldout=False)),
+    )
     assert (code, out) == (2, "")
-    assert err.startswith(f"error: a run of {user_setup.manifest} needs held-out data for verify: "
-                          "--heldout-prompts and --heldout-ppl-data, or --heldout-fraction F")  # fmt: skip
+    assert err.startswith(
+        f"error: a run of {user_setup.manifest} needs held-out data for verify: "
+        "--heldout-prompts and --heldout-ppl-data, or --heldout-fraction F"
+    )
     assert err.count("\n") == 1 and nothing_written(tmp_path)
 
     # one held-out set given: only the other one is asked for
-    code, out, err = sweeper(monkeypatch, capsys, *run_args(
-        tmp_path, "--manifest", str(user_setup.manifest), *user_setup.data_args(heldout=False),
-        "--heldout-prompts", str(user_setup.heldout_prompts)))  # fmt: skip
+    code, out, err = sweeper(
+        monkeypatch,
+        capsys,
+        *run_args(
+            tmp_path,
+            "--manifest",
+            str(user_setup.manifest),
+            *user_setup.data_args(heldout=False),
+            "--heldout-prompts",
+            str(user_setup.heldout_prompts),
+        ),
+    )
     assert code == 2 and "for verify: --heldout-ppl-data, or --heldout-fraction" in err
     assert nothing_written(tmp_path)
 
 
-def test_the_readme_night_without_data_is_refused_on_a_challenge_manifest(monkeypatch, capsys, tmp_path, challenge_data) -> None:
+def test_the_readme_night_without_data_is_refused_on_a_challenge_manifest(
+    monkeypatch, capsys, tmp_path, challenge_data
+) -> None:
     manifest = challenge_data / "vidraft-fw188-ctk49-manifest.json"
     monkeypatch.chdir(tmp_path)
-    code, out, err = sweeper(monkeypatch, capsys, *run_args(
-        tmp_path, "--manifest", str(manifest), "--ppl-cap", "2.42", "--timeout", "8h", "--verify-top", "3"))  # fmt: skip
+    code, out, err = sweeper(
+        monkeypatch,
+        capsys,
+        *run_args(tmp_path, "--manifest", str(manifest), "--ppl-cap", "2.42", "--timeout", "8h", "--verify-top", "3"),
+    )
     assert (code, out) == (2, "")
     assert err.startswith(f"error: a run of {manifest} needs its data: --prompts and --ppl-data")
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
@@ -146,9 +165,16 @@ def test_the_trial_budget(user_setup, is_demo, n_trials, timeout, budget) -> Non
 
 def test_every_size_is_in_the_recipe_and_shown_by_status(monkeypatch, capsys, synthetic, user_setup, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, run_dir=str(tmp_path / "runs"),
-                   **_data(user_setup), heldout_fraction=0.25, split_seed=3, ppl_max_records=12,
-                   ready_timeout_s=300.0)  # fmt: skip
+    plan = RunPlan(
+        manifest=str(user_setup.manifest),
+        storage=url,
+        run_dir=str(tmp_path / "runs"),
+        **_data(user_setup),
+        heldout_fraction=0.25,
+        split_seed=3,
+        ppl_max_records=12,
+        ready_timeout_s=300.0,
+    )
     prepared = prepare(plan)
     recipe = prepared.recipe
     bridge = WarmupSettings()  # the manifest sets no WARMUP_*: the bridge's defaults
@@ -164,12 +190,15 @@ def test_every_size_is_in_the_recipe_and_shown_by_status(monkeypatch, capsys, sy
     n_prompts = len(json.loads(user_setup.prompts.read_text()))
     n_records = len(user_setup.ppl_data.read_text().splitlines())
     held_prompts, held_records = round(n_prompts * 0.25), round(n_records * 0.25)
-    assert ("sizes: 128 prompts x 512 tokens, 4 warm-up requests, warm-up bridge 64 prompts, "
-            "PPL records 12\n") in out  # fmt: skip
-    assert (f"tuning data: prompts {user_setup.prompts} ({n_prompts - held_prompts}), "
-            f"PPL {user_setup.ppl_data} ({n_records - held_records} records)\n") in out  # fmt: skip
-    assert (f"held-out data: prompts 0.25 split off the tuning set (seed 3) ({held_prompts}); "
-            f"PPL 0.25 split off the tuning set (seed 3) ({held_records} records)\n") in out  # fmt: skip
+    assert ("sizes: 128 prompts x 512 tokens, 4 warm-up requests, warm-up bridge 64 prompts, PPL records 12\n") in out
+    assert (
+        f"tuning data: prompts {user_setup.prompts} ({n_prompts - held_prompts}), "
+        f"PPL {user_setup.ppl_data} ({n_records - held_records} records)\n"
+    ) in out
+    assert (
+        f"held-out data: prompts 0.25 split off the tuning set (seed 3) ({held_prompts}); "
+        f"PPL 0.25 split off the tuning set (seed 3) ({held_records} records)\n"
+    ) in out
     assert "servers: ready timeout 300 s" in out
 
 
@@ -180,8 +209,16 @@ def test_a_study_resumed_with_other_sizes_or_data_is_refused(synthetic, user_set
     _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
     assert prepare(plan).recipe == prepared.recipe  # the same command resumes
     with pytest.raises(UserInputError) as refused:
-        prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
-                        heldout_fraction=0.25, num_prompts=8, split_seed=2))  # fmt: skip
+        prepare(
+            RunPlan(
+                manifest=str(user_setup.manifest),
+                storage=url,
+                **_data(user_setup),
+                heldout_fraction=0.25,
+                num_prompts=8,
+                split_seed=2,
+            )
+        )
     assert str(refused.value) == (
         f"study {prepared.study_name!r} was measured with other settings than this run's "
         "(split_seed 0 -> 2; num_prompts 128 -> 8): its trials would not be comparable; run it "
@@ -243,9 +280,17 @@ def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthe
     # the study exists, gated at 95 % on 64 records: a resume keeps that
     first = prepare(plan(ppl_cap=2.42, ppl_confidence=0.95, ppl_rerun_records=64))
     space = load_preset("tiny-cpu").bind(Manifest.load(str(user_setup.manifest)).env)
-    run_study(space, synthetic.synthetic_evaluator(), study_name=first.study_name, storage=url, n_trials=1,
-              ppl_cap=2.42, ppl_confidence=first.ppl_confidence, ppl_rerun_records=first.ppl_rerun_records,
-              handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        synthetic.synthetic_evaluator(),
+        study_name=first.study_name,
+        storage=url,
+        n_trials=1,
+        ppl_cap=2.42,
+        ppl_confidence=first.ppl_confidence,
+        ppl_rerun_records=first.ppl_rerun_records,
+        handle_signals=False,
+    )
     save_recipe(url, first.study_name, first.recipe)
     assert gate(ppl_cap=2.42) == (0.95, 64)
     assert gate(ppl_cap=2.42, ppl_confidence="0.95", ppl_rerun_records=64) == (0.95, 64)
@@ -254,31 +299,63 @@ def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthe
         "new records: resume it without the option (it keeps its own), or start another study with "
         "--study NAME"
     )
-    for options, given in (({"ppl_confidence": 0.9}, "--ppl-confidence 0.9"),
-                           ({"ppl_confidence": "none"}, "--ppl-confidence none"),
-                           ({"ppl_rerun_records": 16}, "--ppl-rerun-records 16")):  # fmt: skip
+    for options, given in (
+        ({"ppl_confidence": 0.9}, "--ppl-confidence 0.9"),
+        ({"ppl_confidence": "none"}, "--ppl-confidence none"),
+        ({"ppl_rerun_records": 16}, "--ppl-rerun-records 16"),
+    ):
         with pytest.raises(UserInputError) as refused:
             gate(ppl_cap=2.42, **options)
         assert str(refused.value) == f"{given}: {started}"
 
     # a study gated on the point estimate (one made before there was a confidence gate) stays so
     old = "point-gate"
-    run_study(space, synthetic.synthetic_evaluator(), study_name=old, storage=url, n_trials=1, ppl_cap=2.42,
-              handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        synthetic.synthetic_evaluator(),
+        study_name=old,
+        storage=url,
+        n_trials=1,
+        ppl_cap=2.42,
+        handle_signals=False,
+    )
     assert gate(ppl_cap=2.42, study_name=old) == (None, None)
 
 
-def test_run_refuses_another_confidence_on_resume_in_one_line(monkeypatch, capsys, synthetic, user_setup, tmp_path) -> None:
+def test_run_refuses_another_confidence_on_resume_in_one_line(
+    monkeypatch, capsys, synthetic, user_setup, tmp_path
+) -> None:
     from search_spaces import load_preset
     from sweeper.manifest import Manifest
     from sweeper.study import run_study
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(str(user_setup.manifest)).env)
-    run_study(space, synthetic.synthetic_evaluator(), study_name="mine", storage=url, n_trials=1, ppl_cap=2.42,
-              ppl_confidence=0.9, ppl_rerun_records=16, handle_signals=False)  # fmt: skip
-    args = ["run", "--manifest", str(user_setup.manifest), *user_setup.data_args(), "--study", "mine",
-            "--storage", url, "--run-dir", str(tmp_path / "runs"), "--ppl-cap", "2.42"]  # fmt: skip
+    run_study(
+        space,
+        synthetic.synthetic_evaluator(),
+        study_name="mine",
+        storage=url,
+        n_trials=1,
+        ppl_cap=2.42,
+        ppl_confidence=0.9,
+        ppl_rerun_records=16,
+        handle_signals=False,
+    )
+    args = [
+        "run",
+        "--manifest",
+        str(user_setup.manifest),
+        *user_setup.data_args(),
+        "--study",
+        "mine",
+        "--storage",
+        url,
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--ppl-cap",
+        "2.42",
+    ]
     code, out, err = sweeper(monkeypatch, capsys, *args, "--ppl-confidence", "0.95")
     assert (code, out) == (2, "")
     assert err == (
@@ -299,13 +376,19 @@ def expected_heldout_ids(ids: list[str], fraction: float, seed: int) -> set[str]
 
 
 def test_the_heldout_split_is_disjoint_recorded_and_reproduced_by_verify(synthetic, user_setup, tmp_path) -> None:
+    from storage import study_status
     from sweeper.answer import heldout_evaluator
     from sweeper.study import recipe_from_settings
-    from storage import study_status
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, run_dir=str(tmp_path / "runs"),
-                   **_data(user_setup), heldout_fraction=0.25, split_seed=7)  # fmt: skip
+    plan = RunPlan(
+        manifest=str(user_setup.manifest),
+        storage=url,
+        run_dir=str(tmp_path / "runs"),
+        **_data(user_setup),
+        heldout_fraction=0.25,
+        split_seed=7,
+    )
     prepared = prepare(plan)
     prompt_ids = [str(r["id"]) for r in json.loads(user_setup.prompts.read_text())]
     record_ids = [json.loads(line)["id"] for line in user_setup.ppl_data.read_text().splitlines()]
@@ -330,18 +413,35 @@ def test_the_heldout_split_is_disjoint_recorded_and_reproduced_by_verify(synthet
     # the same seed gives the same split; another seed another one
     again = prepare(plan).evaluator.data
     assert [p.id for p in again.prompts] == [p.id for p in tuning.prompts]
-    other = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
-                            heldout_fraction=0.25, split_seed=8, study_name="other")).evaluator.data  # fmt: skip
+    other = prepare(
+        RunPlan(
+            manifest=str(user_setup.manifest),
+            storage=url,
+            **_data(user_setup),
+            heldout_fraction=0.25,
+            split_seed=8,
+            study_name="other",
+        )
+    ).evaluator.data
     assert {p.id for p in other.prompts} != {p.id for p in tuning.prompts}
 
 
 def test_a_fraction_that_leaves_no_heldout_record_is_refused_before_any_server(user_setup, tmp_path) -> None:
     n_prompts = len(json.loads(user_setup.prompts.read_text()))
     fraction = 0.4 / n_prompts  # rounds to no prompt at all
-    with pytest.raises(UserInputError, match=rf"my-prompts.json: a held-out fraction of {fraction:g} of its "
-                                             rf"{n_prompts} records leaves the heldout part empty"):  # fmt: skip
-        prepare(RunPlan(manifest=str(user_setup.manifest), storage=f"sqlite:///{tmp_path / 'study.db'}",
-                        **_data(user_setup), heldout_fraction=fraction))  # fmt: skip
+    with pytest.raises(
+        UserInputError,
+        match=rf"my-prompts.json: a held-out fraction of {fraction:g} of its "
+        rf"{n_prompts} records leaves the heldout part empty",
+    ):
+        prepare(
+            RunPlan(
+                manifest=str(user_setup.manifest),
+                storage=f"sqlite:///{tmp_path / 'study.db'}",
+                **_data(user_setup),
+                heldout_fraction=fraction,
+            )
+        )
     assert not (tmp_path / "study.db").exists()
 
 
@@ -351,12 +451,19 @@ def test_verify_top_on_user_data_verifies_on_the_split_off_part(synthetic, user_
     from sweeper.answer import verify_study
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup),
-                               heldout_fraction=0.5))  # fmt: skip
+    prepared = prepare(
+        RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.5)
+    )
     study = _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
-    result = verify_study(storage=url, study_name=study.name, top=1, repeats=2,
-                          evaluate=synthetic.synthetic_evaluator(), base_manifest=prepared.manifest,
-                          recipe=prepared.recipe)  # fmt: skip
+    result = verify_study(
+        storage=url,
+        study_name=study.name,
+        top=1,
+        repeats=2,
+        evaluate=synthetic.synthetic_evaluator(),
+        base_manifest=prepared.manifest,
+        recipe=prepared.recipe,
+    )
     (verification,) = result.verifications
     best_tps = synthetic.synthetic_tps(synthetic.CONFIGS["C"])
     assert verification.status == "verified" and synthetic.isclose(verification.median_tps, best_tps)
@@ -364,14 +471,20 @@ def test_verify_top_on_user_data_verifies_on_the_split_off_part(synthetic, user_
 
 def test_given_heldout_sets_are_recorded_and_must_not_be_the_tuning_sets(user_setup, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url,
-                               **_data(user_setup, heldout=True)))  # fmt: skip
+    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup, heldout=True)))
     assert prepared.recipe.heldout_prompts == str(user_setup.heldout_prompts)
     assert prepared.recipe.heldout_fraction is None
     with pytest.raises(UserInputError, match="is the set the study tuned on"):
-        prepare(RunPlan(manifest=str(user_setup.manifest), storage=url, prompts=str(user_setup.prompts),
-                        ppl_data=str(user_setup.ppl_data), heldout_prompts=str(user_setup.prompts),
-                        heldout_ppl_data=str(user_setup.heldout_ppl_data)))  # fmt: skip
+        prepare(
+            RunPlan(
+                manifest=str(user_setup.manifest),
+                storage=url,
+                prompts=str(user_setup.prompts),
+                ppl_data=str(user_setup.ppl_data),
+                heldout_prompts=str(user_setup.prompts),
+                heldout_ppl_data=str(user_setup.heldout_ppl_data),
+            )
+        )
     assert not (tmp_path / "study.db").exists()
 
 
@@ -388,19 +501,40 @@ def test_given_heldout_sets_are_recorded_and_must_not_be_the_tuning_sets(user_se
         (["--warmup-requests", "-1"], "--warmup-requests must be a non-negative integer, not -1"),
         (["--verify-top", "-1"], "--verify-top must be a non-negative integer, not -1"),
         (["--ready-timeout", "0"], "--ready-timeout must be a positive number of seconds, not 0.0"),
-        (["--heldout-fraction", "1.5"], "--heldout-fraction must be a fraction between 0 and 1 (0.25 = a quarter), not 1.5"),
+        (
+            ["--heldout-fraction", "1.5"],
+            "--heldout-fraction must be a fraction between 0 and 1 (0.25 = a quarter), not 1.5",
+        ),
         (["--ppl-cap-rel", "0.9"], "--ppl-cap-rel must be at least 1.0, not 0.9"),
-        (["--server-python", "/no/such/python"], "--server-python /no/such/python: is not an executable Python interpreter"),
-        (["--server-python", sys.executable, "--server-venv"], "--server-python and --server-venv: give one of them, not both"),
+        (
+            ["--server-python", "/no/such/python"],
+            "--server-python /no/such/python: is not an executable Python interpreter",
+        ),
+        (
+            ["--server-python", sys.executable, "--server-venv"],
+            "--server-python and --server-venv: give one of them, not both",
+        ),
         (["--quiet", "--plain"], "--quiet and --plain: give one of them, not both"),
         (["--enqueue", "sliding_window"], "--enqueue 'sliding_window': expected name=value[,name=value...]"),
-        (["--ppl-confidence", "1.5"], "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not '1.5'"),
-        (["--ppl-confidence", "100%"], "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not '100%'"),
-        (["--ppl-confidence", "high"], "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not 'high'"),
+        (
+            ["--ppl-confidence", "1.5"],
+            "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not '1.5'",
+        ),
+        (
+            ["--ppl-confidence", "100%"],
+            "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not '100%'",
+        ),
+        (
+            ["--ppl-confidence", "high"],
+            "--ppl-confidence must be a level from 0.5 to below 1 (0.9 or 90%), or none for the point estimate, not 'high'",
+        ),
         (["--ppl-rerun-records", "0"], "--ppl-rerun-records must be a positive integer, not 0"),
-        (["--ppl-confidence", "none", "--ppl-rerun-records", "16"], "--ppl-rerun-records: only a confidence gate uses it, and --ppl-confidence is none (the point estimate is judged as measured)"),
+        (
+            ["--ppl-confidence", "none", "--ppl-rerun-records", "16"],
+            "--ppl-rerun-records: only a confidence gate uses it, and --ppl-confidence is none (the point estimate is judged as measured)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_run_argument_errors_come_before_any_output(monkeypatch, capsys, tmp_path, args, message) -> None:
     monkeypatch.chdir(tmp_path)
     code, out, err = sweeper(monkeypatch, capsys, *run_args(tmp_path, *args))
@@ -417,12 +551,15 @@ def test_keep_port_refuses_a_busy_manifest_port_before_any_server(monkeypatch, c
         port = busy.getsockname()[1]
         user = make_user("busy", port=port)
         monkeypatch.chdir(tmp_path)
-        code, out, err = sweeper(monkeypatch, capsys, *run_args(
-            tmp_path, "--manifest", str(user.manifest), *user.data_args(), "--keep-port"))  # fmt: skip
+        code, out, err = sweeper(
+            monkeypatch, capsys, *run_args(tmp_path, "--manifest", str(user.manifest), *user.data_args(), "--keep-port")
+        )
         assert (code, out) == (2, "")
-        assert err == (f"error: --keep-port: port {port} of {user.manifest} is already in use on "
-                       "127.0.0.1; stop what listens there, or run without --keep-port so that each "
-                       "server gets a free port\n")  # fmt: skip
+        assert err == (
+            f"error: --keep-port: port {port} of {user.manifest} is already in use on "
+            "127.0.0.1; stop what listens there, or run without --keep-port so that each "
+            "server gets a free port\n"
+        )
         assert nothing_written(tmp_path)
     finally:
         busy.close()
@@ -437,14 +574,27 @@ def test_keep_port_starts_a_serve_script_that_ignores_PORT_on_the_manifests_port
 
     port = free_port()
     (tmp_path / "serve.py").write_text(SERVE_PY.replace("PORT_NUMBER", str(port)))
-    (tmp_path / "manifest.json").write_text(json.dumps({
-        "name": "fixed-port", "served_model_name": "probe", "port": port,
-        "serve": ["python", "serve.py"], "env": {},
-    }))  # fmt: skip
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "name": "fixed-port",
+                "served_model_name": "probe",
+                "port": port,
+                "serve": ["python", "serve.py"],
+                "env": {},
+            }
+        )
+    )
     manifest = Manifest.load(tmp_path / "manifest.json")
     nothing = EvalData(prompts=None, ppl_records=None, reference=None)
-    settings = EvalSettings(tps=None, ppl=None, warmup=WarmupSettings(enabled=False), keep_port=True,
-                            ready_timeout_s=60, log_path=tmp_path / "server.log")  # fmt: skip
+    settings = EvalSettings(
+        tps=None,
+        ppl=None,
+        warmup=WarmupSettings(enabled=False),
+        keep_port=True,
+        ready_timeout_s=60,
+        log_path=tmp_path / "server.log",
+    )
     result = evaluate(manifest, settings, data=nothing)
     assert result.model == "probe" and result.timings["ready"] > 0
     assert f"listening on {port}" in (tmp_path / "server.log").read_text()
@@ -492,13 +642,21 @@ def test_server_python_runs_a_python_serve_command_with_that_interpreter(user_se
     assert script.resolve_serve_command() == [sys.executable, "serve.py"]
     assert script.with_server_python(python).resolve_serve_command() == [str(python), "serve.py"]
     assert script.with_server_python(python).to_dict() == script.to_dict()  # never saved with it
-    prepared = prepare(RunPlan(manifest=str(user_setup.manifest), storage=f"sqlite:///{tmp_path / 'db'}",
-                               **_data(user_setup, heldout=True), server_python=str(python)))  # fmt: skip
+    prepared = prepare(
+        RunPlan(
+            manifest=str(user_setup.manifest),
+            storage=f"sqlite:///{tmp_path / 'db'}",
+            **_data(user_setup, heldout=True),
+            server_python=str(python),
+        )
+    )
     assert prepared.manifest.server_python == str(python)
     assert prepared.recipe.server_python == str(python)
 
 
-def test_server_venv_is_made_from_the_manifests_dependencies_and_recorded(monkeypatch, tmp_path, make_user, build_wheel) -> None:
+def test_server_venv_is_made_from_the_manifests_dependencies_and_recorded(
+    monkeypatch, tmp_path, make_user, build_wheel
+) -> None:
     wheel = build_wheel(tmp_path / "mine" / "wheels")
     user = make_user("mine")
     data = json.loads(user.manifest.read_text())
@@ -509,8 +667,14 @@ def test_server_venv_is_made_from_the_manifests_dependencies_and_recorded(monkey
     from sweeper.serving import dependencies_key
 
     key = dependencies_key(data["dependencies"])
-    prepared = prepare(RunPlan(manifest=str(user.manifest), storage=f"sqlite:///{tmp_path / 'db'}",
-                               **_data(user, heldout=True), server_venv=True))  # fmt: skip
+    prepared = prepare(
+        RunPlan(
+            manifest=str(user.manifest),
+            storage=f"sqlite:///{tmp_path / 'db'}",
+            **_data(user, heldout=True),
+            server_venv=True,
+        )
+    )
     python = str(tmp_path / "venvs" / key / "bin" / "python")
     assert prepared.manifest.server_python == prepared.recipe.server_python == python
     assert prepared.evaluator.base_manifest.resolve_serve_command()[:2] == [python, "-m"]
@@ -520,8 +684,10 @@ def test_server_venv_is_made_from_the_manifests_dependencies_and_recorded(monkey
 def _data(user_setup, *, heldout: bool = False) -> dict[str, str]:
     data = {"prompts": str(user_setup.prompts), "ppl_data": str(user_setup.ppl_data)}
     if heldout:
-        data |= {"heldout_prompts": str(user_setup.heldout_prompts),
-                 "heldout_ppl_data": str(user_setup.heldout_ppl_data)}  # fmt: skip
+        data |= {
+            "heldout_prompts": str(user_setup.heldout_prompts),
+            "heldout_ppl_data": str(user_setup.heldout_ppl_data),
+        }
     return data
 
 
@@ -532,9 +698,18 @@ def _synthetic_study(synthetic, url: str, name: str, recipe):
     from sweeper.study import run_study, save_recipe
 
     space = load_preset("tiny-cpu").bind(Manifest.load(recipe.base_manifest).env)
-    run_study(space, synthetic.synthetic_evaluator(), study_name=name, storage=url,
-              n_trials=len(synthetic.CONFIGS) + 1, ppl_cap=synthetic.CAP, sampler="random", seed=0,
-              enqueue=list(synthetic.CONFIGS.values()), handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        synthetic.synthetic_evaluator(),
+        study_name=name,
+        storage=url,
+        n_trials=len(synthetic.CONFIGS) + 1,
+        ppl_cap=synthetic.CAP,
+        sampler="random",
+        seed=0,
+        enqueue=list(synthetic.CONFIGS.values()),
+        handle_signals=False,
+    )
     save_recipe(url, name, recipe)
     return synthetic.SyntheticStudy(url=url, name=name, db=Path(url.removeprefix("sqlite:///")))
 

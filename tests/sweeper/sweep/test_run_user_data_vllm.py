@@ -32,15 +32,47 @@ pytestmark = pytest.mark.server
 def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, user_setup) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     command = [
-        sys.executable, "-m", "sweeper", "run",
-        "--manifest", str(user_setup.manifest),
-        "--prompts", str(user_setup.prompts), "--ppl-data", str(user_setup.ppl_data),
-        "--heldout-fraction", "0.5", "--split-seed", "1",
-        "--study", "mine", "--storage", url, "--run-dir", str(tmp_path / "runs"),
-        "--n-trials", "1", "--num-prompts", "2", "--output-len", "16", "--warmup-requests", "0",
-        "--warmup-prompts", "2", "--ppl-records", "4", "--ready-timeout", "600",
-        "--verify-top", "1", "--plain", "--json", "--ppl-cap", str(CAP),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sweeper",
+        "run",
+        "--manifest",
+        str(user_setup.manifest),
+        "--prompts",
+        str(user_setup.prompts),
+        "--ppl-data",
+        str(user_setup.ppl_data),
+        "--heldout-fraction",
+        "0.5",
+        "--split-seed",
+        "1",
+        "--study",
+        "mine",
+        "--storage",
+        url,
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--n-trials",
+        "1",
+        "--num-prompts",
+        "2",
+        "--output-len",
+        "16",
+        "--warmup-requests",
+        "0",
+        "--warmup-prompts",
+        "2",
+        "--ppl-records",
+        "4",
+        "--ready-timeout",
+        "600",
+        "--verify-top",
+        "1",
+        "--plain",
+        "--json",
+        "--ppl-cap",
+        str(CAP),
+    ]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["study"] == "mine"
@@ -51,8 +83,13 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
 
     status = study_status(url, "mine")
     recipe = recipe_from_settings(status.settings)
-    assert (recipe.num_prompts, recipe.output_len, recipe.warmup_requests, recipe.warmup_prompts,
-            recipe.ppl_records) == (2, 16, 0, 2, 4)  # fmt: skip
+    assert (
+        recipe.num_prompts,
+        recipe.output_len,
+        recipe.warmup_requests,
+        recipe.warmup_prompts,
+        recipe.ppl_records,
+    ) == (2, 16, 0, 2, 4)
     assert (recipe.heldout_fraction, recipe.split_seed, recipe.ready_timeout_s) == (0.5, 1, 600.0)
     n_prompts = len(json.loads(user_setup.prompts.read_text()))
     assert recipe.data_counts["prompts"] + recipe.data_counts["heldout_prompts"] == n_prompts
@@ -97,8 +134,9 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
     assert f"with probability {chance:.2f}" in line or chance >= 0.995 and "above 0.99" in line
 
     # the same study with another level: refused in one line, before any server
-    refused = subprocess.run([*command, "--ppl-confidence", "0.95"], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+    refused = subprocess.run(
+        [*command, "--ppl-confidence", "0.95"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.splitlines()[-1] == (
         "error: --ppl-confidence 0.95: study 'mine' was started with the gate PPL <= 3 at 90 % "

@@ -21,9 +21,8 @@ import optuna
 import pytest
 
 from storage import TrialStore, pareto_front
-from sweeper.serving import processes
 from sweeper.demo import DemoPaths
-from sweeper.serving import TOKEN_VARIABLE
+from sweeper.serving import TOKEN_VARIABLE, processes
 
 pytestmark = pytest.mark.server
 
@@ -32,19 +31,32 @@ STUDY = "resume-test"
 
 def run_command(tmp_path: Path, url: str, smallest_window: int) -> list[str]:
     return [
-        sys.executable, "-m", "sweeper", "run",
-        "--study", STUDY,
-        "--storage", url,
-        "--run-dir", str(tmp_path / "runs"),
-        "--n-trials", "4",
-        "--num-prompts", "2",
-        "--output-len", "32",
-        "--warmup-requests", "0",
-        "--warmup-prompts", "4",
-        "--enqueue", f"sliding_window={smallest_window}",
-        "--confirm-rounds", "0",  # a test of kill and resume: the budget's trials only
+        sys.executable,
+        "-m",
+        "sweeper",
+        "run",
+        "--study",
+        STUDY,
+        "--storage",
+        url,
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--n-trials",
+        "4",
+        "--num-prompts",
+        "2",
+        "--output-len",
+        "32",
+        "--warmup-requests",
+        "0",
+        "--warmup-prompts",
+        "4",
+        "--enqueue",
+        f"sliding_window={smallest_window}",
+        "--confirm-rounds",
+        "0",  # a test of kill and resume: the budget's trials only
         "--json",
-    ]  # fmt: skip
+    ]
 
 
 def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
@@ -98,8 +110,9 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
     # vLLM shuts its engine down: no process of that server survives for long
     wait_for(
         lambda: not processes.pids_with_env(TOKEN_VARIABLE, victim.server_token),
-        60, "the killed sweeper's server to exit",
-    )  # fmt: skip
+        60,
+        "the killed sweeper's server to exit",
+    )
     print(f"server of the killed sweeper gone {time.monotonic() - killed_at:.1f} s after SIGKILL")
     # whatever would still be shutting down is stopped by the resumed sweeper through its token
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
@@ -137,9 +150,9 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
         assert record.ppl_cap == pytest.approx(cap, rel=1e-6)
         env = record.manifest["env"]
         assert env["SLIDING_WINDOW"] == str(record.params["sliding_window"])
-        assert json.loads(env["SPECULATIVE_CONFIG"])["num_speculative_tokens"] == record.params[
-            "num_speculative_tokens"
-        ]
+        assert (
+            json.loads(env["SPECULATIVE_CONFIG"])["num_speculative_tokens"] == record.params["num_speculative_tokens"]
+        )
         phases = dict(record.phases)
         assert phases["start"] > 0 and phases["teardown"] > 0
         assert phases.get("ppl", 0) > 0 or record.ppl_reused_from is not None
@@ -152,9 +165,7 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
     expected = {
         r.number
         for r in feasible
-        if not any(
-            o.tps >= r.tps and o.ppl <= r.ppl and (o.tps > r.tps or o.ppl < r.ppl) for o in feasible
-        )
+        if not any(o.tps >= r.tps and o.ppl <= r.ppl and (o.tps > r.tps or o.ppl < r.ppl) for o in feasible)
     }
     assert {r.number for r in pareto_front(records.values())} == expected
     assert {entry["number"] for entry in summary["pareto"]} == expected

@@ -136,9 +136,7 @@ def test_status_shows_the_gpu_of_a_running_trial(tmp_path: Path) -> None:
 
     run_study(toy.SPACE, evaluate, study_name="gpu-status", storage=url, n_trials=1, ppl_cap=toy.CAP)
     record = TrialStore(url).record("gpu-status", 0)
-    assert seen == [
-        [f"  running: trial 0 on {record.host} (pid {os.getpid()}): GPU 2,3, CPU cores 1"]
-    ]
+    assert seen == [[f"  running: trial 0 on {record.host} (pid {os.getpid()}): GPU 2,3, CPU cores 1"]]
     assert running_devices(study_status(url, "gpu-status")) == []  # none running any more
 
 
@@ -153,9 +151,13 @@ def _run(args: list[str], cwd: Path):
     repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(repo)}
     return subprocess.run(
-        [sys.executable, "-m", "sweeper", "run", *args], cwd=cwd, env=env,
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-m", "sweeper", "run", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_gpus_that_do_not_split_are_refused_before_anything_runs(demo, tmp_path: Path) -> None:
@@ -165,9 +167,23 @@ def test_gpus_that_do_not_split_are_refused_before_anything_runs(demo, tmp_path:
         (tmp_path / part).symlink_to(getattr(demo, part))
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     storage = tmp_path / "study.db"
-    result = _run(["--manifest", "manifest.json", "--space", "tiny-cpu", "--prompts",
-                   str(demo.prompts_tuning), "--ppl-data", str(demo.ppl_tuning),
-                   "--storage", str(storage), "--gpus", "0,1,2"], tmp_path)  # fmt: skip
+    result = _run(
+        [
+            "--manifest",
+            "manifest.json",
+            "--space",
+            "tiny-cpu",
+            "--prompts",
+            str(demo.prompts_tuning),
+            "--ppl-data",
+            str(demo.ppl_tuning),
+            "--storage",
+            str(storage),
+            "--gpus",
+            "0,1,2",
+        ],
+        tmp_path,
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --gpus 0,1,2: 3 GPU(s) do not split into groups of TENSOR_PARALLEL_SIZE=2"
@@ -240,9 +256,21 @@ def test_the_parent_reports_the_confirmed_best_not_the_fastest_figure(synthetic,
     url = f"sqlite:///{tmp_path / 'tie.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
     contender = {"sliding_window": 32, "centroid_top_k": 8, "num_speculative_tokens": 5}
-    run_study(space, synthetic.synthetic_evaluator(), study_name="tie", storage=url, n_trials=2, ppl_cap=2.35,
-              sampler="random", seed=0, enqueue=[contender], enqueue_space_configs=False,
-              confirm=ConfirmSettings(rounds=1), enqueue_base=True, handle_signals=False)  # fmt: skip
+    run_study(
+        space,
+        synthetic.synthetic_evaluator(),
+        study_name="tie",
+        storage=url,
+        n_trials=2,
+        ppl_cap=2.35,
+        sampler="random",
+        seed=0,
+        enqueue=[contender],
+        enqueue_space_configs=False,
+        confirm=ConfirmSettings(rounds=1),
+        enqueue_base=True,
+        handle_signals=False,
+    )
     status = study_status(url, "tie")
     now = standing(status.trials, ConfirmSettings(rounds=1))
     assert dict(status.best.params) == contender and status.best.tps == 189.0

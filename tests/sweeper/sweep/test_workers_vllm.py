@@ -39,11 +39,13 @@ def echoing_manifest(folder: Path, demo: DemoPaths) -> Path:
     path = folder / "manifest.json"
     manifest["name"] = "tiny-two-gpus"
     manifest["serve"] = [
-        "sh", "-c",
+        "sh",
+        "-c",
         'echo "sweeper-test: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES '
         'VLLM_CPU_OMP_THREADS_BIND=$VLLM_CPU_OMP_THREADS_BIND"; exec "$0" -m sweeper serve "$1"',
-        sys.executable, str(path),
-    ]  # fmt: skip
+        sys.executable,
+        str(path),
+    ]
     path.write_text(json.dumps(manifest))
     return path
 
@@ -53,16 +55,42 @@ def test_two_workers_on_two_gpus_share_one_study(tmp_path: Path, demo: DemoPaths
     url = f"sqlite:///{tmp_path / 'study.db'}"
     runs = tmp_path / "runs"
     command = [
-        sys.executable, "-m", "sweeper", "run",
-        "--manifest", str(manifest), "--space", "tiny-cpu",
-        "--prompts", str(demo.prompts_tuning), "--ppl-data", str(demo.ppl_tuning),
-        "--study", STUDY, "--storage", url, "--run-dir", str(runs),
-        "--n-trials", str(TRIALS), "--ppl-cap", "100",
-        "--num-prompts", "2", "--output-len", "16",
-        "--warmup-requests", "0", "--warmup-prompts", "2",
-        "--confirm-rounds", "0",  # this test counts the budget's trials: no races
-        "--gpus", "0,1", "--json",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "sweeper",
+        "run",
+        "--manifest",
+        str(manifest),
+        "--space",
+        "tiny-cpu",
+        "--prompts",
+        str(demo.prompts_tuning),
+        "--ppl-data",
+        str(demo.ppl_tuning),
+        "--study",
+        STUDY,
+        "--storage",
+        url,
+        "--run-dir",
+        str(runs),
+        "--n-trials",
+        str(TRIALS),
+        "--ppl-cap",
+        "100",
+        "--num-prompts",
+        "2",
+        "--output-len",
+        "16",
+        "--warmup-requests",
+        "0",
+        "--warmup-prompts",
+        "2",
+        "--confirm-rounds",
+        "0",  # this test counts the budget's trials: no races
+        "--gpus",
+        "0,1",
+        "--json",
+    ]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
