@@ -1,11 +1,10 @@
-"""What the TPS parity benchmarks share: the prompts, the records of a run, the statistics.
+"""What the harness-parity benchmark (``tps_vs_harness_client.py``) needs beside HTTP and the server.
 
-Kept free of HTTP and of the server so that the tests can check it on its
-own: the geometric mean of paired ratios with a t interval on their logs
-(the t quantile computed here, without scipy, since the GPU machine may not
-have it), the parsing of a ``bench_serving`` result line, the client-side
-gaps between requests, the server's ``/metrics`` counters, and the host's
-and a process tree's CPU time from ``/proc``.
+Kept free of both so that the tests can check it on its own: the geometric
+mean of paired ratios with a t interval on their logs (Student's t from
+``evaluators.intervals``), the parsing of a ``bench_serving`` result line,
+the client-side gaps between requests, the server's ``/metrics`` counters,
+and the host's and a process tree's CPU time from ``/proc``.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from evaluators.intervals import t_quantile
 
 # the server's own counters and histogram sums, read before and after each run
 SERVER_COUNTERS = {
@@ -184,58 +185,6 @@ def process_tree(root_pid: int) -> set[int]:
     return tree
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ThreadState:
-    """One thread at one moment: who it is, the CPU it last ran on, its CPU time so far (s)."""
-
-    pid: int
-    tid: int
-    name: str
-    processor: int
-    cpu_s: float
-
-
-def thread_states(pids: set[int]) -> list[ThreadState]:
-    """Every thread of ``pids``, from ``/proc/<pid>/task/<tid>/stat`` (field 39: the CPU it last ran on)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    states = []
-    for pid in sorted(pids):
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            except OSError:
-                continue
-            name = text[text.find("(") + 1 : text.rfind(")")]
-            rest = text[text.rfind(")") + 2 :].split()
-            states.append(
-                ThreadState(
-                    pid=pid,
-                    tid=int(tid),
-                    name=name,
-                    processor=int(rest[36]),
-                    cpu_s=(int(rest[11]) + int(rest[12])) / ticks,
-                )
-            )
-    return states
-
-
-def core_mhz(cpuinfo_text: str | None = None) -> dict[int, float]:
-    """Each CPU's current clock (MHz) from ``/proc/cpuinfo`` ({} where it says none)."""
-    text = cpuinfo_text if cpuinfo_text is not None else Path("/proc/cpuinfo").read_text()
-    clocks, processor = {}, None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "processor":
-            processor = int(value)
-        elif key.strip() == "cpu MHz" and processor is not None:
-            clocks[processor] = float(value)
-    return clocks
-
-
 def process_cpu_s(pid: int) -> float | None:
     """utime + stime (s) of one live process, or None when it is gone."""
     try:
@@ -260,60 +209,6 @@ def cpu_in_last(samples: Sequence[tuple[float, float]], end_s: float, window_s: 
 
 
 # -- statistics ----------------------------------------------------------------------------------
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (Lentz's method)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        for numerator in (
-            m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
-            -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (bisection on ``t_cdf``)."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, not p={p}, df={df}")
-    low, high = -1e6, 1e6
-    for _ in range(200):
-        mid = (low + high) / 2.0
-        if t_cdf(mid, df) < p:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -389,149 +284,3 @@ def pairs_for_interval(sd_log_ratio: float, half_width: float, *, confidence: fl
         if t_quantile(0.5 + confidence / 2, pairs - 1) * sd_log_ratio / math.sqrt(pairs) <= target:
             return pairs
     raise ValueError(f"no sample size under 100000 pairs for SD {sd_log_ratio} and +-{half_width}")
-
-
-def request_starts_backwards(end: float, duration_s: float, latencies_s: Sequence[float]) -> list[float]:
-    """The start times of back-to-back requests whose timed run ended at ``end``.
-
-    The run's time outside the requests is spread evenly between them (for the harness's
-    client it is under half a millisecond a request).
-    """
-    if not latencies_s:
-        return []
-    gap = max(duration_s - sum(latencies_s), 0.0) / len(latencies_s)
-    starts, at = [], end - duration_s
-    for latency in latencies_s:
-        starts.append(at)
-        at += latency + gap
-    return starts
-
-
-def load_probe(path: str | Path) -> list[dict[str, float]]:
-    """The lines ``host_probe.py`` wrote (a torn last line, from a probe still writing, is left out)."""
-    lines = []
-    for text in Path(path).read_text().splitlines():
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            continue
-    return lines
-
-
-def probe_mean(lines: Sequence[Mapping[str, float]], key: str, start: float, end: float) -> float | None:
-    """The mean of ``key`` over the probe's seconds whose middle lies in [start, end] (unix times)."""
-    values = [line[key] for line in lines if start <= line["t"] <= end and key in line]
-    return statistics.fmean(values) if values else None
-
-
-# The probe's cpu_ms under which a host counts as quiet. Set on 2026-12-03 after seeing the runs: the
-# one quiet H200 host read 0.77 ms (quartiles 0.76-0.78), the busy ones 1.25-1.81 on average and
-# moving, so any cut from 0.8 to 1.25 ms splits those sessions alike. It is a cut for those machines:
-# the loop's time depends on the processor (0.57 ms on a 2-core CPU machine of ours), so another kind
-# of host wants its own cut (pool_parity.py --quiet-cpu-ms).
-QUIET_CPU_MS = 1.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class HostState:
-    """How fast and how steady the host was over a stretch of the probe's seconds (its ``cpu_ms``)."""
-
-    seconds: int
-    median_cpu_ms: float
-    low_quartile_cpu_ms: float
-    high_quartile_cpu_ms: float
-    quiet: bool  # median under the cut (QUIET_CPU_MS unless told otherwise)
-
-    def describe(self) -> str:
-        return (
-            f"probe cpu_ms median {self.median_cpu_ms:.3f} (quartiles {self.low_quartile_cpu_ms:.3f} and "
-            f"{self.high_quartile_cpu_ms:.3f}, {self.seconds} s): a {'quiet' if self.quiet else 'busy'} host"
-        )
-
-
-def host_state(
-    lines: Sequence[Mapping[str, float]],
-    *,
-    start: float | None = None,
-    end: float | None = None,
-    quiet_cpu_ms: float = QUIET_CPU_MS,
-) -> HostState | None:
-    """The probe's ``cpu_ms`` over its seconds in [start, end] (unix times; open ends take all); None without any."""
-    values = [
-        line["cpu_ms"]
-        for line in lines
-        if "cpu_ms" in line and (start is None or line["t"] >= start) and (end is None or line["t"] <= end)
-    ]
-    if not values:
-        return None
-    if len(values) == 1:
-        low = median = high = values[0]
-    else:
-        low, median, high = statistics.quantiles(values, n=4, method="inclusive")
-    return HostState(
-        seconds=len(values),
-        median_cpu_ms=median,
-        low_quartile_cpu_ms=low,
-        high_quartile_cpu_ms=high,
-        quiet=median < quiet_cpu_ms,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AdjustedRatio:
-    """Paired ratios with a covariate taken out: log ratio = log(adjusted) + slope * covariate.
-
-    ``covariate`` is, per pair, the log of the probe's time in the ``side`` run over its
-    time in the ``against`` run: 0 when the host was equally fast in both. ``adjusted`` is
-    the ratio at equal host speed, its interval a t interval with n - 2 degrees of freedom
-    (the intercept of a least-squares line); None below 3 pairs or when the covariate
-    does not vary.
-    """
-
-    count: int
-    adjusted: float | None
-    low: float | None
-    high: float | None
-    slope: float | None
-    residual_sd: float | None
-    confidence: float
-
-    def describe(self) -> str:
-        if self.adjusted is None:
-            return f"no adjusted figure ({self.count} pairs)"
-        return (
-            f"{self.adjusted:.4f} ({self.confidence:.0%} interval {self.low:.4f} to {self.high:.4f}; "
-            f"{self.count} pairs, slope {self.slope:.3f}, residual SD of the log ratio "
-            f"{self.residual_sd:.4f})"
-        )
-
-
-def adjusted_ratio(ratios: Sequence[float], covariate: Sequence[float], *, confidence: float = 0.95) -> AdjustedRatio:
-    """Least squares of log(ratio) on ``covariate``; the intercept, exponentiated, with its t interval."""
-    if len(ratios) != len(covariate) or any(not r > 0 for r in ratios):
-        raise ValueError("adjusted_ratio needs one covariate per ratio and positive ratios")
-    n = len(ratios)
-    ys = [math.log(r) for r in ratios]
-    none = AdjustedRatio(
-        count=n, adjusted=None, low=None, high=None, slope=None, residual_sd=None, confidence=confidence
-    )
-    if n < 3:
-        return none
-    x_mean, y_mean = statistics.fmean(covariate), statistics.fmean(ys)
-    sxx = sum((x - x_mean) ** 2 for x in covariate)
-    if sxx <= 1e-12 * max(1.0, sum(x * x for x in covariate)):  # a covariate that does not vary
-        return none
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(covariate, ys)) / sxx
-    intercept = y_mean - slope * x_mean
-    residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(covariate, ys)) / (n - 2)
-    se = math.sqrt(residual_var * (1.0 / n + x_mean**2 / sxx))
-    half = t_quantile(0.5 + confidence / 2.0, n - 2) * se
-    return AdjustedRatio(
-        count=n,
-        adjusted=math.exp(intercept),
-        low=math.exp(intercept - half),
-        high=math.exp(intercept + half),
-        slope=slope,
-        residual_sd=math.sqrt(residual_var),
-        confidence=confidence,
-    )

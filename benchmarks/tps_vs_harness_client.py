@@ -2,30 +2,22 @@
 
 Each round runs the harness's client (sglang 0.5.2's ``bench_serving.py``,
 as a script, with the harness's flags) and ``evaluators.measure_tps`` (with
-its defaults, through ``tps_ours_client.py``), each in a process of its
-own as the harness runs its client: the harness first in even rounds, ours
-first in odd ones. With ``--ours-connection harness,keep-alive`` ours runs
-once per protocol in every round (sides ``ours`` and ``ours:keep-alive``),
-and the order turns one place a round, so each side takes each place once
-in three rounds. ``--ours-idle-s S`` adds a side ``ours:idle``: ours's
-first protocol after S seconds of waiting before its warm-up, so that the
-server idles before the run as long as it does while the harness's client
-starts (about 8.5 s longer than ours takes). For every run it records the TPS, the client-side time
-between requests (wall clock less the sum of the request latencies; ours
-also per gap, from measure_tps's per-request end times), the server's
+its defaults, through this script's ``ours-run`` mode), each in a process
+of its own as the harness runs its client: the harness first in even
+rounds, ours first in odd ones. With ``--ours-connection harness,keep-alive``
+ours runs once per protocol in every round (sides ``ours`` and
+``ours:keep-alive``), and the order turns one place a round. For every run
+it records the TPS, the client-side time between requests (wall clock less
+the sum of the request latencies; ours also per gap), the server's
 ``/metrics`` counters before and after (requests, end-to-end, queue,
-prefill, decode and inter-token time sums, tokens, acceptance; the
-clients' 4 warm-up requests are inside), the client process's CPU time
-(all of it from ``os.wait4``, and that of its last ``duration`` seconds
-from ``/proc/<pid>/stat`` read every 0.25 s), the server process tree's
-CPU time and the host's busy CPU. It prints a table per size and the geometric mean of
-ours / harness with a 95 % interval (t on the log ratios), and writes
-everything to ``--out`` (JSON, rewritten after every run). With
-``--probe-log`` (``host_probe.py``'s output) each run also gets the probe's
-means over its timed window, and each size the host's state before its
-first round and during its rounds (``parity.host_state``: the probe's
-``cpu_ms`` median and quartiles, quiet or busy), so a session on a busy
-host is known as one before it has spent its rounds.
+prefill, decode and inter-token time sums, tokens, acceptance; the clients'
+4 warm-up requests are inside), the client process's CPU time, the server
+process tree's CPU time and the host's busy CPU. It prints a table per
+size, the geometric mean of ours / harness with a 95 % interval (t on the
+log ratios), the same at equal server time (each round's TPS ratio times
+the server's own end-to-end time ratio: what the clients and the API path
+add), and a map of the server's speed request by request; it writes
+everything to ``--out`` (JSON, rewritten after every run).
 
 The client's file, without installing sglang (it imports nothing of
 sglang; it needs aiohttp, numpy, requests, tqdm and transformers)::
@@ -66,9 +58,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,14 +72,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import parity  # noqa: E402
 
-from evaluators import TpsSettings, load_prompts  # noqa: E402
+from evaluators import TpsSettings, load_prompts, measure_tps  # noqa: E402
 from evaluators.spec_metrics import parse_metrics  # noqa: E402
 from evaluators.tps import CONNECTIONS, select_prompts  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
 
-OURS_CLIENT = Path(__file__).resolve().parent / "tps_ours_client.py"
+OURS_RUN = "ours-run"  # the mode in which this script is one measure_tps run (a process of its own)
 HARNESS_FLAGS = [
     "--backend",
     "vllm-chat",
@@ -107,10 +97,6 @@ HARNESS_FLAGS = [
     "--extra-request-body",
     json.dumps({"ignore_eos": True}),
 ]
-# the host probe's figures (host_probe.py), and the time the harness's client takes from its timer's
-# end to its output file (its metrics and printing): its requests' unix times are counted back from it
-PROBE_KEYS = ("cpu_ms", "mem_ms", "gpu_ms")
-HARNESS_WRITE_S = 0.2
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -135,71 +121,14 @@ class ChildRun:
     cpu_samples: tuple[tuple[float, float], ...]
 
 
-class ServerWatch:
-    """The server's busy threads while a client runs: the CPU each ran on, its share of it, that CPU's clock.
-
-    Called about once a second; a thread counts as busy in an interval when it used at
-    least 5 % of a core. A slow stretch of the server (``print_speed_map``) can then be
-    laid beside where its threads ran and how fast those cores were clocked.
-    """
-
-    def __init__(self, server_pid: int | None) -> None:
-        self.server_pid = server_pid
-        self.samples: list[dict[str, Any]] = []
-        self._last: tuple[float, dict[int, float]] | None = None
-        self._pids: set[int] = set()
-
-    def __call__(self, now: float) -> None:
-        if self.server_pid is None:
-            return
-        if not self._pids or len(self.samples) % 30 == 0:  # the tree rarely changes: rescan now and then
-            self._pids = parity.process_tree(self.server_pid)
-        states = parity.thread_states(self._pids)
-        clocks = parity.core_mhz()
-        cpu = {t.tid: t.cpu_s for t in states}
-        if self._last is not None:
-            then, before = self._last
-            busy = []
-            for t in states:
-                share = (t.cpu_s - before.get(t.tid, t.cpu_s)) / max(now - then, 1e-6)
-                if share >= 0.05:
-                    busy.append([t.tid, t.name, t.processor, round(share, 3), clocks.get(t.processor)])
-            self.samples.append({"t": round(now, 2), "busy": busy})
-        self._last = (now, cpu)
-
-    def summary(self) -> dict[str, Any]:
-        """The busiest thread: its name, the CPUs it ran on (share of samples each), its median clock."""
-        totals: dict[int, float] = {}
-        for sample in self.samples:
-            for tid, _, _, share, _ in sample["busy"]:
-                totals[tid] = totals.get(tid, 0.0) + share
-        if not totals:
-            return {}
-        top = max(totals, key=totals.__getitem__)
-        seen = [b for sample in self.samples for b in sample["busy"] if b[0] == top]
-        cores: dict[int, int] = {}
-        for b in seen:
-            cores[b[2]] = cores.get(b[2], 0) + 1
-        clocks = [b[4] for b in seen if b[4] is not None]
-        return {
-            "tid": top,
-            "name": seen[0][1],
-            "mean_share": totals[top] / max(len(self.samples), 1),
-            "cores": {str(c): n / len(seen) for c, n in sorted(cores.items())},
-            "median_mhz": statistics.median(clocks) if clocks else None,
-        }
-
-
-def run_child(
-    command: list[str], log: Path, timeout_s: float, env: dict[str, str], watch: ServerWatch | None = None
-) -> ChildRun:
-    """Run ``command`` with its output to ``log``, reading its CPU time (and ``watch``, ~1/s) while it runs."""
+def run_child(command: list[str], log: Path, timeout_s: float, env: dict[str, str]) -> ChildRun:
+    """Run ``command`` with its output to ``log``, reading its CPU time while it runs."""
     began = time.perf_counter()
     samples: list[tuple[float, float]] = []
     with log.open("w") as sink:
         child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
         deadline = time.monotonic() + timeout_s
-        next_sample = next_watch = 0.0
+        next_sample = 0.0
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
             if pid:
@@ -210,9 +139,6 @@ def run_child(
                 if cpu is not None:
                     samples.append((now, cpu))
                 next_sample = now + 0.25
-            if watch is not None and now >= next_watch:
-                watch(now)
-                next_watch = now + 1.0
             if time.monotonic() > deadline:
                 child.kill()
                 pid, status, usage = os.wait4(child.pid, 0)
@@ -242,7 +168,7 @@ class Bench:
         workdir: Path,
     ) -> None:
         self.args, self.base_url, self.model, self.server_pid = args, base_url, model, server_pid
-        self.sides = ours_sides(args.ours_connection, args.ours_idle_s)
+        self.sides = ours_sides(args.ours_connection)
         self.tokenizer, self.dataset, self.workdir = tokenizer, dataset, workdir
         self.num_prompts, self.output_len = size
         self.timeout_s = 120 + self.num_prompts * (30 + 0.1 * self.output_len)
@@ -275,7 +201,8 @@ class Bench:
     def ours_command(self, result: Path, side: OursSide) -> list[str]:
         return [
             sys.executable,
-            str(OURS_CLIENT),
+            str(Path(__file__).resolve()),
+            OURS_RUN,
             "--base-url",
             self.base_url,
             "--model",
@@ -288,8 +215,6 @@ class Bench:
             str(self.output_len),
             "--connection",
             side.connection,
-            "--idle-before-s",
-            str(side.idle_before_s),
             "--out",
             str(result),
         ]
@@ -306,8 +231,7 @@ class Bench:
         host = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
         log = self.workdir / f"{tag}-{side.replace(':', '-')}.log"
-        watch = ServerWatch(self.server_pid)
-        child = run_child(command, log, self.timeout_s, self.env, watch)
+        child = run_child(command, log, self.timeout_s, self.env)
         code, wall, cpu = child.exit_code, child.wall_s, child.cpu_s
         host_after = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None
@@ -327,8 +251,6 @@ class Bench:
             "server": served,
             "command": command[1:],
             "cpu_samples": [list(s) for s in child.cpu_samples],
-            "server_threads": watch.samples,
-            "server_busiest_thread": watch.summary(),
         }
         if code != 0 or not result.exists():
             tail = log.read_text()[-3000:]
@@ -344,10 +266,6 @@ class Bench:
                 "input_lens": list(run.input_lens),
                 "errors": list(run.errors)[:3],
             }
-            # the client writes its file just after its timer stops (its metrics and printing take a
-            # fraction of a second), and its requests run back to back: their unix times, to ~0.5 s
-            ended = result.stat().st_mtime - HARNESS_WRITE_S
-            row["request_starts_unix"] = parity.request_starts_backwards(ended, run.duration_s, run.latencies_s)
         else:
             data = json.loads(result.read_text())
             measured = data["result"]
@@ -370,29 +288,12 @@ class Bench:
                 "child_self_cpu_s": data["self_cpu_s"],
                 "child_process_s": data["process_s"],
                 "child_window_cpu_s": data.get("window_cpu_s"),
-                "idle_before_s": data.get("idle_before_s", 0.0),
             }
-            if "started_unix" in data and len(data["request_ends_s"]) == len(latencies):
-                row["request_starts_unix"] = [
-                    data["started_unix"] + end - latency for end, latency in zip(data["request_ends_s"], latencies)
-                ]
         row |= parity.gap_summary(row["duration_s"], row["latencies_s"])
-        window = timed_window(row)
-        if self.args.probe_log and window:
-            # the host probe's figures over this run's timed window (a covariate: host_probe.py)
-            start, end = window
-            lines = parity.load_probe(self.args.probe_log)
-            row["probe"] = {key: parity.probe_mean(lines, key, start, end) for key in PROBE_KEYS}
         # both sides alike: the CPU of the client's last `duration` seconds (its timed window and what it
         # does after it: printing and writing its result)
         row["client_window_cpu_s"] = parity.cpu_in_last(child.cpu_samples, wall, row["duration_s"], cpu)
         return row
-
-
-def timed_window(row: dict[str, Any]) -> tuple[float, float] | None:
-    """A run's timed window in unix times: its first request's start to its last one's end (None unknown)."""
-    starts = row.get("request_starts_unix")
-    return (starts[0], starts[-1] + row["latencies_s"][-1]) if starts else None
 
 
 def describe_run(row: dict[str, Any]) -> str:
@@ -406,23 +307,8 @@ def describe_run(row: dict[str, Any]) -> str:
         f"{row['process_wall_s']:.1f} s, {row['client_window_cpu_s']:.2f} s in its timed window; server: {served['requests']:.0f} requests (warm-up included), "
         f"e2e {per_measured(row, 'e2e_s'):.1f} ms, decode {per_measured(row, 'decode_s'):.1f} ms each, "
         f"{served['generation_tokens']:.0f} generated, {served['accepted'] / max(served['drafts'], 1):.3f} "
-        f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores{describe_thread(row)}"
-        f"{describe_probe(row)}"
+        f"accepted per draft; host busy {row['host_busy_cores']:.2f} cores"
     )
-
-
-def describe_probe(row: dict[str, Any]) -> str:
-    seen = {key: value for key, value in (row.get("probe") or {}).items() if value}
-    return "; probe " + ", ".join(f"{key} {value:.3f}" for key, value in seen.items()) if seen else ""
-
-
-def describe_thread(row: dict[str, Any]) -> str:
-    top = row.get("server_busiest_thread") or {}
-    if not top:
-        return ""
-    cores = ", ".join(f"{c}: {share:.0%}" for c, share in sorted(top["cores"].items(), key=lambda kv: -kv[1])[:4])
-    clock = f", {top['median_mhz']:.0f} MHz" if top.get("median_mhz") else ""
-    return f"; server's busiest thread {top['name']} ({top['mean_share']:.2f} of a core) on CPU {cores}{clock}"
 
 
 def per_measured(row: dict[str, Any], key: str) -> float:
@@ -432,29 +318,20 @@ def per_measured(row: dict[str, Any], key: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class OursSide:
-    """How one of our sides measures: ``measure_tps``'s connection protocol, and the idle before its warm-up."""
+    """How one of our sides measures: ``measure_tps``'s connection protocol."""
 
     connection: str
-    idle_before_s: float = 0.0
 
 
-def ours_sides(connections: str, idle_s: float | None = None) -> dict[str, OursSide]:
-    """``harness,keep-alive`` -> sides ``ours`` (harness) and ``ours:keep-alive``; ``idle_s`` adds ``ours:idle``.
-
-    ``ours:idle`` measures with the first protocol after ``idle_s`` seconds of the server idle.
-    """
+def ours_sides(connections: str) -> dict[str, OursSide]:
+    """``harness,keep-alive`` -> sides ``ours`` (harness) and ``ours:keep-alive``."""
     wanted = [c.strip() for c in connections.split(",") if c.strip()]
     unknown = [c for c in wanted if c not in CONNECTIONS]
     if not wanted or unknown or len(set(wanted)) < len(wanted):
         raise argparse.ArgumentTypeError(
             f"--ours-connection: one or more of {', '.join(CONNECTIONS)}, each once, not {connections!r}"
         )
-    sides = {("ours" if i == 0 else f"ours:{c}"): OursSide(c) for i, c in enumerate(wanted)}
-    if idle_s is not None:
-        if not 0 < idle_s <= 600:
-            raise argparse.ArgumentTypeError(f"--ours-idle-s: more than 0 and at most 600 seconds, not {idle_s}")
-        sides["ours:idle"] = OursSide(wanted[0], idle_s)
-    return sides
+    return {("ours" if i == 0 else f"ours:{c}"): OursSide(c) for i, c in enumerate(wanted)}
 
 
 def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str = "harness") -> dict[str, Any]:
@@ -480,15 +357,6 @@ def size_summary(rounds: list[dict[str, Any]], side: str = "ours", against: str 
         summary["equal_server_time_ratio"] = parity.ratio_summary(
             [ratio * server for ratio, server in zip(ratios, server_ratios["e2e_s"])]
         ).__dict__
-        # the ratio at equal host speed, as the probe on other cores saw it (host_probe.py)
-        adjusted = {}
-        for key in PROBE_KEYS:
-            probes = [(r[side].get("probe", {}).get(key), r[against].get("probe", {}).get(key)) for r in done]
-            if all(o and h for o, h in probes):
-                covariate = [math.log(o / h) for o, h in probes]
-                adjusted[key] = {"covariate": covariate, **parity.adjusted_ratio(ratios, covariate).__dict__}
-        if adjusted:
-            summary["adjusted"] = adjusted
     return summary
 
 
@@ -530,16 +398,9 @@ def print_table(
             f"same output tokens on both sides: {summary['same_tokens']}; prompt token offsets "
             f"({side} - {against}, per prompt): {summary['prompt_token_offsets']}"
         )
-        for key, fit in summary.get("adjusted", {}).items():
-            shown = {k: v for k, v in fit.items() if k != "covariate"}
-            steps = ", ".join(f"{math.exp(c):.3f}" for c in fit["covariate"])
-            print(
-                f"at equal host speed by the probe's {key} (its {side} / {against} by round: {steps}): "
-                f"{parity.AdjustedRatio(**shown).describe()}"
-            )
 
 
-def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | None = None) -> None:
+def print_speed_map(label: str, rounds: list[dict[str, Any]]) -> None:
     """Each run's requests, in order, as the server's speed at the time (``parity.relative_speed_by_request``).
 
     One character a request: ``.`` under 0.9 of that prompt's median time per token over all
@@ -566,31 +427,6 @@ def print_speed_map(label: str, rounds: list[dict[str, Any]], probe_log: str | N
         strip = "".join("." if v < 0.9 else "-" if v < 1.1 else "+" if v < 1.3 else "#" for v in values)
         slow = sum(v >= 1.1 for v in values) / len(values)
         print(f"{index:>3} {side:<16} {row['tps']:8.2f} slow {slow:4.0%} {strip}")
-    if probe_log:
-        print_probe_correlation(label, [row for _, _, row in runs], relative, parity.load_probe(probe_log))
-
-
-def print_probe_correlation(
-    label: str, rows: list[dict[str, Any]], relative: list[list[float]], lines: list[dict[str, float]]
-) -> None:
-    """Does the probe on other cores see the server's slow stretches? Request by request, over all runs.
-
-    The correlation of the log of each request's relative time per token (the speed map's
-    figure) with the log of the probe's time over that request's span (+- 0.5 s).
-    """
-    for key in PROBE_KEYS:
-        pairs = []
-        for row, values in zip(rows, relative):
-            for begin, latency, value in zip(row.get("request_starts_unix") or [], row["latencies_s"], values):
-                seen = parity.probe_mean(lines, key, begin - 0.5, begin + latency + 0.5)
-                if seen:
-                    pairs.append((math.log(value), math.log(seen)))
-        if len(pairs) >= 3 and len({p[1] for p in pairs}) > 1:
-            r = statistics.correlation([p[0] for p in pairs], [p[1] for p in pairs])
-            print(
-                f"{label}: the server's time per token against the probe's {key}, request by request: "
-                f"correlation {r:+.3f} over {len(pairs)} requests"
-            )
 
 
 def summarize(entry: dict[str, Any], rounds: list[dict[str, Any]], sides: tuple[str, ...]) -> None:
@@ -610,6 +446,52 @@ def demo_prompt_pairs(source: str | None, count: int) -> list[tuple[str, str]]:
         return tuning[:count]
     heldout = [(p.id, p.text) for p in load_prompts(demo.prompts_heldout)]
     return parity.extend_prompts(tuning + heldout, count)
+
+
+def ours_run(argv: list[str]) -> None:
+    """One ``measure_tps`` run against a running server: this script's ``ours-run`` mode, a process of its own.
+
+    It measures with ``TpsSettings``'s defaults but for the size and the connection,
+    and writes the result, each request's end time (``time.perf_counter`` of this
+    process, from the progress callback) and this process's CPU time to ``--out``.
+    """
+    parser = argparse.ArgumentParser(prog=f"tps_vs_harness_client.py {OURS_RUN}", description=ours_run.__doc__)
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--model", required=True, help="the served model name")
+    parser.add_argument("--prompts", required=True, help="a ShareGPT JSON file")
+    parser.add_argument("--num-prompts", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=512)
+    parser.add_argument("--connection", choices=CONNECTIONS, default=TpsSettings.connection)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    prompts = load_prompts(args.prompts)
+    settings = TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, connection=args.connection)
+    ends: list[float] = []
+    marks: dict[str, float] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "tps":
+            ends.append(time.perf_counter())
+        elif phase == "tps warm-up":
+            marks["warmup_cpu"] = sum(os.times()[:2])
+
+    result = measure_tps(args.base_url, args.model, prompts, settings, progress=progress)
+    finished = time.perf_counter()
+    times = os.times()
+    record = {
+        "result": result.to_dict(),
+        "request_ends_s": [t - started for t in ends],
+        "process_s": finished - started,
+        "self_cpu_s": times.user + times.system,
+        # from the warm-up's end (the 1 s pause, then the timed requests) to the end
+        "window_cpu_s": times.user + times.system - marks.get("warmup_cpu", 0.0),
+    }
+    Path(args.out).write_text(json.dumps(record))
+    if not result.ok:
+        print(f"measure_tps failed: {result.first_error}", file=sys.stderr)
+        raise SystemExit(1)
+    print(f"ours {result.tps:.2f} tok/s: {result.output_tokens} tokens in {result.duration_s:.2f} s")
 
 
 def main() -> None:
@@ -637,17 +519,6 @@ def main() -> None:
         f"every round ({', '.join(CONNECTIONS)}; default: its own default, "
         f"{TpsSettings.connection})",
     )
-    parser.add_argument(
-        "--ours-idle-s",
-        type=float,
-        help="add a side ours:idle, which waits this many seconds before its warm-up (the "
-        "server idle, as while the harness's client starts; about 8.5 on the H200)",
-    )
-    parser.add_argument(
-        "--probe-log",
-        help="host_probe.py's output while the runs ran: each run's record gets "
-        "the probe's figures, and the summary the ratio at equal host speed",
-    )
     parser.add_argument("--out", "--json", dest="out", help="write every record and the summary here (JSON)")
     args = parser.parse_args()
     if args.client_script:
@@ -661,7 +532,7 @@ def main() -> None:
     if args.base_url and not args.model:
         parser.error("--base-url needs --model")
     try:
-        sides = ("harness", *ours_sides(args.ours_connection, args.ours_idle_s))
+        sides = ("harness", *ours_sides(args.ours_connection))
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -675,7 +546,6 @@ def main() -> None:
         "manifest": manifest.name,
         "host_cpus": os.cpu_count(),
         "ours_connection": args.ours_connection,
-        "ours_idle_s": args.ours_idle_s,
         "sizes": {},
     }
 
@@ -707,12 +577,6 @@ def main() -> None:
             rounds: list[dict[str, Any]] = []
             entry = report["sizes"][label] = {"rounds": rounds, "expected_order": expected}
             print(f"{label}: {size[0]} prompts x {size[1]} tokens, {args.rounds} rounds", flush=True)
-            if args.probe_log and Path(args.probe_log).exists():
-                # known before any round: how busy the host is (a quiet one keeps the server at one speed)
-                host = parity.host_state(parity.load_probe(args.probe_log))
-                if host:
-                    entry["host_before"] = dataclasses.asdict(host)
-                    print(f"  the host before the rounds: {host.describe()}", flush=True)
             last_round_s = 0.0
             for index in range(args.rounds):
                 elapsed = time.monotonic() - began
@@ -751,15 +615,7 @@ def main() -> None:
         for pair, summary in entry["pairs"].items():
             side, against = pair.split(" / ")
             print_table(label, entry["rounds"], summary, side, against)
-        print_speed_map(label, entry["rounds"], args.probe_log)
-        windows = [w for w in (timed_window(r[side]) for r in entry["rounds"] for side in sides) if w]
-        if args.probe_log and windows:
-            host = parity.host_state(
-                parity.load_probe(args.probe_log), start=min(w[0] for w in windows), end=max(w[1] for w in windows)
-            )
-            if host:
-                entry["host_during"] = dataclasses.asdict(host)
-                print(f"{label}: the host during the rounds: {host.describe()}")
+        print_speed_map(label, entry["rounds"])
         for pair, summary in entry["pairs"].items():
             sd = summary.get("ratio", {}).get("log_sd")
             if sd:
@@ -769,11 +625,13 @@ def main() -> None:
                 )
         orders = [r[s].get("same_order") for r in entry["rounds"] for s in sides[1:] if r[s].get("ok")]
         print(f"ours sent the prompts in the harness's order: {all(orders) if orders else None}")
-    save()  # with the host's state during the rounds
     failed = [r for e in report["sizes"].values() for r in e["rounds"] if not all(r[s].get("ok") for s in sides)]
     if failed:
         raise SystemExit(f"{len(failed)} rounds had a failed run")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == [OURS_RUN]:
+        ours_run(sys.argv[2:])
+    else:
+        main()

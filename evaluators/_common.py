@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from sweeper.errors import MeasurementError
+from errortree import MeasurementError
 
 logger = logging.getLogger(__name__)
 

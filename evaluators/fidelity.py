@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from errortree import DataError, MeasurementError
 from evaluators._common import (
     DEFAULT_TIMEOUT_S,
     ProgressCallback,
@@ -31,7 +32,6 @@ from evaluators._common import (
     report,
 )
 from evaluators.prompts import Prompt, PromptSet
-from sweeper.errors import DataError, MeasurementError
 
 logger = logging.getLogger(__name__)
 

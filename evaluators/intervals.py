@@ -20,6 +20,13 @@ against the base manifest) is a question about the between-server spread:
 measured more than once (a prior figure, with its own weight, stands in
 until there are repeats), and ``speedup_interval`` gives the ratio of two
 configurations' geometric-mean TPS with a t-interval on that spread.
+``paired_ratio_interval`` (and ``ratio_interval``) judge side-by-side pairs
+on their own spread instead; ``screen_floor`` is the screen figure below
+which a contender is not measured in full.
+
+This module is the one home of the statistics: Student's t (``t_quantile``,
+``t_cdf``), the prior spread (``PRIOR_SPREAD``) and the default confidence
+(``DEFAULT_CONFIDENCE``) are defined here and nowhere else.
 """
 
 from __future__ import annotations
@@ -31,7 +38,11 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from sweeper.errors import MeasurementError
+from errortree import MeasurementError
+
+DEFAULT_CONFIDENCE = 0.95  # of every TPS and speedup interval unless a caller asks for another
+PRIOR_SPREAD = 0.10  # SD of log TPS between fresh servers assumed until repeats measure it (0.10: 10 %)
+SCREEN_FLOOR_ERRORS = 2.0  # standard errors of a difference of single figures below the incumbent's screen
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,7 +70,7 @@ def request_interval(
     latencies_s: Sequence[float],
     *,
     tps: float | None = None,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = 2000,
     seed: int = 0,
 ) -> Interval:
@@ -100,17 +111,13 @@ def request_interval(
     )
 
 
-def repeat_interval(values: Sequence[float], *, confidence: float = 0.95) -> Interval:
+def repeat_interval(values: Sequence[float], *, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """Student-t interval of the mean of repeated figures (fresh servers)."""
     _check_confidence(confidence)
     if len(values) < 2:
         raise MeasurementError("repeat_interval: at least 2 repeats are needed")
     mean = statistics.fmean(values)
-    from scipy.stats import t as student_t  # a dependency already (Optuna's GP sampler)
-
-    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, len(values) - 1)) * (
-        statistics.stdev(values) / math.sqrt(len(values))
-    )
+    half = _two_sided_quantile(confidence, len(values) - 1) * (statistics.stdev(values) / math.sqrt(len(values)))
     return Interval(
         value=mean,
         low=mean - half,
@@ -177,7 +184,7 @@ def speedup_interval(
     base: Sequence[float],
     *,
     spread: Spread,
-    confidence: float = 0.95,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> Interval:
     """Interval of ``candidate``'s TPS over ``base``'s (1.10: 10 % faster).
 
@@ -189,9 +196,7 @@ def speedup_interval(
     if not candidate or not base:
         raise MeasurementError("speedup_interval: each side needs at least one TPS figure")
     difference = statistics.fmean(map(_log_tps, candidate)) - statistics.fmean(map(_log_tps, base))
-    from scipy.stats import t as student_t
-
-    quantile = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, spread.df))
+    quantile = _two_sided_quantile(confidence, spread.df)
     half = quantile * spread.relative * math.sqrt(1.0 / len(candidate) + 1.0 / len(base))
     return Interval(
         value=math.exp(difference),
@@ -206,7 +211,7 @@ def speedup_interval(
     )
 
 
-def tps_interval(figures: Sequence[float], *, spread: Spread, confidence: float = 0.95) -> Interval:
+def tps_interval(figures: Sequence[float], *, spread: Spread, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """A configuration's TPS from its fresh-server ``figures``: geometric mean, t-interval on ``spread``."""
     _check_confidence(confidence)
     if not figures:
@@ -271,7 +276,7 @@ def blocked_spread(races: Sequence[Sequence[Sequence[float]]], *, prior: float, 
 
 
 def paired_speedup_interval(
-    pairs: Sequence[tuple[float, float]], *, spread: Spread, confidence: float = 0.95
+    pairs: Sequence[tuple[float, float]], *, spread: Spread, confidence: float = DEFAULT_CONFIDENCE
 ) -> Interval:
     """Interval of a configuration's TPS over another's from figures measured side by side.
 
@@ -297,13 +302,82 @@ def paired_speedup_interval(
     )
 
 
+def ratio_interval(ratios: Sequence[float], *, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """A t-interval of the geometric mean of ``ratios`` on their own spread (at least 2 ratios).
+
+    The log ratios are treated as a sample: exp(mean +- t_{n-1} * sd / sqrt(n)).
+    """
+    if any(not r > 0 or not math.isfinite(r) for r in ratios):
+        raise MeasurementError(f"ratio_interval: every ratio must be positive and finite, not {list(ratios)}")
+    return _own_spread_interval([math.log(r) for r in ratios], confidence=confidence)
+
+
+def paired_ratio_interval(pairs: Sequence[tuple[float, float]], *, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """A paired t-interval of a / b from (a, b) TPS pairs, on the pairs' own spread (at least 2 pairs)."""
+    return _own_spread_interval([_log_tps(a) - _log_tps(b) for a, b in pairs], confidence=confidence)
+
+
+def screen_floor(incumbent_screens: Sequence[float], *, spread: float) -> float:
+    """The screen TPS below which a new configuration is very unlikely to beat the incumbent in full.
+
+    The geometric mean of the incumbent's screen figures, less
+    ``SCREEN_FLOOR_ERRORS`` standard errors of a difference of two single
+    figures at the between-server ``spread`` (SD of log TPS):
+    exp(mean log - 2 * spread * sqrt(2)).
+    """
+    if not incumbent_screens:
+        raise MeasurementError("screen_floor: the incumbent needs at least one screen figure")
+    mean_log = sum(map(_log_tps, incumbent_screens)) / len(incumbent_screens)
+    return math.exp(mean_log - SCREEN_FLOOR_ERRORS * spread * math.sqrt(2.0))
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t on ``df`` degrees of freedom (scipy; +-inf when ``df`` <= 0)."""
+    if not 0.0 <= p <= 1.0:
+        raise MeasurementError(f"t_quantile: p must be in [0, 1], not {p}")
+    if not df > 0:
+        return math.inf if p > 0.5 else (-math.inf if p < 0.5 else 0.0)
+    from scipy.stats import t as student_t  # a dependency already (Optuna's GP sampler)
+
+    return float(student_t.ppf(p, df))
+
+
+def t_cdf(x: float, df: float) -> float:
+    """P(T <= ``x``) for Student's t on ``df`` > 0 degrees of freedom (scipy)."""
+    if not df > 0:
+        raise MeasurementError(f"t_cdf: df must be > 0, not {df}")
+    from scipy.stats import t as student_t
+
+    return float(student_t.cdf(x, df))
+
+
+def _two_sided_quantile(confidence: float, df: float) -> float:
+    """t quantile at the upper end of a two-sided ``confidence`` interval."""
+    return t_quantile(1.0 - (1.0 - confidence) / 2.0, df)
+
+
+def _own_spread_interval(logs: Sequence[float], *, confidence: float) -> Interval:
+    """exp(mean +- t_{n-1} * sd / sqrt(n)) of log ratios ``logs``, on their own SD."""
+    _check_confidence(confidence)
+    if len(logs) < 2:
+        raise MeasurementError(f"a ratio interval on its own spread needs at least 2 pairs, not {len(logs)}")
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = _two_sided_quantile(confidence, len(logs) - 1) * sd / math.sqrt(len(logs))
+    return Interval(
+        value=math.exp(mean),
+        low=math.exp(mean - half),
+        high=math.exp(mean + half),
+        confidence=confidence,
+        method=f"paired t-interval of the log ratio over {len(logs)} pairs ({len(logs) - 1} df)",
+        samples=2 * len(logs),
+    )
+
+
 def _log_t_interval(
     mean_log: float, standard_error: float, *, df: float, confidence: float, method: str, samples: int
 ) -> Interval:
     """exp(mean_log +- t_df * standard_error): a t-interval made on the log scale."""
-    from scipy.stats import t as student_t
-
-    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, df)) * standard_error
+    half = _two_sided_quantile(confidence, df) * standard_error
     return Interval(
         value=math.exp(mean_log),
         low=math.exp(mean_log - half),

@@ -45,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from errortree import MeasurementError
 from evaluators._common import (
     ProgressCallback,
     finite_or_none,
@@ -53,27 +54,11 @@ from evaluators._common import (
     report,
 )
 from evaluators.ppl_records import PplRecord, PplRecordSet
-from sweeper.errors import MeasurementError
+from evaluators.ppl_uncertainty import RecordScore, record_stderr
 
 logger = logging.getLogger(__name__)
 
 MAX_LOG_PPL = 700.0  # exp() of more overflows a float: the PPL is reported as infinite
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RecordScore:
-    """One record's negative log-likelihood over its scored tokens."""
-
-    id: str
-    nll: float
-    tokens: int
-
-    @property
-    def finite(self) -> bool:
-        return math.isfinite(self.nll)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "nll": finite_or_none(self.nll), "tokens": self.tokens}
 
 
 def ppl_from_nll(nll: float, tokens: int) -> float:
@@ -340,8 +325,6 @@ class PplResult:
         file (0 once every record is in); this one does not: it is what a
         fresh set of records of this kind scatters by (``evaluators.ppl_uncertainty``).
         """
-        from evaluators.ppl_uncertainty import record_stderr
-
         return record_stderr(self.scores)
 
     @property

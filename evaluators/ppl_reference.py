@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from errortree import MeasurementError
 from evaluators._common import (
     DEFAULT_TIMEOUT_S,
     ProgressCallback,
@@ -27,7 +28,6 @@ from evaluators._common import (
 )
 from evaluators.ppl_records import PplRecord, PplRecordSet
 from evaluators.prompts import Prompt, PromptSet
-from sweeper.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,24 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from evaluators.ppl import RecordScore
+from evaluators._common import finite_or_none
+from evaluators.intervals import t_cdf, t_quantile
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordScore:
+    """One record's negative log-likelihood over its scored tokens."""
+
+    id: str
+    nll: float
+    tokens: int
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.nll)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "nll": finite_or_none(self.nll), "tokens": self.tokens}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +77,13 @@ class RerunSpread:
         """P(error <= ``margin``): the chance a re-run's log PPL is at most ``margin`` over this one."""
         if self.sd == 0 or not math.isfinite(self.sd):
             return (1.0 if margin >= 0 else 0.0) if self.sd == 0 else (0.5 if margin >= 0 else 0.0)
-        from scipy.stats import t as student_t  # a dependency already (Optuna's GP sampler)
-
-        return float(student_t.cdf(margin / self.sd, self.df))
+        return t_cdf(margin / self.sd, self.df)
 
     def quantile(self, level: float) -> float:
         """The error a re-run stays under with probability ``level``."""
         if self.sd == 0:
             return 0.0
-        from scipy.stats import t as student_t
-
-        return float(student_t.ppf(level, self.df)) * self.sd
+        return t_quantile(level, self.df) * self.sd
 
 
 def rerun_spread(

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from sweeper.errors import MeasurementError
+from errortree import MeasurementError
 
 logger = logging.getLogger(__name__)
 

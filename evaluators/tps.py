@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from errortree import MeasurementError
 from evaluators._common import (
     ProgressCallback,
     chat_payload,
@@ -51,7 +52,6 @@ from evaluators.spec_metrics import (
     scrape_spec_decode,
     spec_decode_delta,
 )
-from sweeper.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
 

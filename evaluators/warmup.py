@@ -16,6 +16,7 @@ import random
 import time
 from typing import Any
 
+from errortree import MeasurementError
 from evaluators._common import (
     DEFAULT_TIMEOUT_S,
     ProgressCallback,
@@ -24,7 +25,6 @@ from evaluators._common import (
     post_json,
     report,
 )
-from sweeper.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
 

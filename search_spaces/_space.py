@@ -10,9 +10,9 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution
 
+from errortree import SearchSpaceError
 from search_spaces._parameter import Parameter
 from search_spaces._target import MISSING
-from sweeper.errors import SearchSpaceError
 
 logger = logging.getLogger(__name__)
 

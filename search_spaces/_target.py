@@ -19,7 +19,7 @@ import string
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from sweeper.errors import SearchSpaceError
+from errortree import SearchSpaceError
 
 logger = logging.getLogger(__name__)
 

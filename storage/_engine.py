@@ -13,7 +13,7 @@ import optuna
 import sqlalchemy
 from sqlalchemy.engine import Engine, make_url
 
-from sweeper.errors import StorageError
+from errortree import StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,12 @@ DEFAULT_URL = "sqlite:///sweeper-study.db"
 SCHEMA_ATTEMPTS = 5
 T = TypeVar("T")
 SQLITE_TIMEOUT_S = 60.0
+
+
+class StorageUrlError(StorageError):
+    """A --storage value that is not a database URL: input the user fixes (exit code 2)."""
+
+    exit_code = 2
 
 
 def normalize_url(url: str | os.PathLike[str] | None) -> str:
@@ -33,7 +39,7 @@ def normalize_url(url: str | os.PathLike[str] | None) -> str:
     try:
         parsed = make_url(text)
     except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
-        raise StorageError(f"not a database URL: {text!r} ({exc})") from None
+        raise StorageUrlError(f"not a database URL: {text!r} ({exc})") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         path = Path(parsed.database).expanduser()
         if not path.is_absolute():

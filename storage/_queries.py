@@ -12,10 +12,10 @@ from typing import Any
 import optuna
 from sqlalchemy.engine import make_url
 
+from errortree import StorageError, StudyError
 from storage._engine import normalize_url, optuna_storage, redact
 from storage._store import TrialRecord, TrialStore
 from storage._verification import VerificationRecord, latest_by_trial, verifications
-from sweeper.errors import StorageError, StudyError
 
 logger = logging.getLogger(__name__)
 
@@ -83,13 +83,19 @@ class StudyStatus:
         }
 
 
+class StudyNotFoundError(StudyError):
+    """No study database at the given storage, or no such study in it: input the user fixes (exit code 2)."""
+
+    exit_code = 2
+
+
 def _existing_database(url: str | None) -> str:
     """The normalized URL; a SQLite file that does not exist is an error, not a new database."""
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).is_file():
-            raise StudyError(f"no study database at {parsed.database} (see --storage)")
+            raise StudyNotFoundError(f"no study database at {parsed.database} (see --storage)")
     return url
 
 
@@ -110,10 +116,12 @@ def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
         if study_name is None:
             if len(names) != 1:
                 listing = f"{len(names)} studies ({', '.join(names)})" if names else "no study"
-                raise StudyError(f"{redact(url)} holds {listing}: name one with --study")
+                raise StudyNotFoundError(f"{redact(url)} holds {listing}: name one with --study")
             study_name = names[0]
         if study_name not in names:
-            raise StudyError(f"no study named {study_name!r} in {redact(url)} (studies: {', '.join(names) or 'none'})")
+            raise StudyNotFoundError(
+                f"no study named {study_name!r} in {redact(url)} (studies: {', '.join(names) or 'none'})"
+            )
         try:
             study = optuna.load_study(study_name=study_name, storage=storage)
             frozen = study.get_trials(deepcopy=False)

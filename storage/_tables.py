@@ -28,9 +28,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
+from errortree import StorageError
 from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._values import utc_now
-from sweeper.errors import StorageError
 
 
 class Base(DeclarativeBase):
@@ -46,9 +46,11 @@ class TableStore:
 
     what = "sweeper's tables"
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, engine: sqlalchemy.Engine | None = None) -> None:
+        """``engine``: one already open on ``url`` (an Optuna storage's), used and left open."""
         self.url = normalize_url(url)
-        self.engine = create_engine(self.url)
+        self._owns_engine = engine is None
+        self.engine = create_engine(self.url) if engine is None else engine
         create_schema(
             self.url,
             lambda: Base.metadata.create_all(self.engine, tables=self.tables()),
@@ -60,7 +62,8 @@ class TableStore:
         return None
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._owns_engine:
+            self.engine.dispose()
 
     def __enter__(self: _Store) -> _Store:
         return self

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -27,10 +28,10 @@ import sqlalchemy
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
+from errortree import StorageError
 from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._tables import Base, TableStore
 from storage._values import as_utc, json_safe, utc_now
-from sweeper.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +47,25 @@ CANDIDATE = "candidate"
 BASE = "base"
 SUBJECTS = (CANDIDATE, BASE)
 
+
 # how a verification treated the base: its repeats ran beside the candidate's ("measured"),
 # the candidate is the base itself ("is-base"), the user switched the control off ("off");
 # None: stored before there was a control
-CONTROL_MEASURED = "measured"
-CONTROL_IS_BASE = "is-base"
-CONTROL_OFF = "off"
-CONTROLS = (CONTROL_MEASURED, CONTROL_IS_BASE, CONTROL_OFF)
+class Control(str, enum.Enum):
+    """How a verification treated the base; stored and printed as its word."""
+
+    MEASURED = "measured"
+    IS_BASE = "is-base"
+    OFF = "off"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+CONTROL_MEASURED = Control.MEASURED
+CONTROL_IS_BASE = Control.IS_BASE
+CONTROL_OFF = Control.OFF
+CONTROLS = tuple(Control)
 
 
 def _finite(value: float | None) -> float | None:
@@ -172,7 +185,7 @@ class VerificationRecord:
     # the control: the base configuration measured beside the candidate (None: stored before
     # there was one); ``speedup*`` is the held-out speedup interval over the base (1.10: 10 %
     # faster) and ``spread`` the pooled between-server spread it was made with
-    control: str | None = None
+    control: Control | None = None
     claimed_speedup: bool | None = None
     base_params: Mapping[str, Any] | None = None
     base_trial: int | None = None
@@ -450,7 +463,7 @@ def _record(row: VerificationRow) -> VerificationRecord:
         started_at=as_utc(row.started_at),
         finished_at=as_utc(row.finished_at),
         runs=tuple(_run(run) for run in row.runs if run.subject != BASE),
-        control=row.control,
+        control=None if row.control is None else Control(row.control),
         claimed_speedup=row.claimed_speedup,
         base_params=None if row.base_params is None else dict(row.base_params),
         base_trial=row.base_trial,

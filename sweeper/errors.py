@@ -1,14 +1,17 @@
 """The one exception tree of sweeper.
 
-This module imports nothing from the rest of the project, so every layer
-(``evaluators``, ``storage``, ``search_spaces`` and ``sweeper`` itself) can
-raise from the same tree::
+The root and the errors that the lower packages (``evaluators``,
+``storage``, ``search_spaces``) raise live in ``errortree``, which imports
+nothing, so those packages raise from this tree without importing
+``sweeper``; this module re-exports them (``from sweeper.errors import
+MeasurementError`` is the same class) and adds the errors only ``sweeper``
+raises. Marked (*): defined in ``errortree``::
 
-    SweeperError                 root; the CLI turns it into one line + exit code
-    ├── UserInputError           bad input from the user: exit code 2
+    SweeperError (*)             root; the CLI turns it into one line + exit code
+    ├── UserInputError (*)       bad input from the user: exit code 2
     │   ├── ManifestError        a manifest file or field is wrong
-    │   ├── SearchSpaceError     a search-space file or parameter is wrong
-    │   └── DataError            a prompt set or PPL reference set is wrong
+    │   ├── SearchSpaceError (*) a search-space file or parameter is wrong
+    │   └── DataError (*)        a prompt set or PPL reference set is wrong
     ├── ServerError              the model server did not do its job
     │   ├── ServerStartError     it exited during start-up
     │   │   └── ServerRefusedError  it refused the configuration (deterministic)
@@ -16,9 +19,9 @@ raise from the same tree::
     │   ├── ServerIdentityError  something else answers on its port
     │   ├── ServerStopError      a process of it survived SIGKILL
     │   └── TrialTimeoutError    the trial ran past its wall-clock limit
-    ├── MeasurementError         a measurement could not be completed
-    ├── StorageError             the study database could not be used
-    └── StudyError               the study cannot go on or has no answer
+    ├── MeasurementError (*)     a measurement could not be completed
+    ├── StorageError (*)         the study database could not be used
+    └── StudyError (*)           the study cannot go on or has no answer
 
 Callers react by group: a ``UserInputError`` is fixed by the user and never
 retried; a ``ServerError`` or ``MeasurementError`` fails one trial and the
@@ -37,17 +40,33 @@ stop).
 
 from __future__ import annotations
 
+from errortree import (
+    DataError,
+    MeasurementError,
+    SearchSpaceError,
+    StorageError,
+    StudyError,
+    SweeperError,
+    UserInputError,
+)
 
-class SweeperError(Exception):
-    """Root of every error sweeper raises on purpose."""
-
-    exit_code: int = 1
-
-
-class UserInputError(SweeperError):
-    """Input that the user has to fix; nothing was written."""
-
-    exit_code = 2
+__all__ = [
+    "DataError",
+    "ManifestError",
+    "MeasurementError",
+    "SearchSpaceError",
+    "ServerError",
+    "ServerIdentityError",
+    "ServerRefusedError",
+    "ServerStartError",
+    "ServerStopError",
+    "ServerTimeoutError",
+    "StorageError",
+    "StudyError",
+    "SweeperError",
+    "TrialTimeoutError",
+    "UserInputError",
+]
 
 
 class ManifestError(UserInputError):
@@ -59,14 +78,6 @@ class ManifestError(UserInputError):
         self.problem = problem
         where = f"{source}: field '{field}'" if field else source
         super().__init__(f"{where}: {problem}")
-
-
-class SearchSpaceError(UserInputError):
-    """A search-space file, or one of its parameters, is not valid."""
-
-
-class DataError(UserInputError):
-    """A prompt set or PPL reference set is not valid."""
 
 
 class ServerError(SweeperError):
@@ -112,19 +123,3 @@ class TrialTimeoutError(ServerError):
     def __init__(self, message: str, *, limit_s: float, log_tail: str = "") -> None:
         self.limit_s = limit_s
         super().__init__(message, log_tail=log_tail, kind="timeout")
-
-
-class MeasurementError(SweeperError):
-    """A measurement (TPS, PPL, fidelity) could not be completed."""
-
-    def __init__(self, message: str, *, kind: str | None = None) -> None:
-        self.kind = kind
-        super().__init__(message)
-
-
-class StorageError(SweeperError):
-    """The study database could not be opened, read or written."""
-
-
-class StudyError(SweeperError):
-    """The study cannot go on, or has no answer to give."""

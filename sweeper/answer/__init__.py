@@ -26,6 +26,7 @@ from sweeper.answer._export import (
     derived_name,
     export_answer,
 )
+from sweeper.answer._figure import answer_figure, answer_tps, configuration_tps, tps_figure_text
 from sweeper.answer._heldout import (
     HeldOutData,
     HeldOutDataError,
@@ -72,8 +73,11 @@ __all__ = [
     "VerifyResult",
     "VerifySettings",
     "VerifySettingsError",
+    "answer_figure",
+    "answer_tps",
     "base_configuration",
     "candidates",
+    "configuration_tps",
     "derived_name",
     "export_answer",
     "heldout_data",
@@ -86,6 +90,7 @@ __all__ = [
     "ranked_answers",
     "rerun_against_base",
     "speedup_text",
+    "tps_figure_text",
     "study_answer",
     "verify_command",
     "heldout_statement",

@@ -15,18 +15,23 @@ server, no database.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
-from evaluators.intervals import Interval, Spread, pooled_spread, speedup_interval
+from evaluators.intervals import (
+    DEFAULT_CONFIDENCE,
+    PRIOR_SPREAD,
+    Interval,
+    Spread,
+    pooled_spread,
+    speedup_interval,
+)
 from storage import (
-    CONTROL_IS_BASE,
-    CONTROL_MEASURED,
-    CONTROL_OFF,
     FAILED,
     VERIFIED,
+    Control,
     TrialRecord,
     VerificationRecord,
     VerificationRun,
@@ -37,9 +42,9 @@ UNVERIFIED = "unverified"
 
 # the between-server spread (SD of log TPS) assumed before the repeats show their own, and
 # the weight it has in the pool (degrees of freedom); the confidence of the speedup interval
-DEFAULT_SPREAD_PRIOR = 0.10
+DEFAULT_SPREAD_PRIOR = PRIOR_SPREAD
 SPREAD_PRIOR_DF = 2.0
-SPEEDUP_CONFIDENCE = 0.95
+SPEEDUP_CONFIDENCE = DEFAULT_CONFIDENCE
 
 
 # -- the verdict ----------------------------------------------------------------------
@@ -55,7 +60,7 @@ class Verdict:
     reason: str
     median_tps: float | None
     max_ppl: float | None
-    control: str = CONTROL_OFF
+    control: Control = Control.OFF
     claimed_speedup: bool = False
     speedup: Interval | None = None
     spread: Spread | None = None
@@ -89,86 +94,99 @@ def judge(
     """
     ppls = [run.ppl for run in runs if run.ppl is not None]
     tpss = [run.tps for run in runs if run.state == "complete" and run.tps is not None]
-    max_ppl = max(ppls) if ppls else None
-    median_tps = statistics.median(tpss) if tpss else None
-    control = CONTROL_IS_BASE if is_base else CONTROL_OFF if base_runs is None else CONTROL_MEASURED
-    claimed = False if is_base else (True if claimed_speedup is None else bool(claimed_speedup))
-    candidate_tpss, base_tpss = _tps_figures(runs), _tps_figures(base_runs or ())
-    spread = speedup = None
-    if control == CONTROL_MEASURED and candidate_tpss and base_tpss:
-        groups = [candidate_tpss, base_tpss]
-        spread = pooled_spread(groups, prior=spread_prior, prior_df=spread_prior_df)
-        speedup = speedup_interval(candidate_tpss, base_tpss, spread=spread, confidence=confidence)
-
-    def verdict(status: str, reason: str) -> Verdict:
-        return Verdict(
-            status=status,
-            reason=reason,
-            median_tps=median_tps,
-            max_ppl=max_ppl,
-            control=control,
-            claimed_speedup=claimed,
-            speedup=speedup,
-            spread=spread,
-        )
-
-    for run in runs:
-        if run.state != "complete":
-            return verdict(
-                FAILED,
-                f"repeat {run.repeat + 1} could not be measured ({run.error_kind}: {run.error_message})",
-            )
-        if run.ppl is None:
-            return verdict(FAILED, f"repeat {run.repeat + 1} measured no PPL")
-        if not run.ppl <= ppl_cap:
-            return verdict(
-                FAILED,
-                f"held-out PPL {_ppl_text(run.ppl)} is over the cap {ppl_cap:.4f} in repeat {run.repeat + 1}",
-            )
-        if run.tps is None:
-            return verdict(FAILED, f"repeat {run.repeat + 1} measured no TPS")
-    if len(runs) < repeats:
-        return verdict(FAILED, f"only {len(runs)} of {repeats} repeats ran")
-    assert median_tps is not None and max_ppl is not None
-    deviation = (median_tps - tuned_tps) / tuned_tps if tuned_tps else math.inf
+    control = Control.IS_BASE if is_base else Control.OFF if base_runs is None else Control.MEASURED
+    spread, speedup = _speedup_over_base(control, runs, base_runs, spread_prior, spread_prior_df, confidence)
+    found = functools.partial(
+        Verdict,
+        median_tps=statistics.median(tpss) if tpss else None,
+        max_ppl=max(ppls) if ppls else None,
+        control=control,
+        claimed_speedup=False if is_base else (True if claimed_speedup is None else bool(claimed_speedup)),
+        speedup=speedup,
+        spread=spread,
+    )
+    failure = _repeat_failure(runs, ppl_cap, repeats)
+    if failure is not None:
+        return found(status=FAILED, reason=failure)
+    verdict = found(status=VERIFIED, reason="")
+    assert verdict.median_tps is not None and verdict.max_ppl is not None
+    deviation = (verdict.median_tps - tuned_tps) / tuned_tps if tuned_tps else math.inf
     if abs(deviation) > tolerance:
-        return verdict(
-            FAILED,
-            f"median held-out TPS {median_tps:.2f} is {abs(deviation):.1%} "
+        return found(
+            status=FAILED,
+            reason=f"median held-out TPS {verdict.median_tps:.2f} is {abs(deviation):.1%} "
             f"{'below' if deviation < 0 else 'above'} the tuned {tuned_tps:.2f} "
             f"(tolerance {tolerance:.0%})",
         )
-    reason = (
-        f"held-out PPL at most {max_ppl:.4f} (cap {ppl_cap:.4f}) in {len(runs)} repeats; "
-        f"median TPS {median_tps:.2f} is within {tolerance:.0%} of the tuned {tuned_tps:.2f} "
+    reproduced = (
+        f"held-out PPL at most {verdict.max_ppl:.4f} (cap {ppl_cap:.4f}) in {len(runs)} repeats; "
+        f"median TPS {verdict.median_tps:.2f} is within {tolerance:.0%} of the tuned {tuned_tps:.2f} "
         f"({deviation:+.1%})"
     )
-    if control == CONTROL_IS_BASE:
-        return verdict(
-            VERIFIED,
-            f"{reason}; the candidate is the base configuration: no control ran and there is "
-            "no speedup over the base to confirm",
+    status, reason = _speedup_check(verdict, base_runs, reproduced)
+    return found(status=status, reason=reason)
+
+
+def _speedup_over_base(
+    control: Control,
+    runs: Sequence[VerificationRun],
+    base_runs: Sequence[VerificationRun] | None,
+    spread_prior: float,
+    spread_prior_df: float,
+    confidence: float,
+) -> tuple[Spread | None, Interval | None]:
+    """The held-out speedup over the base, with the spread it was made with (None, None:
+    no control measured, or a side with no TPS figure)."""
+    candidate_tpss, base_tpss = _tps_figures(runs), _tps_figures(base_runs or ())
+    if control is not Control.MEASURED or not candidate_tpss or not base_tpss:
+        return None, None
+    spread = pooled_spread([candidate_tpss, base_tpss], prior=spread_prior, prior_df=spread_prior_df)
+    return spread, speedup_interval(candidate_tpss, base_tpss, spread=spread, confidence=confidence)
+
+
+def _repeat_failure(runs: Sequence[VerificationRun], ppl_cap: float, repeats: int) -> str | None:
+    """Why the candidate's repeats fail it on their own (None: every repeat measured, under the cap)."""
+    for run in runs:
+        if run.state != "complete":
+            return f"repeat {run.repeat + 1} could not be measured ({run.error_kind}: {run.error_message})"
+        if run.ppl is None:
+            return f"repeat {run.repeat + 1} measured no PPL"
+        if not run.ppl <= ppl_cap:
+            return f"held-out PPL {_ppl_text(run.ppl)} is over the cap {ppl_cap:.4f} in repeat {run.repeat + 1}"
+        if run.tps is None:
+            return f"repeat {run.repeat + 1} measured no TPS"
+    if len(runs) < repeats:
+        return f"only {len(runs)} of {repeats} repeats ran"
+    return None
+
+
+def _speedup_check(verdict: Verdict, base_runs: Sequence[VerificationRun] | None, reproduced: str) -> tuple[str, str]:
+    """(status, reason) once the tuned figure ``reproduced``: a claimed speedup over the base
+    must be confirmed (the low end of its interval above 1); one not claimed is shown."""
+    speedup = verdict.speedup
+    if verdict.control is Control.IS_BASE:
+        return VERIFIED, (
+            f"{reproduced}; the candidate is the base configuration: no control ran and there is "
+            "no speedup over the base to confirm"
         )
-    if control == CONTROL_OFF:
-        return verdict(VERIFIED, f"{reason}; no control ran (switched off): the speedup over the base is not checked")
-    if not claimed:
+    if verdict.control is Control.OFF:
+        return VERIFIED, f"{reproduced}; no control ran (switched off): the speedup over the base is not checked"
+    if not verdict.claimed_speedup:
         shown = speedup_text(speedup) if speedup else "the control measured no TPS"
-        return verdict(VERIFIED, f"{reason}; the study claims no speedup over the base, so none is required ({shown})")
+        return VERIFIED, f"{reproduced}; the study claims no speedup over the base, so none is required ({shown})"
     if speedup is None:
         failures = [run for run in base_runs or () if run.state != "complete"]
         why = f" ({failures[0].error_kind}: {failures[0].error_message})" if failures else ""
-        return verdict(
-            FAILED,
+        return FAILED, (
             f"the control (the base configuration) measured no TPS in {len(base_runs or ())} "
-            f"repeats{why}: the claimed speedup over the base is not confirmed",
+            f"repeats{why}: the claimed speedup over the base is not confirmed"
         )
     if not speedup.low > 1.0:
-        return verdict(
-            FAILED,
+        return FAILED, (
             f"{speedup_text(speedup)}: its low end is not above +0.0 %, so the claimed speedup "
-            "over the base is not confirmed on held-out data",
+            "over the base is not confirmed on held-out data"
         )
-    return verdict(VERIFIED, f"{reason}; {speedup_text(speedup)}")
+    return VERIFIED, f"{reproduced}; {speedup_text(speedup)}"
 
 
 def speedup_text(interval: Interval) -> str:
@@ -214,24 +232,18 @@ def _ppl_text(ppl: float) -> str:
 
 # -- which trials, and the answer -------------------------------------------------------
 
-
-def _confirm_settings(settings: Mapping[str, Any] | ConfirmSettings | None) -> ConfirmSettings:
-    if isinstance(settings, ConfirmSettings):
-        return settings
-    return ConfirmSettings.from_settings(settings or {})
+_UNRACED = ConfirmSettings()  # a study without races: the figures as measured rank
 
 
-def ranked_answers(
-    records: Iterable[TrialRecord], settings: Mapping[str, Any] | ConfirmSettings | None = None
-) -> list[TrialRecord]:
+def ranked_answers(records: Iterable[TrialRecord], settings: ConfirmSettings = _UNRACED) -> list[TrialRecord]:
     """Feasible configurations, one trial each (the one that found it): the study's
     confirmed best first, then the others by their geometric-mean TPS.
 
-    ``settings``: the study's stored settings (its confirmation rounds and
-    noise prior); None ranks as a study without races.
+    ``settings``: the study's (``ConfirmSettings.from_settings`` of what it
+    stored); the default ranks as a study without races.
     """
     records = list(records)
-    return _ranked(records, standing(records, _confirm_settings(settings)))
+    return _ranked(records, standing(records, settings))
 
 
 def _ranked(records: Sequence[TrialRecord], now: Standing) -> list[TrialRecord]:
@@ -239,9 +251,7 @@ def _ranked(records: Sequence[TrialRecord], now: Standing) -> list[TrialRecord]:
     return [by_number[config.first] for config in now.ranked()]
 
 
-def candidates(
-    records: Iterable[TrialRecord], top: int, settings: Mapping[str, Any] | ConfirmSettings | None = None
-) -> list[TrialRecord]:
+def candidates(records: Iterable[TrialRecord], top: int, settings: ConfirmSettings = _UNRACED) -> list[TrialRecord]:
     """The ``top`` best feasible configurations, the study's answer first."""
     return ranked_answers(records, settings)[:top]
 
@@ -326,7 +336,7 @@ class Answer:
 def study_answer(
     records: Iterable[TrialRecord],
     latest: Mapping[int, VerificationRecord],
-    settings: Mapping[str, Any] | ConfirmSettings | None = None,
+    settings: ConfirmSettings = _UNRACED,
 ) -> Answer:
     """The best verified configuration; else the best not failed; else the best.
 
@@ -334,7 +344,7 @@ def study_answer(
     confirmed incumbent first, then by geometric-mean TPS.
     """
     records = list(records)
-    now = standing(records, _confirm_settings(settings))
+    now = standing(records, settings)
     ranked = _ranked(records, now)
     if not ranked:
         return Answer(record=None, status=UNVERIFIED, standing=now)

@@ -24,17 +24,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from storage import TrialRecord, study_status
 from sweeper.answer._candidates import Answer, study_answer, verify_command
+from sweeper.answer._figure import answer_figure
 from sweeper.answer._verify import heldout_statement, heldout_text
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest, is_secret_name
-from sweeper.study import StudyRecipe, base_manifest_of, ppl_statement, recipe_from_settings
+from sweeper.study import ConfirmSettings, StudyRecipe, base_manifest_of, ppl_statement, recipe_from_settings
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,17 @@ class ExportResult:
     left_out_secrets: tuple[str, ...]
     made_absolute: tuple[str, ...]
 
+    def serve_hint(self, shown: str | None = None) -> str:
+        """How the exported manifest is run, as its own ``serve`` says (``shown``: the path as
+        the user spelled it): ``sweeper serve FILE`` for a manifest that serves itself with
+        sweeper, else its command from its folder with its env, as the harness runs it."""
+        shown = shown or str(self.path)
+        serve = self.manifest.serve
+        if serve and serve[0] == "sweeper":
+            return f"run it with: sweeper serve {shlex.quote(shown)}"
+        folder = os.path.dirname(shown) or "."
+        return f"run it as the harness does: in {folder}, {shlex.join(serve)} with the manifest's env"
+
     def to_dict(self) -> dict[str, Any]:
         record = self.answer.record
         return {
@@ -66,7 +80,7 @@ class ExportResult:
             "name": self.manifest.name,
             "trial": record.number if record else None,
             "status": self.answer.status,
-            "tps": record.tps if record else None,
+            "tps": answer_figure(self.answer),
             "ppl": record.ppl if record else None,
             "left_out_secrets": list(self.left_out_secrets),
             "made_absolute": list(self.made_absolute),
@@ -187,7 +201,7 @@ def export_answer(
         raise NothingToExportError(
             f"study {study_name!r} has no trials yet: nothing to export (run 'sweeper run' first)"
         )
-    answer = study_answer(status.trials, status.verifications, status.settings)
+    answer = study_answer(status.trials, status.verifications, ConfirmSettings.from_settings(status.settings))
     record = answer.record
     if record is None:
         measured = sum(1 for r in status.trials if r.state == "complete")
@@ -202,8 +216,10 @@ def export_answer(
         else:
             why = "has not been verified on held-out data"
             how = f"verify it with '{verify_command(study_name, storage)}'"
+        figure = answer_figure(answer)
+        tps = "TPS -" if figure is None else f"TPS {figure:.2f}"
         raise UnverifiedAnswerError(
-            f"the best trial of study {study_name!r}, #{record.number} (TPS {record.tps:.2f}, "
+            f"the best trial of study {study_name!r}, #{record.number} ({tps}, "
             f"PPL {record.ppl:.4f}), {why}: {how}, or pass --allow-unverified to export it anyway"
         )
     recipe = recipe if recipe is not None else recipe_from_settings(status.settings)
@@ -308,7 +324,8 @@ def _absolutize_value(value: str, folder: Path, where: str, changed: list[str], 
     candidate = folder / text
     if candidate.exists():
         changed.append(where)
-        return str(candidate.resolve())
+        # absolute, in the user's own spelling: a symbolic link (entry/drafter) stays the link
+        return os.path.abspath(candidate)
     return value
 
 

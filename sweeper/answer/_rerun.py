@@ -20,7 +20,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from evaluators import Interval, TpsSettings, WarmupSettings
+from evaluators import Interval, TpsSettings, WarmupSettings, intervals
+from evaluators.intervals import DEFAULT_CONFIDENCE
 from sweeper.errors import MeasurementError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
@@ -41,7 +42,7 @@ class RerunSettings:
     pairs: int = 3
     tps: TpsSettings = dataclasses.field(default_factory=TpsSettings)
     prompts: str | None = None
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     ready_timeout_s: float = 900.0
     warmup: WarmupSettings | None = None  # None: each manifest's own warm-up bridge
 
@@ -92,23 +93,13 @@ class RerunResult:
         }
 
 
-def paired_ratio_interval(pairs: list[tuple[float, float]], *, confidence: float = 0.95) -> Interval | None:
+def paired_ratio_interval(
+    pairs: list[tuple[float, float]], *, confidence: float = DEFAULT_CONFIDENCE
+) -> Interval | None:
     """A paired t-interval of a / b from (a, b) pairs, on their own spread (None under 2 pairs)."""
     if len(pairs) < 2:
         return None
-    logs = [math.log(a) - math.log(b) for a, b in pairs]
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    from scipy.stats import t as student_t
-
-    half = float(student_t.ppf(1.0 - (1.0 - confidence) / 2.0, len(logs) - 1)) * sd / math.sqrt(len(logs))
-    return Interval(
-        value=math.exp(mean),
-        low=math.exp(mean - half),
-        high=math.exp(mean + half),
-        confidence=confidence,
-        method=f"paired t-interval of the log ratio over {len(logs)} pairs ({len(logs) - 1} df)",
-        samples=2 * len(logs),
-    )
+    return intervals.paired_ratio_interval(pairs, confidence=confidence)
 
 
 Measure = Callable[[Manifest, EvalSettings], EvalResult]

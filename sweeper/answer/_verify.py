@@ -40,10 +40,8 @@ from search_spaces import BASELINE
 from storage import (
     BASE,
     CANDIDATE,
-    CONTROL_IS_BASE,
-    CONTROL_MEASURED,
-    CONTROL_OFF,
     INTERRUPTED,
+    Control,
     StudyStatus,
     TrialRecord,
     VerificationRecord,
@@ -59,9 +57,11 @@ from sweeper.answer._candidates import (
     judge,
     study_answer,
 )
+from sweeper.answer._figure import answer_figure
 from sweeper.errors import MeasurementError, SweeperError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.study import (
+    Claim,
     ConfirmSettings,
     Evaluator,
     Measurement,
@@ -243,7 +243,7 @@ class VerifyResult:
             "answer": {
                 "trial": answer.record.number if answer.record else None,
                 "status": answer.status,
-                "tps": answer.record.tps if answer.record else None,
+                "tps": answer_figure(answer),
                 "ppl": answer.record.ppl if answer.record else None,
             },
         }
@@ -356,6 +356,7 @@ def verify_study(
     settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
     status = study_status(storage, study_name)
     study_name = status.study_name
+    confirm = ConfirmSettings.from_settings(status.settings)
     recipe = recipe if recipe is not None else recipe_from_settings(status.settings)
     base = base_configuration(status.trials)
     store = VerificationStore(storage)
@@ -381,15 +382,10 @@ def verify_study(
                     ppl_data=ppl_data,
                     run_dir=run_root,
                 )
-            now = standing(status.trials, ConfirmSettings.from_settings(status.settings))
+            now = standing(status.trials, confirm)
             for record in todo:
-                plan = _plan(
-                    record,
-                    base,
-                    settings,
-                    _study_claim(now, record, claimed_speedup),
-                    _study_figure(now, record, tuned_tps),
-                )
+                given = claimed_speedup.get(record.number) if isinstance(claimed_speedup, Mapping) else claimed_speedup
+                plan = _plan(record, base, settings, now, given, tuned_tps)
                 made.append(
                     _verify_one(
                         store,
@@ -410,31 +406,19 @@ def verify_study(
         study_name=study_name,
         verifications=tuple(made),
         skipped=skipped,
-        answer=study_answer(status.trials, latest, status.settings),
+        answer=study_answer(status.trials, latest, confirm),
         settings=dict(status.settings),
         previous=tuple(latest[number] for number, _ in skipped if number in latest),
     )
 
 
-def _study_claim(
-    now: Standing, record: TrialRecord, given: bool | Mapping[int, bool] | None
-) -> bool | Mapping[int, bool] | None:
-    """What the study claims of this candidate, unless the caller said: for its confirmed
-    best, the standing's claim (faster than the base, or not distinguishable from it)."""
-    if given is not None:
-        return given
-    incumbent = now.incumbent
-    if incumbent is not None and record.number in incumbent.numbers and now.base is not None:
-        return {record.number: now.claim == "faster"}
-    return None
-
-
 def _study_figure(now: Standing, record: TrialRecord, given: Mapping[int, float] | None) -> Mapping[int, float] | None:
-    """The tuned figure to reproduce: the configuration's geometric mean over its servers."""
+    """The tuned figure to reproduce: the configuration's estimate after selection, the figure
+    every command states for it (``Standing.tps_interval``: the reading that picked it left out)."""
     if given and record.number in given:
         return given
     config = now.configuration_of(record.number)
-    return {**(given or {}), record.number: config.estimate} if config is not None else given
+    return {**(given or {}), record.number: now.tps_interval(config).value} if config is not None else given
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -442,7 +426,7 @@ class _CandidatePlan:
     """How one candidate is verified: against what figure, with which control, claiming what."""
 
     tuned_tps: float
-    control: str  # measured | is-base | off
+    control: Control
     claimed_speedup: bool
     base: BaseConfiguration
 
@@ -451,26 +435,23 @@ def _plan(
     record: TrialRecord,
     base: BaseConfiguration,
     settings: VerifySettings,
-    claimed: bool | Mapping[int, bool] | None,
+    now: Standing,
+    claimed: bool | None,
     tuned: Mapping[int, float] | None,
 ) -> _CandidatePlan:
+    """``claimed``: the caller's word on the speedup (None: the standing's claim decides).
+    ``tuned``: the caller's figures to reproduce, by trial number (else the standing's estimate)."""
     assert record.tps is not None
+    tuned = _study_figure(now, record, tuned)
     figure = float(tuned[record.number]) if tuned and record.number in tuned else float(record.tps)
     if not figure > 0 or not math.isfinite(figure):
         raise VerifySettingsError(f"verify: tuned_tps[{record.number}] must be a positive number, not {figure!r}")
     is_base = base.is_candidate(record)
     if is_base:
-        control, claim = CONTROL_IS_BASE, False
+        control, claim = Control.IS_BASE, False
     else:
-        control = CONTROL_MEASURED if settings.control else CONTROL_OFF
-        given = claimed.get(record.number) if isinstance(claimed, Mapping) else claimed
-        if given is not None:
-            claim = bool(given)
-        else:
-            # a study that found its base over the cap, or measured it at least as fast, does
-            # not claim to beat it: the candidate's point is the cap, not its speed
-            over_cap = base.feasible is False
-            claim = not over_cap and (base.tuned_tps is None or figure > base.tuned_tps)
+        control = Control.MEASURED if settings.control else Control.OFF
+        claim = bool(claimed) if claimed is not None else now.claim_of(record.number) is Claim.FASTER
     return _CandidatePlan(tuned_tps=figure, control=control, claimed_speedup=claim, base=base)
 
 
@@ -481,7 +462,7 @@ def _choose(
 
     if not status.trials:
         raise StudyError(f"study {status.study_name!r} has no trials yet: run 'sweeper run' first, then verify")
-    chosen = candidates(status.trials, settings.top, status.settings)
+    chosen = candidates(status.trials, settings.top, ConfirmSettings.from_settings(status.settings))
     if not chosen:
         raise StudyError(
             f"study {status.study_name!r} has no feasible trial to verify (none of its "
@@ -605,7 +586,7 @@ def _verify_one(
             run = runs[repeat]
             if run.state != "complete" or run.ppl is None or not run.ppl <= cap:
                 break  # the verdict is settled: spare the remaining servers
-            if plan.control == CONTROL_MEASURED and repeat not in base_runs:
+            if plan.control is Control.MEASURED and repeat not in base_runs:
                 base_runs[repeat] = repeat_of(BASE, repeat)
     except BaseException:
         store.finish(verification_id, status=INTERRUPTED, reason="interrupted", median_tps=None, max_ppl=None)
@@ -616,8 +597,8 @@ def _verify_one(
         runs=[runs[r] for r in sorted(runs)],
         tolerance=settings.tolerance,
         repeats=settings.repeats,
-        base_runs=[base_runs[r] for r in sorted(base_runs)] if plan.control == CONTROL_MEASURED else None,
-        is_base=plan.control == CONTROL_IS_BASE,
+        base_runs=[base_runs[r] for r in sorted(base_runs)] if plan.control is Control.MEASURED else None,
+        is_base=plan.control is Control.IS_BASE,
         claimed_speedup=plan.claimed_speedup,
         spread_prior=settings.spread_prior,
     )
@@ -643,9 +624,9 @@ def _finish(store: VerificationStore, verification_id: int, verdict: Verdict) ->
 
 
 def _control_note(plan: _CandidatePlan) -> str:
-    if plan.control == CONTROL_IS_BASE:
+    if plan.control is Control.IS_BASE:
         return "the candidate is the base configuration: no control"
-    if plan.control == CONTROL_OFF:
+    if plan.control is Control.OFF:
         return "no control (switched off)"
     claim = "claimed faster than the base" if plan.claimed_speedup else "no speedup over the base claimed"
     return f"alternating with the base configuration ({claim})"

@@ -56,9 +56,13 @@ def command(
     The winner is the fastest trial VERIFIED on held-out data ('sweeper
     verify'); an unverified one is refused unless --allow-unverified. The
     manifest keeps the base manifest's fields, carries the winner's env,
-    a name derived from its values and a description with its TPS, PPL and
-    verification status. Secret env values (tokens, keys) are left out.
-    Nothing is written when the export is refused.
+    a name derived from its values and a description with its TPS (the
+    estimate after selection, the figure 'sweeper run' and 'status' state),
+    PPL and verification status. Secret env values (tokens, keys) are left
+    out. Paths written elsewhere than the base manifest's folder become
+    absolute in your own spelling (a symbolic link stays the link). Ends
+    with how the manifest runs: its own serve command. Nothing is written
+    when the export is refused.
     """
     manifest = Manifest.load(manifest_path) if manifest_path else None
     result = export_answer(
@@ -79,6 +83,7 @@ def command(
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
-    click.echo(f"wrote {result.path} ({result.manifest.name})")
+    shown = output if output is not None else result.path.name  # the path as the user spelled it
+    click.echo(f"wrote {shown} ({result.manifest.name})")
     click.echo(f"  {result.answer.describe()}")
-    click.echo(f"  run it with: sweeper serve {result.path}")
+    click.echo(f"  {result.serve_hint(shown)}")

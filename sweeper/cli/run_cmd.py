@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.demo import choose_demo_manifest, demo_paths
 from sweeper.devices import open_devices
 from sweeper.errors import UserInputError
-from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, TrialEvent, is_confirmation, ppl_statement
+from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, ConfirmSettings, TrialEvent, is_confirmation
 from sweeper.sweep import (
     CHALLENGE_SIZES,
     DEFAULT_NOISE,
@@ -92,7 +93,10 @@ def describe_finished(event: TrialEvent) -> str:
     verdict = event.state or "?"
     if event.state == "complete":
         verdict = "feasible" if event.feasible else "rejected by the gate"
-    tps = f"{event.tps:.1f} tok/s" if event.tps is not None else "-"
+    if event.tps is not None:
+        tps = f"{event.tps:.1f} tok/s"
+    else:  # stopped before its TPS was measured (the PPL was over the cap), or failed
+        tps = "TPS not measured" if event.state == "complete" else "-"
     ppl = f"PPL {event.ppl:.3f}" if event.ppl is not None else "PPL -"
     kind = " (confirmation)" if is_confirmation(event.role) else ""
     return f"trial {event.number}{kind} {dict(event.params)}: {tps}, {ppl}: {verdict}" + (
@@ -421,6 +425,12 @@ def _clock(seconds: float) -> str:
     help="GPUs of this host to use, e.g. 0,1,2,3: one worker per GPU "
     "(per TENSOR_PARALLEL_SIZE GPUs), all on the same study.",
 )
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Before the closing block, the derivation behind the claim: the rounds and pairs it rests "
+    "on, the between-server spread, the races and the Pareto set (as 'sweeper status' shows them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.
@@ -428,9 +438,13 @@ def command(**options: Any) -> None:
     Every trial starts a real server with the sampled settings, measures PPL
     (stopping early when clearly over the cap) and TPS, and records it all.
     Running the same command again resumes the study. Ctrl-C ends cleanly:
-    the server is stopped and the running trial is marked.
+    the server is stopped and the running trial is marked. It ends with a
+    short block: the servers run, the answer with its TPS after selection,
+    the claim over the base with its interval, the PPL with the chance a
+    re-run passes the cap, and the commands to run next.
     """
-    as_json = options.pop("as_json")
+    as_json, verbose = options.pop("as_json"), options.pop("verbose")
+    started = time.monotonic()
     quiet, plain = options.pop("quiet"), options.pop("plain")
     if quiet and plain:
         raise UserInputError("--quiet and --plain: give one of them, not both")
@@ -487,40 +501,59 @@ def command(**options: Any) -> None:
         result = dataclasses.replace(result, status=study_status(plan.storage, prepared.study_name))
     from sweeper.answer import study_answer
 
-    now = study_answer(result.status.trials, result.status.verifications, result.status.settings).standing
+    answer = study_answer(
+        result.status.trials, result.status.verifications, ConfirmSettings.from_settings(result.status.settings)
+    )
+    now = answer.standing
     if as_json:
-        standing_data = now.to_dict() if now is not None else None
         click.echo(
             json.dumps(
-                {"stop_reason": result.stop_reason, **result.status.to_dict(), "standing": standing_data}, default=str
+                {
+                    "stop_reason": result.stop_reason,
+                    **result.status.to_dict(),
+                    "standing": now.to_dict() if now is not None else None,
+                },
+                default=str,
             )
         )
         return
-    click.echo(f"stopped: {result.stop_reason}; {result.trials_run} trial(s) run this time")
     if now is None or now.incumbent is None:
-        click.echo("no feasible configuration yet (see `sweeper status`)")
+        click.echo(f"stopped: {result.stop_reason}; {result.trials_run} trial(s) run this time")
+        click.echo("no configuration has passed the gate yet (see `sweeper status`)")
         raise SystemExit(1)
-    best = now.incumbent
-    estimate = now.tps_interval(best)
-    servers = len(best.confirmed_tps) or len(best.tps)
-    click.echo(
-        f"best: trial {best.first} {dict(best.params)}: {estimate.value:.1f} tok/s "
-        f"over {servers} server(s){' after selection' if best.confirmed_tps else ''} "
-        f"at PPL {best.ppl:.3f} (cap {best.ppl_cap:.3f})"
-    )
-    record = next((r for r in result.status.trials if r.number == best.first), None)
-    statement = (
-        None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, result.status.settings)
-    )
-    if statement is not None and statement.known:
-        click.echo(f"  {statement.text()}")
-    click.echo(f"claim: {now.describe()}")
-    if now.basis is not None:
-        click.echo(f"  the claim rests on {now.basis.describe()}")
+    if verbose:
+        for line in derivation_lines(result.status, now):
+            click.echo(line)
+    from storage import study_names
+
+    given_study = options["study_name"] is not None
+    several = not given_study and len(study_names(plan.storage)) > 1
+    for line in closing_block(
+        records=result.status.trials,
+        now=now,
+        settings=result.status.settings,
+        stop_reason=result.stop_reason,
+        seconds=time.monotonic() - started,
+        trials_run=result.trials_run,
+        options=command_options(plan.storage, result.status.study_name, name_study=given_study or several),
+        verified=answer.verified and answer.is_the_claim,
+    ):
+        click.echo(line)
+
+
+def derivation_lines(status: Any, now: Any) -> list[str]:
+    """What ``--verbose`` adds: the claim's derivation and the Pareto set, as ``sweeper status`` words them."""
+    from sweeper.cli.status_cmd import answer_ppl_line, standing_lines
+
+    lines = standing_lines(now)
+    ppl = answer_ppl_line(status, now.incumbent.first)
+    if ppl is not None:
+        lines.insert(1, ppl)
     for config, interval in now.front():
         after = " after selection" if config.confirmed_tps else ""
-        click.echo(
-            f"  pareto: trial {config.first} {dict(config.params)}: {interval.value:.1f} tok/s "
+        lines.append(
+            f"pareto: trial {config.first} {dict(config.params)}: {interval.value:.1f} tok/s "
             f"({interval.confidence * 100:.0f} % {interval.low:.1f}-{interval.high:.1f}, "
             f"{len(config.confirmed_tps or config.tps)} server(s){after}), PPL {config.ppl:.3f}"
         )
+    return lines

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from storage import (
@@ -20,7 +21,7 @@ from storage import (
     pareto_front,
     study_status,
 )
-from sweeper.study import PplStatement, Standing, ppl_statement, probability_text
+from sweeper.study import ConfirmSettings, Outcome, PplStatement, Standing, ppl_statement, probability_text
 
 LOG_TAIL_LINES = 20
 
@@ -109,7 +110,27 @@ def recipe_lines(status: StudyStatus) -> list[str]:
     return lines
 
 
-def _trial_table(title: str, records: tuple[TrialRecord, ...], settings: dict[str, Any] | None = None) -> Table:
+def print_trial_table(
+    console: Console, title: str, records: tuple[TrialRecord, ...], settings: dict[str, Any] | None = None
+) -> None:
+    """The trial table, one line per row at the console's width (a file is 80 columns).
+
+    When the params do not fit beside the figures, the table leaves them out and
+    one line per trial below it names them: never a params cell folded over lines.
+    """
+    table = _trial_table(title, records, settings)
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    console.print(_trial_table(title, records, settings, params=False))
+    for record in records:
+        console.print(f"  trial {record.number}: {_params(record.params)}", markup=False, highlight=False)
+
+
+def _trial_table(
+    title: str, records: tuple[TrialRecord, ...], settings: dict[str, Any] | None = None, *, params: bool = True
+) -> Table:
     """Trials with TPS, PPL and cap; with the PPL's interval and re-run chance where known."""
     statements = {r.number: ppl_statement(r.ppl, r.extras, r.ppl_cap, settings or {}) for r in records}
     uncertain = any(s is not None and s.known for s in statements.values())
@@ -117,14 +138,15 @@ def _trial_table(title: str, records: tuple[TrialRecord, ...], settings: dict[st
     columns = [("trial", "right"), ("TPS", "right"), ("PPL", "right")]
     if uncertain:
         columns += [("PPL 95 %", "right"), ("P(pass)", "right")]
-    for name, justify in (*columns, ("cap", "right"), ("params", "left")):
-        # a narrow terminal folds the params rather than cutting them off
-        table.add_column(name, justify=justify, overflow="fold" if name == "params" else "ellipsis")
+    columns += [("cap", "right")] + ([("params", "left")] if params else [])
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True)
     for record in records:
         row = [str(record.number), _number(record.tps, 2), _number(record.ppl, 4)]
         if uncertain:
             row += _uncertainty_cells(statements[record.number])
-        table.add_row(*row, _number(record.ppl_cap, 4), _params(record.params))
+        row.append(_number(record.ppl_cap, 4))
+        table.add_row(*row, *([_params(record.params)] if params else []))
     if uncertain:
         reruns = sorted({s.rerun_records for s in statements.values() if s and s.rerun_records})
         table.caption = (
@@ -195,7 +217,7 @@ def show_status(console: Console, status: StudyStatus) -> None:
         return
     from sweeper.answer import study_answer
 
-    answer = study_answer(status.trials, status.verifications, status.settings)
+    answer = study_answer(status.trials, status.verifications, ConfirmSettings.from_settings(status.settings))
     lines = standing_lines(answer.standing)
     incumbent = answer.standing.incumbent if answer.standing is not None else None
     ppl_line = answer_ppl_line(status, incumbent.first) if incumbent is not None else None
@@ -204,7 +226,7 @@ def show_status(console: Console, status: StudyStatus) -> None:
     for line in lines:
         console.print(line, markup=False, highlight=False)
     pareto = _configuration_pareto(status, answer.standing)
-    console.print(_trial_table("Pareto set (TPS up, PPL down; gate-passing configurations)", pareto, status.settings))
+    print_trial_table(console, "Pareto set (TPS up, PPL down; gate-passing configurations)", pareto, status.settings)
     if status.verifications:  # sweeper verify: re-measured on held-out data
         from sweeper.cli.verify_cmd import failure_lines, heldout_ppl_lines, verification_table
 
@@ -262,7 +284,7 @@ def standing_lines(now: Standing | None) -> list[str]:
     for decision in now.decisions:
         # a contender screened out at once was never raced; one that fell behind
         # after a round was, and its round is shown
-        if decision.outcome != "screened" or decision.rounds > 0:
+        if decision.outcome is not Outcome.SCREENED or decision.rounds > 0:
             lines.append(f"race: {decision.describe()}")
     return lines
 
@@ -348,9 +370,8 @@ def command(study_name: str | None, storage: str, trial_number: int | None, as_j
         from sweeper.answer import study_answer
 
         data = status.to_dict()
-        answer = study_answer(status.trials, status.verifications, status.settings)
-        now = answer.standing
-        data["standing"] = now.to_dict() if now is not None else None
+        answer = study_answer(status.trials, status.verifications, ConfirmSettings.from_settings(status.settings))
+        data["standing"] = answer.standing.to_dict() if answer.standing is not None else None
         record = answer.record
         statement = (
             None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, DEFAULT_URL, VerificationRecord
 from sweeper.answer import (
+    DEFAULT_SPREAD_PRIOR,
     VerifyEvent,
     VerifyResult,
     VerifySettings,
@@ -67,7 +68,7 @@ class NotVerifiedError(StudyError):
 )
 @click.option(
     "--spread-prior",
-    default=0.10,
+    default=DEFAULT_SPREAD_PRIOR,
     show_default=True,
     help="Between-server TPS spread assumed until the repeats show their own (0.10 = 10 %).",
 )
@@ -147,13 +148,19 @@ def _exit_status(result: VerifyResult) -> None:
 
 
 def verification_table(verifications: Iterable[VerificationRecord], *, title: str) -> Table:
-    """One row per verification (also used by 'sweeper status')."""
+    """One row per verification (also used by 'sweeper status'); one line per row in 80 columns:
+    a cap shared by every row is named in the caption instead of a column of its own."""
+    verifications = list(verifications)
+    caps = {v.ppl_cap for v in verifications}
+    shared_cap = next(iter(caps)) if len(caps) == 1 else None
     table = Table(title=title)
-    for column in ("trial", "status", "tuned", "held-out", "dev", "vs base", "PPL", "cap", "runs"):
-        table.add_column(column, justify="left" if column == "status" else "right", no_wrap=column == "status")
+    columns = ["trial", "status", "tuned", "held-out", "dev", "vs base", "PPL"]
+    columns += ["runs"] if shared_cap is not None else ["cap", "runs"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
     for v in verifications:
         style = "green" if v.verified else "red" if v.status == "failed" else "yellow"
-        table.add_row(
+        cells = [
             f"#{v.trial_number}",
             f"[{style}]{v.status.upper()}[/{style}]",
             f"{v.tuned_tps:.2f}",
@@ -161,12 +168,13 @@ def verification_table(verifications: Iterable[VerificationRecord], *, title: st
             "-" if v.tps_deviation is None else f"{v.tps_deviation:+.1%}",
             _versus_base(v),
             "-" if v.max_ppl is None else f"{v.max_ppl:.4f}",
-            f"{v.ppl_cap:.4f}",
-            f"{len(v.runs)}/{v.repeats}",
-        )
+        ]
+        cells += [] if shared_cap is not None else [f"{v.ppl_cap:.4f}"]
+        table.add_row(*cells, f"{len(v.runs)}/{v.repeats}")
     table.caption = (
         "TPS tuned vs held-out (median of the runs), dev = their gap; vs base: the held-out "
         "speedup over the base configuration; PPL: the highest held-out"
+        + (f" (cap {shared_cap:.4f})" if shared_cap is not None else "")
     )
     return table
 

@@ -13,8 +13,8 @@ servers run on, the wait for free memory before each server start, and
 the peak-memory sampler while one runs.
 """
 
-from sweeper.devices._backend import DeviceBackend, NoDevices, open_devices
-from sweeper.devices._nvml import NvmlDevices, NvmlUnavailable
+from sweeper.devices._backend import DeviceBackend, NoDevices
+from sweeper.devices._nvml import NvmlDevices, NvmlUnavailable, open_devices
 from sweeper.devices._slot import (
     CPU_BIND_VARIABLE,
     CUDA_DEVICES_VARIABLE,

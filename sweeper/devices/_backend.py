@@ -1,4 +1,4 @@
-"""DeviceBackend: what sweeper reads of a host's GPUs, and the no-GPU backend."""
+"""DeviceBackend: what sweeper reads of a host's GPUs, and the no-GPU backend (``open_devices`` picks one)."""
 
 from __future__ import annotations
 
@@ -78,19 +78,3 @@ class NoDevices(DeviceBackend):
 
     def cuda_version(self) -> str | None:
         return None
-
-
-def open_devices() -> DeviceBackend:
-    """NVML when its library loads and finds a GPU, else ``NoDevices`` (the reason logged)."""
-    from sweeper.devices._nvml import NvmlDevices, NvmlUnavailable
-
-    try:
-        backend = NvmlDevices()
-    except NvmlUnavailable as exc:
-        logger.info("GPU memory is not watched: %s", exc)
-        return NoDevices(str(exc))
-    if not backend.device_ids():
-        backend.close()
-        logger.info("GPU memory is not watched: NVML finds no GPU")
-        return NoDevices("NVML finds no GPU")
-    return backend

@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import Any
 
-from sweeper.devices._backend import DeviceBackend
+from sweeper.devices._backend import DeviceBackend, NoDevices
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +113,17 @@ class NvmlDevices(DeviceBackend):
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError as exc:
                 logger.debug("nvmlShutdown: %s", exc)
+
+
+def open_devices() -> DeviceBackend:
+    """NVML when its library loads and finds a GPU, else ``NoDevices`` (the reason logged)."""
+    try:
+        backend = NvmlDevices()
+    except NvmlUnavailable as exc:
+        logger.info("GPU memory is not watched: %s", exc)
+        return NoDevices(str(exc))
+    if not backend.device_ids():
+        backend.close()
+        logger.info("GPU memory is not watched: NVML finds no GPU")
+        return NoDevices("NVML finds no GPU")
+    return backend

@@ -46,6 +46,7 @@ class ReportFiles:
             "out_dir": str(self.out_dir),
             "files": {name: str(path) for name, path in self.files.items()},
             "winner": record.number if record else None,
+            "winner_tps": self.data.answer_tps,  # its estimate after selection: the one figure shown
             "status": self.data.answer.status if record else None,
             "messages": list(self.messages),
         }

@@ -14,7 +14,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from search_spaces import BASELINE
 from storage import (
+    TPS_IMPUTED_ATTR,
     TrialRecord,
     TrialStore,
     VerificationRecord,
@@ -27,7 +29,16 @@ from storage import (
 from sweeper.answer import Answer, study_answer, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
-from sweeper.study import PplStatement, StudyRecipe, ppl_statement, recipe_from_settings
+from sweeper.study import (
+    Claim,
+    ConfirmSettings,
+    Outcome,
+    PplStatement,
+    StudyRecipe,
+    is_confirmation,
+    ppl_statement,
+    recipe_from_settings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +64,17 @@ LABELS = {
     FAILED: "failed (no measurement; drawn at TPS 0)",
     RUNNING: "running",
 }
+IMPUTED = "TPS imputed, not measured"  # appended to a category's label for its imputed points
+
+
+def tps_text(value: float) -> str:
+    """A TPS figure as every output of sweeper prints it: one decimal, with its unit."""
+    return f"{value:.1f} tok/s"
+
+
+def percent(ratio: float) -> str:
+    """A ratio as a signed change: 1.265 -> '+26.5 %'."""
+    return f"{(ratio - 1.0) * 100.0:+.1f} %"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,7 +97,7 @@ class TrialPoint:
     def hover(self) -> str:
         lines = [f"trial #{self.number} ({self.role}): {self.category}"]
         if self.tps is not None:
-            lines.append(f"TPS {self.tps:.2f}" + (" (imputed: stopped early)" if self.tps_imputed else ""))
+            lines.append(f"TPS {self.tps:.2f}" + (f" ({IMPUTED})" if self.tps_imputed else ""))
         if self.ppl is not None:
             lines.append(f"PPL {self.ppl:.4f}" if math.isfinite(self.ppl) else "PPL inf")
         lines += [f"{k} = {v}" for k, v in self.params.items()]
@@ -107,6 +129,17 @@ class ConfigurationPoint:
     method: str
     is_base: bool
     is_answer: bool
+    # the trials whose readings the estimate is made of (the figures after selection when
+    # there are any); a reading not counted is the one that picked the configuration for a race
+    counted: tuple[int, ...] = ()
+
+    @property
+    def counted_readings(self) -> tuple[tuple[int, float], ...]:
+        return tuple((n, v) for n, v in self.readings if n in self.counted)
+
+    @property
+    def uncounted_readings(self) -> tuple[tuple[int, float], ...]:
+        return tuple((n, v) for n, v in self.readings if n not in self.counted)
 
     @property
     def level(self) -> str:
@@ -114,6 +147,9 @@ class ConfigurationPoint:
 
     def interval_text(self) -> str:
         return f"{self.level} interval {self.low:.1f}-{self.high:.1f}"
+
+    def tps_text(self) -> str:
+        return tps_text(self.tps)
 
     def hover(self) -> str:
         role = " = the answer" if self.is_answer else ""
@@ -166,6 +202,87 @@ class ReportData:
     # the gate-passing configurations at their estimates (empty: no standing, draw per trial)
     configurations: tuple[ConfigurationPoint, ...] = ()
 
+    @property
+    def race_servers(self) -> int:
+        """Trials that re-measured a configuration in a race (confirmation trials)."""
+        return sum(1 for p in self.points if is_confirmation(p.role))
+
+    @property
+    def searched(self) -> int:
+        """Trials that measured a configuration for the search (the base's first one included)."""
+        return len(self.points) - self.race_servers
+
+    def trials_text(self) -> str:
+        """'14 trials: 6 searched, 8 race servers'."""
+        races = self.race_servers
+        head = f"{len(self.points)} trial{'s' if len(self.points) != 1 else ''}"
+        if not races:
+            return head
+        return f"{head}: {self.searched} searched, {races} race server{'s' if races != 1 else ''}"
+
+    @property
+    def answer_tps(self) -> float | None:
+        """The answer's one TPS figure: its estimate after selection (``Standing.tps_interval``);
+        the trial's own reading only where the study has no standing (None: no answer)."""
+        config = self.answer_configuration
+        if config is not None:
+            return config.tps
+        record = self.answer.record
+        return None if record is None or record.tps is None else float(record.tps)
+
+    def claim_text(self) -> str | None:
+        """The claimed speedup over the base at the study-wise level: '+26.5 % (95 % +2.1 to +56.9)'
+        (None: no claim over the base)."""
+        now = self.answer.standing
+        speedup = now.speedup if now is not None and self.answer.is_the_claim else None
+        if speedup is None:
+            return None
+        level = now.basis.study_confidence if now.basis is not None else speedup.confidence
+        return (
+            f"{percent(speedup.value)} ({level * 100:.0f} % {percent(speedup.low).removesuffix(' %')} "
+            f"to {percent(speedup.high).removesuffix(' %')})"
+        )
+
+    def answer_tps_text(self) -> str | None:
+        """'198.6 tok/s (95 % interval 177.7-222.1, 2 servers after selection)' (None: no answer)."""
+        tps = self.answer_tps
+        if tps is None:
+            return None
+        config = self.answer_configuration
+        if config is None:
+            return f"{tps_text(tps)} (one server)"
+        servers = len(config.counted)
+        after = " after selection" if len(config.counted) < len(config.readings) else ""
+        return f"{tps_text(tps)} ({config.interval_text()}, {servers} server{'s' if servers != 1 else ''}{after})"
+
+    def claim_line(self) -> str | None:
+        """The claim over the base in plain words, at the study-wise level (None: no standing)."""
+        now, record = self.answer.standing, self.answer.record
+        if now is None or record is None:
+            return None
+        if not self.answer.is_the_claim:
+            return self.answer.claim()
+        incumbent = now.incumbent
+        if now.base is None:
+            return "the base manifest was not measured: no speedup over it can be stated"
+        if incumbent is not None and incumbent.key == now.base.key:
+            return "the answer is the base manifest itself: no configuration was confirmed faster than it"
+        claim = self.claim_text()
+        if claim is None:
+            return None
+        if now.claim is Claim.FASTER:
+            words = "faster than the base manifest"
+        elif now.claim is Claim.SLOWER:
+            words = "slower than the base manifest"
+        else:
+            words = "not distinguishable from the base manifest (the interval includes 0 %)"
+        line = f"{claim}: {words}"
+        if now.basis is not None:
+            excluded = ", ".join(f"#{n}" for n in now.basis.excluded)
+            line += f", from {len(now.basis.answer_trials)} round(s) after selection"
+            line += f" (trial {excluded}, which selected it, is not counted)" if excluded else ""
+        return line
+
     def noise_line(self) -> str | None:
         """The between-server spread the claim rests on (None: no standing)."""
         now = self.answer.standing
@@ -175,7 +292,7 @@ class ReportData:
             f"between-server spread {now.spread.relative:.1%} (SD of log TPS; "
             f"{now.spread.measured_df} df from repeats in fresh servers, prior "
             f"{now.settings.prior_spread:.0%} as {now.settings.prior_df:g} df); "
-            f"{sum(1 for d in now.decisions if d.outcome != 'screened')} race(s)"
+            f"{sum(1 for d in now.decisions if d.outcome is not Outcome.SCREENED)} race(s)"
         )
 
     def winner_ppl(self) -> PplStatement | None:
@@ -231,24 +348,15 @@ class ReportData:
         if config is None:  # no standing: the trial's own reading is all there is
             return head
         base = ", the base manifest" if config.is_base else ""
-        return f"{head}{base}:{sep}{config.tps:.1f} tok/s ({config.interval_text()})"
+        claim = self.claim_text()
+        over = f"{sep}{claim} over the base" if claim is not None else ""
+        return f"{head}{base}:{sep}{config.tps_text()} ({config.interval_text()}){over}"
 
     def base_label(self, sep: str = " ") -> str | None:
         base = self.base_configuration
         if base is None:
             return None
-        return f"base:{sep}{base.tps:.1f} tok/s ({base.interval_text()})"
-
-    def history_obstacles(self) -> list[tuple[float, float]]:
-        """What a label on the history plot should not cover: each reading, each estimate's line
-        and the edges of its band (sampled along the trials)."""
-        found = [(p.number, p.tps if p.tps is not None else 0.0) for p in self.points]
-        first, last = min(n for n, _ in found), max(n for n, _ in found)
-        for config in (self.answer_configuration, self.base_configuration):
-            if config is not None:
-                levels = (config.low, config.tps, config.high)
-                found += [(first + (last - first) * i / 40, y) for i in range(41) for y in levels]
-        return found
+        return f"base:{sep}{base.tps_text()} ({base.interval_text()})"
 
     def point(self, number: int) -> TrialPoint:
         return next(p for p in self.points if p.number == number)
@@ -311,10 +419,13 @@ def _configurations(answer: Answer, records: Sequence[TrialRecord]) -> tuple[Con
     if now is None:
         return ()
     reading = {r.number: float(r.tps) for r in records if r.tps is not None}
+    role = {r.number: r.role for r in records}
     chosen = answer.configuration
     points = []
     for config in now.configurations:
         interval = now.tps_interval(config)
+        # the same trials as the figures tps_interval is made of (Configuration.confirmed_tps)
+        after = [n for n in config.numbers if is_confirmation(role[n]) or BASELINE in role[n].split("+")]
         points.append(
             ConfigurationPoint(
                 first=config.first,
@@ -329,6 +440,7 @@ def _configurations(answer: Answer, records: Sequence[TrialRecord]) -> tuple[Con
                 method=interval.method,
                 is_base=config.is_base,
                 is_answer=chosen is not None and config.key == chosen.key,
+                counted=tuple(after) if config.confirmed_tps else tuple(config.numbers),
             )
         )
     return tuple(points)
@@ -371,7 +483,10 @@ def _phases(records: Sequence[TrialRecord], verifications: Sequence[Verification
 def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], str]:
     """Importance of each parameter for reaching the best quarter of TPS, and of PPL.
 
-    Optuna's PED-ANOVA evaluator (no scikit-learn needed), on complete trials.
+    Optuna's PED-ANOVA evaluator (no scikit-learn needed), on measured values
+    only: a trial whose TPS is a stand-in (stopped early or refused: the
+    slowest TPS seen, told to the sampler) or that has no figure is left out
+    of that target, so a stand-in cannot make a parameter look important.
     """
     import optuna
 
@@ -379,22 +494,29 @@ def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], 
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
         complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
-        if len(complete) < MIN_IMPORTANCE_TRIALS:
-            return {}, f"needs at least {MIN_IMPORTANCE_TRIALS} measured trials ({len(complete)} so far)"
         result: dict[str, dict[str, float]] = {}
+        counted: dict[str, int] = {}
         for target in ("tps", "ppl"):
-            usable = [t for t in complete if isinstance(t.user_attrs.get(target), (int, float))]
+            usable = [t for t in complete if _measured(t, target)]
+            counted[target] = len(usable)
             if len(usable) < MIN_IMPORTANCE_TRIALS:
                 continue
             sign = -1.0 if target == "tps" else 1.0  # PED-ANOVA ranks low values as good
+            scratch = optuna.create_study(direction="minimize")  # in memory: the measured values only
+            scratch.add_trials(
+                optuna.trial.create_trial(
+                    params=t.params, distributions=t.distributions, value=sign * float(t.user_attrs[target])
+                )
+                for t in usable
+            )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 values = optuna.importance.get_param_importances(
-                    study,
-                    evaluator=optuna.importance.PedAnovaImportanceEvaluator(target_quantile=0.25),
-                    target=lambda t, key=target, s=sign: s * float(t.user_attrs.get(key, math.nan)),
+                    scratch, evaluator=optuna.importance.PedAnovaImportanceEvaluator(target_quantile=0.25)
                 )
             result[target] = {name: float(value) for name, value in values.items()}
+        if not result and max(counted.values(), default=0) < MIN_IMPORTANCE_TRIALS:
+            return {}, f"needs at least {MIN_IMPORTANCE_TRIALS} measured trials ({counted.get('tps', 0)} so far)"
         note = "" if result else "no parameter varied across the measured trials"
         return result, note
     except (RuntimeError, ValueError, ZeroDivisionError) as exc:
@@ -402,6 +524,14 @@ def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], 
         return {}, f"not computed ({exc})"
     finally:
         storage.remove_session()
+
+
+def _measured(trial: Any, target: str) -> bool:
+    """Does the Optuna trial carry a measured, finite figure for ``target`` (not a stand-in)?"""
+    value = trial.user_attrs.get(target)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return not (target == "tps" and trial.user_attrs.get(TPS_IMPUTED_ATTR))
 
 
 def _base_env(
@@ -453,7 +583,7 @@ def assemble_report_data(
     finally:
         store.close()
     latest = status.verifications
-    answer = study_answer(records, latest, status.settings)
+    answer = study_answer(records, latest, ConfirmSettings.from_settings(status.settings))
     points = tuple(_point(r, latest.get(r.number)) for r in records)
     names: list[str] = []
     for record in records:

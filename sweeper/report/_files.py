@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.answer import verify_command
-from sweeper.report._data import ReportData
+from sweeper.report._data import ReportData, tps_text
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,8 @@ def summary_markdown(data: ReportData) -> str:
     lines += [
         f"- storage: `{data.storage}`",
         f"- mode: {data.mode}; PPL cap: {cap}",
-        f"- trials: {len(data.points)} ({counts.get('feasible', 0)} feasible, "
+        f"- trials: {len(data.points)} ({data.searched} searched, {data.race_servers} race servers; "
+        f"{counts.get('feasible', 0)} feasible, "
         f"{counts.get('infeasible', 0)} infeasible, {counts.get('FAIL', 0)} failed)",
         "",
     ]
@@ -115,9 +116,9 @@ def summary_markdown(data: ReportData) -> str:
         lines += [
             f"Trial **#{record.number}** ({record.role}): **{data.answer.status.upper()}**",
             "",
-            f"- TPS {record.tps:.2f}, PPL {record.ppl:.4f} (cap {cap})",
+            f"- TPS {data.answer_tps_text()}, PPL {record.ppl:.4f} (cap {cap})",
         ]
-        claim, noise, ppl = data.answer.claim(), data.noise_line(), data.winner_ppl()
+        claim, noise, ppl = data.claim_line(), data.noise_line(), data.winner_ppl()
         lines += [f"- {ppl.text()}"] if ppl is not None else []
         lines += [f"- claim: {claim}"] if claim else []
         lines += [f"- noise: {noise}"] if noise else []
@@ -141,7 +142,7 @@ def summary_markdown(data: ReportData) -> str:
             [
                 "trial",
                 "status",
-                "tuned TPS",
+                "TPS verified against",
                 "held-out median TPS",
                 "deviation",
                 "max held-out PPL",
@@ -152,7 +153,7 @@ def summary_markdown(data: ReportData) -> str:
                 [
                     f"#{v.trial_number}",
                     v.status.upper(),
-                    f"{v.tuned_tps:.2f}",
+                    _num(v.tuned_tps, ".1f"),
                     _num(v.median_tps, ".2f"),
                     f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "",
                     _num(v.max_ppl, ".4f"),
@@ -164,14 +165,29 @@ def summary_markdown(data: ReportData) -> str:
         )
     else:
         lines.append(f"No trial verified yet: run `{verify_command(data.study_name, data.storage)}`.")
-    lines += ["", "## Pareto front (feasible trials)", ""]
-    if data.pareto:
+    lines += ["", "## Pareto front (gate-passing configurations)", ""]
+    if data.configurations:
+        lines += _table(
+            ["trial", "TPS", "interval", "servers", "PPL", *data.param_names],
+            [
+                [
+                    f"#{c.first}" + (" (answer)" if c.is_answer else "") + (" (base)" if c.is_base else ""),
+                    c.tps_text(),
+                    f"{c.level} {c.low:.1f}-{c.high:.1f}",
+                    f"{len(c.counted)}" + (" after selection" if len(c.counted) < len(c.readings) else ""),
+                    _num(c.ppl, ".4f"),
+                    *(_cell(c.params.get(n)) for n in data.param_names),
+                ]
+                for c in data.configuration_front()
+            ],
+        )
+    elif data.pareto:  # no standing: each trial's own reading
         lines += _table(
             ["trial", "TPS", "PPL", *data.param_names],
             [
                 [
                     f"#{p.number}",
-                    _num(p.tps, ".2f"),
+                    tps_text(p.tps) if p.tps is not None else "",
                     _num(p.ppl, ".4f"),
                     *(_cell(p.params.get(n)) for n in data.param_names),
                 ]
@@ -192,6 +208,7 @@ def summary_markdown(data: ReportData) -> str:
         lines.append("No phase timings were recorded.")
     lines += ["", "## Parameter importance", ""]
     if data.importance:
+        lines += ["On measured values only: a TPS imputed for a trial stopped early or refused is left out.", ""]
         targets = list(data.importance)
         lines += _table(
             ["parameter", *(f"for {t.upper()}" for t in targets)],

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from sweeper.answer import verify_command
-from sweeper.report._data import ReportData
+from sweeper.report._data import ReportData, tps_text
 from sweeper.report._plotly import PLOT_CONFIG
 from sweeper.study import probability_text
 
@@ -80,13 +80,14 @@ def _cards(data: ReportData) -> str:
     status = data.answer.status
     cards = [
         ("trials", str(len(data.points))),
+        ("searched / race servers", f"{data.searched} / {data.race_servers}"),
         ("feasible", str(sum(1 for p in data.points if p.category == "feasible"))),
         ("PPL cap", _num(data.cap, ".4f")),
     ]
     if record is not None:
         cards += [
             ("winner", f"#{record.number}"),
-            ("winner TPS", _num(record.tps, ".2f")),
+            ("winner TPS", tps_text(data.answer_tps) if data.answer_tps is not None else "-"),
             ("winner PPL", _num(record.ppl, ".4f")),
         ]
         statement = data.winner_ppl()
@@ -113,14 +114,9 @@ def _cards(data: ReportData) -> str:
                     )
                 )
         cards.append(("verification", f'<span class="{_e(status)}">{_e(status.upper())}</span>'))
-        speedup = data.answer.standing.speedup if data.answer.is_the_claim else None
-        if speedup is not None:
-            cards.append(
-                (
-                    f"over the base ({speedup.confidence:.0%} interval)",
-                    f"{(speedup.value - 1) * 100:+.1f} % ({(speedup.low - 1) * 100:+.1f} to {(speedup.high - 1) * 100:+.1f})",
-                )
-            )
+        claim = data.claim_text()
+        if claim is not None:
+            cards.append(("over the base (study-wise interval)", _e(claim)))
     else:
         cards.append(("winner", '<span class="failed">none</span>'))
     return (
@@ -153,12 +149,20 @@ def _winner_section(data: ReportData) -> str:
     return (
         f"<section><h2>Winner: trial #{record.number} "
         f'<span class="{_e(data.answer.status)}">{_e(data.answer.status.upper())}</span></h2>'
-        f"<p>{_e(data.answer.describe())}</p>"
+        f"<p>{_e(_answer_sentence(data))}</p>"
         + (f"<p>{_e(data.winner_ppl().text())}</p>" if data.winner_ppl() is not None else "")
         + (f"<p>Noise: {_e(data.noise_line())}</p>" if data.noise_line() else "")
         + f"<ul>{params}</ul>"
         f"<h3>How its manifest differs from the base</h3>{changes}</section>"
     )
+
+
+def _answer_sentence(data: ReportData) -> str:
+    record = data.answer.record
+    assert record is not None
+    claim = data.claim_line()
+    text = f"trial #{record.number}: TPS {data.answer_tps_text()}, PPL {_num(record.ppl, '.4f')}"
+    return f"{text}; {claim}" if claim else text
 
 
 def _verification_section(data: ReportData) -> str:
@@ -170,7 +174,7 @@ def _verification_section(data: ReportData) -> str:
             [
                 "trial",
                 "status",
-                "tuned TPS",
+                "TPS verified against",
                 "held-out median TPS",
                 "deviation",
                 "max held-out PPL",
@@ -181,7 +185,7 @@ def _verification_section(data: ReportData) -> str:
                 [
                     f"#{v.trial_number}",
                     f'<span class="{_e(v.status)}">{_e(v.status.upper())}</span>',
-                    _num(v.tuned_tps, ".2f"),
+                    _num(v.tuned_tps, ".1f"),
                     _num(v.median_tps, ".2f"),
                     f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "-",
                     _num(v.max_ppl, ".4f"),

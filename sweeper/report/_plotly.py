@@ -6,7 +6,13 @@ Trace names are part of the contract (tests and readers look for them):
 where the study has a standing ``one server's reading`` and ``base manifest``.
 A gate-passing configuration is drawn once, at ``Standing.tps_interval``
 (its estimate, the figure the claim rests on) with the interval as an error
-bar; its single readings are the faint dots.
+bar; its single readings are the faint dots. The PPL axis fits the passing
+configurations and the cap: a trial far over the cap sits at the axis' edge
+with its PPL written beside it, and configurations of one PPL stand side by
+side. The history marks the readings each estimate counts (``the answer's
+readings``, ``the base's readings``) and the one that selected the answer
+(not counted); its labels sit in the right margin, off the data. A TPS that
+was imputed, not measured, is drawn hollow and named so.
 Standalone files carry plotly.js inline, so they open with no network.
 """
 
@@ -26,6 +32,7 @@ from sweeper.report._data import (
     COLORS,
     FAILED,
     FEASIBLE,
+    IMPUTED,
     INFEASIBLE,
     LABELS,
     ConfigurationPoint,
@@ -44,6 +51,10 @@ BEST_TRACE = "best feasible TPS so far"
 READINGS_TRACE = "one server's reading"
 BASE_TRACE = "base manifest"
 ANSWER_READINGS_TRACE = "the answer's readings"
+BASE_READINGS_TRACE = "the base's readings"
+UNCOUNTED_TRACE = "the reading that selected the answer (not counted)"
+BASE_LINE_TRACE = "base's TPS estimate"
+IMPORTANCE_TITLE = "Parameter importance (PED-ANOVA; imputed TPS left out)"
 LEFTOVER_FEASIBLE = "feasible trial without a full TPS reading"
 FAINT = 0.35  # the opacity of single readings where estimates are drawn
 BASE_FILL = "rgba(69, 123, 157, 0.15)"
@@ -63,18 +74,92 @@ def failed_x(data: ReportData) -> float:
     return (min(ppls) + max(ppls)) / 2 if ppls else 1.0
 
 
+@dataclasses.dataclass(frozen=True)
+class PplAxis:
+    """The Pareto plot's PPL axis, fitted to the passing configurations and the cap.
+
+    A trial whose PPL lies beyond ``edge`` (or is infinite) is drawn at the
+    edge, marked as off the axis, with its PPL written beside it, so one
+    far-off rejected trial does not squeeze every passing one onto a line.
+    """
+
+    low: float
+    edge: float
+
+    @property
+    def high(self) -> float:
+        """The axis' right end: a little room past the edge for the marks drawn there."""
+        return self.edge + 0.04 * (self.edge - self.low)
+
+    def clipped(self, ppl: float | None) -> bool:
+        return ppl is not None and (not math.isfinite(ppl) or ppl > self.edge)
+
+
+def ppl_axis(data: ReportData) -> PplAxis | None:
+    """The fitted axis (None: nothing passed the gate, the axis spans every trial)."""
+    core = [c.ppl for c in data.configurations]
+    core += [p.ppl for p in data.by_category(FEASIBLE) if p.ppl is not None and math.isfinite(p.ppl)]
+    if not core:
+        return None
+    core += [data.cap] if data.cap is not None else []
+    lo, hi = min(core), max(core)
+    span = hi - lo or 0.05 * abs(hi) or 0.05
+    return PplAxis(low=lo - 0.15 * span, edge=hi + 0.6 * span)
+
+
+def ppl_text(ppl: float | None) -> str:
+    return "PPL inf" if ppl is None or not math.isfinite(ppl) else f"PPL {ppl:.2f}"
+
+
 def plot_xy(point: TrialPoint, data: ReportData) -> tuple[float, float]:
-    """The (PPL, TPS) position of a trial on the Pareto plot (failed: TPS 0)."""
-    x = point.ppl if _finite(point.ppl) else failed_x(data)
+    """The (PPL, TPS) position of a trial on the Pareto plot (failed: TPS 0; off the axis: its edge)."""
+    axis = ppl_axis(data)
+    if axis is not None and point.category != FAILED and axis.clipped(point.ppl):
+        x = axis.edge
+    else:
+        x = point.ppl if _finite(point.ppl) else failed_x(data)
     y = point.tps if point.tps is not None and point.category != FAILED else 0.0
     return float(x), float(y)
+
+
+def clipped(point: TrialPoint, data: ReportData) -> bool:
+    """Is the trial drawn at the PPL axis' edge instead of at its PPL?"""
+    axis = ppl_axis(data)
+    return axis is not None and point.category != FAILED and axis.clipped(point.ppl)
+
+
+DODGE = 0.025  # the share of the PPL axis between configurations of (nearly) the same PPL
+
+
+def config_xs(data: ReportData) -> dict[int, float]:
+    """Where each configuration (by first trial) sits on the PPL axis: at its PPL, except that
+    configurations of nearly the same PPL (speed-only knobs leave it alone) are set side by side,
+    slowest left, so their bars do not cover one another."""
+    axis = ppl_axis(data)
+    step = DODGE * (axis.high - axis.low) if axis is not None else 0.0
+    groups: list[list[ConfigurationPoint]] = []
+    for config in sorted(data.configurations, key=lambda c: (c.ppl, c.tps, c.first)):
+        if groups and config.ppl - groups[-1][-1].ppl < step:
+            groups[-1].append(config)
+        else:
+            groups.append([config])
+    xs = {}
+    for group in groups:
+        centre = sum(c.ppl for c in group) / len(group)
+        for index, config in enumerate(group):
+            xs[config.first] = config.ppl if len(group) == 1 else centre + (index - (len(group) - 1) / 2) * step
+    return xs
+
+
+def config_xy(config: ConfigurationPoint, data: ReportData) -> tuple[float, float]:
+    return config_xs(data)[config.first], config.tps
 
 
 def position(point: TrialPoint, data: ReportData) -> tuple[float, float]:
     """Where a trial's marks go: its configuration's estimate when it has one, else its own point."""
     config = data.configuration_of(point.number)
     if config is not None:
-        return config.ppl, config.tps
+        return config_xy(config, data)
     return plot_xy(point, data)
 
 
@@ -112,8 +197,9 @@ def _error_y(configs: list[ConfigurationPoint]) -> dict:
 def _readings_trace(data: ReportData) -> go.Scatter:
     """Each server's reading of a configuration: a faint dot at the configuration's PPL."""
     configs = data.configurations
+    xs = config_xs(data)
     return go.Scatter(
-        x=[c.ppl for c in configs for _ in c.readings],
+        x=[xs[c.first] for c in configs for _ in c.readings],
         y=[v for c in configs for _, v in c.readings],
         mode="markers",
         name=READINGS_TRACE,
@@ -205,19 +291,27 @@ def choose_spot(
 def pareto_obstacles(data: ReportData) -> list[tuple[float, float]]:
     """What a label on the Pareto plot should not cover: each mark, and each bar (sampled)."""
     found = [plot_xy(p, data) for p in data.points if data.configuration_of(p.number) is None]
+    axis = ppl_axis(data)
+    for x, y in [plot_xy(p, data) for p in data.points if clipped(p, data)]:
+        assert axis is not None
+        found += [(x - (axis.high - axis.low) * i / 40, y) for i in range(1, 7)]  # its written PPL
+    xs = config_xs(data)
     for config in data.configurations:
-        found += [(config.ppl, v) for _, v in config.readings]
-        found += [(config.ppl, config.low + (config.high - config.low) * i / 10) for i in range(11)]
+        x = xs[config.first]
+        found += [(x, v) for _, v in config.readings]
+        found += [(x, config.low + (config.high - config.low) * i / 10) for i in range(11)]
     if data.cap is not None:
         bottom, top = _tps_bottom(data), _tps_top(data)
         found += [(data.cap, bottom + (top - bottom) * i / 60) for i in range(61)]
+    base = data.base_configuration
+    if base is not None and not base.is_answer and axis is not None:  # the base's estimate, a line
+        found += [(axis.low + (axis.high - axis.low) * i / 60, base.tps) for i in range(61)]
     return found
 
 
-# the plot areas plotly gives the figures in a page about 1200 pixels wide (an estimate: the
-# label spots are chosen before a browser lays the figures out)
+# the plot area plotly gives the Pareto figure in a page about 1200 pixels wide (an estimate: the
+# label spots are chosen before a browser lays the figure out)
 PARETO_PIXELS = (900.0, 300.0)
-HISTORY_PIXELS = (650.0, 260.0)
 CHAR_PIXELS, LINE_PIXELS = 7.0, 17.0
 
 
@@ -231,15 +325,19 @@ def _place_labels(
     labels: list[tuple[str, list[tuple[float, float]], dict]],
     obstacles: list[tuple[float, float]],
     pixels: tuple[float, float],
+    x_range: tuple[float, float] | None = None,
 ) -> None:
     """Each (text, anchors, font) label with an arrow to the anchor where it covers the fewest
-    ``obstacles`` (data coordinates; the axes span the obstacles, padded as plotly pads them)."""
+    ``obstacles`` (data coordinates; the axes span the obstacles, padded as plotly pads them,
+    or ``x_range`` where the figure sets its x axis)."""
     if not labels:
         return
     xs, ys = [x for x, _ in obstacles], [y for _, y in obstacles]
     x_lo, x_hi, y_lo, y_hi = min(xs), max(xs), min(ys), max(ys)
     pad_x, pad_y = (x_hi - x_lo) * 0.05 or 1.0, (y_hi - y_lo) * 0.05 or 1.0
     x_lo, x_hi, y_lo, y_hi = x_lo - pad_x, x_hi + pad_x, y_lo - pad_y, y_hi + pad_y
+    if x_range is not None:
+        x_lo, x_hi = x_range
     width, height = pixels
 
     def to_pixels(x: float, y: float) -> tuple[float, float]:
@@ -279,11 +377,13 @@ def pareto_figure(data: ReportData) -> go.Figure:
     fig = go.Figure()
     configs = list(data.configurations)
     drawn = {n for c in configs for n in c.numbers}
+    xs = config_xs(data)
+    axis = ppl_axis(data)
     if configs:
         fig.add_trace(_readings_trace(data))
         fig.add_trace(
             go.Scatter(
-                x=[c.ppl for c in configs],
+                x=[xs[c.first] for c in configs],
                 y=[c.tps for c in configs],
                 mode="markers",
                 name=LABELS[FEASIBLE],
@@ -311,7 +411,10 @@ def pareto_figure(data: ReportData) -> go.Figure:
                     "color": COLORS[category],
                     "size": 10,
                     "symbol": [
-                        "x" if category == FAILED else "circle-open" if p.tps_imputed else "circle" for p in points
+                        "x"
+                        if category == FAILED
+                        else ("triangle-right" if clipped(p, data) else "circle") + ("-open" if p.tps_imputed else "")
+                        for p in points
                     ],
                     "line": {"width": 1, "color": "#333"},
                 },
@@ -320,8 +423,13 @@ def pareto_figure(data: ReportData) -> go.Figure:
                 customdata=[p.number for p in points],
             )
         )
+        for p, (x, y) in zip(points, xy):
+            if clipped(p, data):  # off the axis: its PPL written beside its mark
+                fig.add_annotation(
+                    x=x, y=y, text=f"{ppl_text(p.ppl)} \u2192", showarrow=False, xanchor="right", xshift=-8
+                )
     if configs:
-        front_xy = [(c.ppl, c.tps) for c in data.configuration_front()]
+        front_xy = [config_xy(c, data) for c in data.configuration_front()]
     else:
         front_xy = [(p.ppl, p.tps) for p in sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)]
     if len(front_xy) > 1:
@@ -367,10 +475,22 @@ def pareto_figure(data: ReportData) -> go.Figure:
             )
         )
     base = data.base_configuration
+    if base is not None and not base.is_answer:  # the claim is drawn: the answer's bar over this line
+        fig.add_trace(
+            go.Scatter(
+                x=[axis.low if axis is not None else base.ppl, axis.high if axis is not None else base.ppl],
+                y=[base.tps, base.tps],
+                mode="lines",
+                name=BASE_LINE_TRACE,
+                line={"color": COLORS["base"], "dash": "dash", "width": 1.5},
+                hovertext=base.hover(),
+                hoverinfo="text",
+            )
+        )
     if base is not None:
         fig.add_trace(
             go.Scatter(
-                x=[base.ppl],
+                x=[config_xs(data)[base.first]],
                 y=[base.tps],
                 mode="markers",
                 name=BASE_TRACE,
@@ -383,7 +503,7 @@ def pareto_figure(data: ReportData) -> go.Figure:
     winner = data.winner
     if winner is not None:
         config = data.answer_configuration
-        x, y = (config.ppl, config.tps) if config is not None else plot_xy(winner, data)
+        x, y = config_xy(config, data) if config is not None else plot_xy(winner, data)
         fig.add_trace(
             go.Scatter(
                 x=[x],
@@ -400,11 +520,14 @@ def pareto_figure(data: ReportData) -> go.Figure:
     if winner is not None:
         labels.append((data.answer_label(sep="<br>"), [(x, y)], {"size": 13}))
     if base is not None and not base.is_answer:  # the answer's label says so when the base is the answer
-        labels.append((data.base_label(sep="<br>"), [(base.ppl, base.tps)], {"color": COLORS["base"]}))
-    _place_labels(fig, labels, pareto_obstacles(data), PARETO_PIXELS)
+        labels.append((data.base_label(sep="<br>"), [config_xy(base, data)], {"color": COLORS["base"]}))
+    x_range = (axis.low, axis.high) if axis is not None else None
+    _place_labels(fig, labels, pareto_obstacles(data), PARETO_PIXELS, x_range)
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
     fig.update_layout(
-        title=f"{data.study_name}: TPS against PPL ({len(data.points)} trials"
-        + (f", {len(configs)} gate-passing configurations at their estimates)" if configs else ")"),
+        title=f"{data.study_name}: TPS against PPL ({data.trials_text()}"
+        + (f"; {len(configs)} gate-passing configurations at their estimates)" if configs else ")"),
         xaxis_title="PPL (lower is better)",
         yaxis_title="TPS (output tokens/s, higher is better)",
         template="plotly_white",
@@ -431,15 +554,22 @@ def _band(x0: float, x1: float, config: ConfigurationPoint, name: str, color: st
 
 def _history_readings(fig: go.Figure, data: ReportData, opacity: float) -> None:
     for category in (c for c in CATEGORIES if c != FAILED):
-        points = [p for p in data.by_category(category) if p.tps is not None]
-        if points:
+        for imputed in (False, True):
+            points = [p for p in data.by_category(category) if p.tps is not None and p.tps_imputed == imputed]
+            if not points:
+                continue
             fig.add_trace(
                 go.Scatter(
                     x=[p.number for p in points],
                     y=[p.tps for p in points],
                     mode="markers",
-                    name=LABELS[category],
-                    marker={"color": COLORS[category], "size": 9, "opacity": opacity},
+                    name=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
+                    marker={
+                        "color": COLORS[category],
+                        "size": 9,
+                        "opacity": 1.0 if imputed else opacity,
+                        "symbol": "circle-open" if imputed else "circle",
+                    },
                     text=[p.hover() for p in points],
                     hoverinfo="text",
                     customdata=[p.number for p in points],
@@ -514,35 +644,76 @@ def history_figure(data: ReportData) -> go.Figure:
             )
         )
     _history_readings(fig, data, FAINT)
-    if answer is not None:
+    for readings, name, symbol, color, who in history_marks(data):
         fig.add_trace(
             go.Scatter(
-                x=[n for n, _ in answer.readings],
-                y=[v for _, v in answer.readings],
+                x=[n for n, _ in readings],
+                y=[v for _, v in readings],
                 mode="markers",
-                name=ANSWER_READINGS_TRACE,
-                marker={"symbol": "circle-open", "size": 13, "color": COLORS["winner"], "line": {"width": 2}},
-                text=[f"trial #{n}: one server of the answer read {v:.2f} tok/s" for n, v in answer.readings],
+                name=name,
+                marker={"symbol": symbol, "size": 14, "color": color, "line": {"width": 2, "color": color}},
+                text=[f"trial #{n}: one server of {who} read {v:.2f} tok/s" for n, v in readings],
                 hoverinfo="text",
-                customdata=[n for n, _ in answer.readings],
+                customdata=[n for n, _ in readings],
             )
         )
-    numbers = sorted(numbers)
-    along = [numbers[round(i * (len(numbers) - 1) / 4)] for i in (4, 3, 2, 1, 0)]  # right end first
-    labels = []
-    if answer is not None:
-        labels.append((data.answer_label(sep="<br>"), [(n, answer.tps) for n in along], {}))
-    if base is not None and not base.is_answer:
-        labels.append((data.base_label(sep="<br>"), [(n, base.tps) for n in along], {"color": COLORS["base"]}))
-    _place_labels(fig, labels, data.history_obstacles(), HISTORY_PIXELS)
+    # the labels sit in the right margin, level with their lines, the legend below: off the data
+    for text, y, color, above in history_labels(data, sep="<br>"):
+        fig.add_annotation(
+            xref="paper",
+            x=1.0,
+            y=y,
+            xanchor="left",
+            yanchor="bottom" if above else "top",
+            xshift=6,
+            text=text,
+            showarrow=False,
+            align="left",
+            font={"color": color, "size": 11},
+        )
     fig.update_layout(
         title="TPS readings by trial (faint), the answer's estimate and the base's",
         xaxis_title="trial number",
         yaxis_title="TPS",
         template="plotly_white",
-        height=420,
+        height=480,
+        margin={"r": 290},
+        legend={"orientation": "h", "y": -0.2},
     )
     return fig
+
+
+Marks = tuple[tuple[tuple[int, float], ...], str, str, str, str]
+
+
+def history_marks(data: ReportData) -> list[Marks]:
+    """The readings the estimates (and so the claim) rest on, and the one that selected the
+    answer: (readings, legend name, plotly symbol, color, whose)."""
+    marks: list[Marks] = []
+    answer, base = data.answer_configuration, data.base_configuration
+    if answer is not None:
+        marks.append((answer.counted_readings, ANSWER_READINGS_TRACE, "circle-open", COLORS["winner"], "the answer"))
+        if answer.uncounted_readings:
+            marks.append((answer.uncounted_readings, UNCOUNTED_TRACE, "diamond-open", "#555", "the answer"))
+    if base is not None and not base.is_answer:
+        marks.append((base.counted_readings, BASE_READINGS_TRACE, "square-open", COLORS["base"], "the base"))
+    return [m for m in marks if m[0]]
+
+
+def history_labels(data: ReportData, sep: str) -> list[tuple[str, float, str, bool]]:
+    """(text, TPS level, color, above its line) of the answer's and the base's labels: the upper
+    one above its line and the lower one below, so that the two never cover each other."""
+    answer, base = data.answer_configuration, data.base_configuration
+    labels = []
+    if answer is not None:
+        text = data.answer_label(sep=sep)
+        assert text is not None
+        labels.append((text, answer.tps, "#1d3557", base is None or base.is_answer or answer.tps >= base.tps))
+    if base is not None and not base.is_answer:
+        text = data.base_label(sep=sep)
+        assert text is not None
+        labels.append((text, base.tps, COLORS["base"], answer is None or base.tps > answer.tps))
+    return labels
 
 
 def slices_figure(data: ReportData) -> go.Figure:
@@ -553,29 +724,57 @@ def slices_figure(data: ReportData) -> go.Figure:
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, shared_yaxes=True)
     for index, name in enumerate(data.param_names):
         row, col = index // cols + 1, index % cols + 1
-        for category in CATEGORIES:
-            points = [p for p in data.by_category(category) if name in p.params]
-            if not points:
-                continue
+        for category, imputed, points in slice_groups(data, name):
+            label = f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category]
             fig.add_trace(
                 go.Scatter(
                     x=[p.params[name] for p in points],
                     y=[p.tps if p.tps is not None else 0.0 for p in points],
                     mode="markers",
-                    name=LABELS[category],
-                    legendgroup=category,
+                    name=label,
+                    legendgroup=label,
                     showlegend=index == 0,
-                    marker={"color": COLORS[category], "size": 9},
+                    marker={
+                        "color": COLORS[category],
+                        "size": 9,
+                        "symbol": "x" if category == FAILED else "circle-open" if imputed else "circle",
+                    },
                     text=[p.hover() for p in points],
                     hoverinfo="text",
+                    customdata=[p.number for p in points],
                 ),
                 row=row,
                 col=col,
             )
+        ticks = whole_ticks(data, name)
+        if ticks is not None:
+            fig.update_xaxes(tickmode="array", tickvals=ticks, row=row, col=col)
         fig.update_xaxes(title_text=name, row=row, col=col)
     fig.update_yaxes(title_text="TPS", col=1)
     fig.update_layout(title="Slice plot: each parameter against TPS", template="plotly_white", height=360 * rows)
     return fig
+
+
+def slice_groups(data: ReportData, name: str) -> list[tuple[str, bool, list[TrialPoint]]]:
+    """The trials of a slice by (category, TPS imputed): an imputed TPS (a stand-in, not a
+    reading) is drawn hollow and named so."""
+    groups = []
+    for category in CATEGORIES:
+        for imputed in (False, True):
+            points = [p for p in data.by_category(category) if name in p.params and p.tps_imputed == imputed]
+            if points:
+                groups.append((category, imputed, points))
+    return groups
+
+
+def whole_ticks(data: ReportData, name: str, most: int = 10) -> list[int] | None:
+    """Whole-number ticks for a parameter whose values are all integers (None: not one)."""
+    values = [p.params[name] for p in data.points if name in p.params]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    low, high = min(values), max(values)
+    step = max(1, math.ceil((high - low + 1) / most))
+    return list(range(low, high + 1, step))
 
 
 def importance_figure(data: ReportData) -> go.Figure:
@@ -594,7 +793,7 @@ def importance_figure(data: ReportData) -> go.Figure:
                     marker={"color": color},
                 )
             )
-    title = "Parameter importance (PED-ANOVA)"
+    title = IMPORTANCE_TITLE
     if not data.importance:
         title += f": {data.importance_note}"
     fig.update_layout(

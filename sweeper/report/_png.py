@@ -18,23 +18,33 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sweeper.report._data import CATEGORIES, COLORS, FAILED, FEASIBLE, LABELS, ReportData
+from sweeper.report._data import CATEGORIES, COLORS, FAILED, FEASIBLE, IMPUTED, LABELS, ReportData
 from sweeper.report._plotly import (
-    ANSWER_READINGS_TRACE,
+    BASE_LINE_TRACE,
     BASE_TRACE,
     BEST_TRACE,
     CAP_TRACE,
     FAINT,
     FRONT_TRACE,
+    IMPORTANCE_TITLE,
     LEFTOVER_FEASIBLE,
     READINGS_TRACE,
     VERIFIED_TRACE,
     VERIFY_FAILED_TRACE,
     WINNER_TRACE,
     choose_spot,
+    clipped,
+    config_xs,
+    config_xy,
+    history_labels,
+    history_marks,
     pareto_obstacles,
     plot_xy,
     position,
+    ppl_axis,
+    ppl_text,
+    slice_groups,
+    whole_ticks,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,10 +62,11 @@ def _new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
 def _configurations(ax: Axes, data: ReportData) -> None:
     """Each configuration once, at its estimate with the interval as an error bar; readings faint."""
     configs = data.configurations
-    readings = [(c.ppl, v) for c in configs for _, v in c.readings]
+    xs = config_xs(data)
+    readings = [(xs[c.first], v) for c in configs for _, v in c.readings]
     ax.scatter(*zip(*readings), s=14, color=COLORS[FEASIBLE], alpha=FAINT, linewidths=0, label=READINGS_TRACE, zorder=2)
     ax.errorbar(
-        [c.ppl for c in configs],
+        [xs[c.first] for c in configs],
         [c.tps for c in configs],
         yerr=[[c.tps - c.low for c in configs], [c.high - c.tps for c in configs]],
         fmt="o",
@@ -88,6 +99,7 @@ def _place_labels(
     per_point = fig.dpi / 72.0  # offsets are in points, the boxes in pixels
     legend = ax.get_legend()
     taken = [tuple(legend.get_window_extent(renderer).extents)] if legend is not None else []
+    taken += [tuple(t.get_window_extent(renderer).extents) for t in ax.texts]  # e.g. an off-axis PPL
     for text, anchors, style in labels:
         probe = ax.text(0, 0, text, **style, bbox=BOX)
         extent = probe.get_window_extent(renderer)
@@ -122,32 +134,40 @@ def pareto_figure(data: ReportData) -> Figure:
             continue
         label = LEFTOVER_FEASIBLE if category == FEASIBLE and configs else LABELS[category]
         xy = [plot_xy(p, data) for p in points]
-        solid = [(x, y) for (x, y), p in zip(xy, points) if not p.tps_imputed]
-        hollow = [(x, y) for (x, y), p in zip(xy, points) if p.tps_imputed]
-        marker = "x" if category == FAILED else "o"
-        if solid:
-            ax.scatter(
-                *zip(*solid),
-                s=45,
-                marker=marker,
-                color=COLORS[category],
-                label=label,
-                edgecolors="#333" if marker == "o" else None,
-                linewidths=0.6,
-                zorder=3,
-            )
-        if hollow:
-            ax.scatter(
-                *zip(*hollow),
-                s=45,
-                marker="o",
-                facecolors="none",
-                edgecolors=COLORS[category],
-                label=f"{LABELS[category]}, TPS imputed",
-                zorder=3,
-            )
+        for p, (x, y) in zip(points, xy):
+            if clipped(p, data):  # off the axis: at its edge, its PPL written beside it
+                ax.annotate(
+                    f"{ppl_text(p.ppl)} \u2192",
+                    (x, y),
+                    xytext=(-9, 0),
+                    textcoords="offset points",
+                    ha="right",
+                    va="center",
+                    fontsize=8,
+                    color=COLORS[category],
+                )
+        for imputed in (False, True):
+            for off in (False, True):
+                chosen = [xy for xy, p in zip(xy, points) if p.tps_imputed == imputed and clipped(p, data) == off]
+                if not chosen:
+                    continue
+                marker = "x" if category == FAILED else ">" if off else "o"
+                name = f"{LABELS[category]}, {IMPUTED}" if imputed else label
+                ax.scatter(
+                    *zip(*chosen),
+                    s=55 if off else 45,
+                    marker=marker,
+                    label=name + (", PPL off the axis" if off else ""),
+                    linewidths=0.9 if imputed else 0.6,
+                    zorder=3,
+                    **(
+                        {"facecolors": "none", "edgecolors": COLORS[category]}
+                        if imputed
+                        else {"color": COLORS[category], "edgecolors": "#333" if marker != "x" else None}
+                    ),
+                )
     if configs:
-        front = [(c.ppl, c.tps) for c in data.configuration_front()]
+        front = [config_xy(c, data) for c in data.configuration_front()]
     else:
         front = [(p.ppl, p.tps) for p in sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)]
     if len(front) > 1:
@@ -173,9 +193,11 @@ def pareto_figure(data: ReportData) -> Figure:
             data.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8, label=f"{CAP_TRACE} {data.cap:.4f}", zorder=1
         )
     base = data.base_configuration
+    if base is not None and not base.is_answer:  # the claim: the answer's bar over the base's line
+        ax.axhline(base.tps, color=COLORS["base"], linestyle="--", linewidth=1.2, label=BASE_LINE_TRACE, zorder=1)
     if base is not None:
         ax.scatter(
-            [base.ppl],
+            [config_xs(data)[base.first]],
             [base.tps],
             s=220,
             marker="s",
@@ -188,43 +210,56 @@ def pareto_figure(data: ReportData) -> Figure:
     winner = data.winner
     if winner is not None:
         config = data.answer_configuration
-        x, y = (config.ppl, config.tps) if config is not None else plot_xy(winner, data)
+        x, y = config_xy(config, data) if config is not None else plot_xy(winner, data)
         ax.scatter([x], [y], s=300, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=WINNER_TRACE)
     labels = []  # the answer's first: it gets the best spot
     if winner is not None:
         labels.append((data.answer_label(sep="\n"), [(x, y)], {"fontsize": 10, "fontweight": "bold"}))
     if base is not None and not base.is_answer:
-        labels.append((data.base_label(sep="\n"), [(base.ppl, base.tps)], {"fontsize": 9, "color": COLORS["base"]}))
+        labels.append((data.base_label(sep="\n"), [config_xy(base, data)], {"fontsize": 9, "color": COLORS["base"]}))
+    axis = ppl_axis(data)
+    if axis is not None:
+        ax.set_xlim(axis.low, axis.high)
     ax.set_xlabel("PPL (lower is better)")
     ax.set_ylabel("TPS (output tokens/s, higher is better)")
-    title = f"{data.study_name}: TPS against PPL ({len(data.points)} trials)"
+    title = f"{data.study_name}: TPS against PPL ({data.trials_text()})"
     if configs:
         title += f"\n{len(configs)} gate-passing configurations at their estimates, bars: {configs[0].level} intervals"
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    _legend_below(ax)
     _place_labels(ax, labels, pareto_obstacles(data))  # last: once everything else is drawn
     return fig
 
 
+def _legend_below(ax: Axes) -> None:
+    """The legend under the axes, off the data."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+
+
 def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
     for category in CATEGORIES:
-        points = data.by_category(category)
-        if points:
+        for imputed in (False, True):
+            points = [p for p in data.by_category(category) if p.tps_imputed == imputed]
+            if not points:
+                continue
             ax.scatter(
                 [p.number for p in points],
                 [p.tps if p.tps is not None else 0.0 for p in points],
-                color=COLORS[category],
                 marker="x" if category == FAILED else "o",
                 s=35,
-                alpha=alpha,
-                label=LABELS[category],
+                label=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
                 zorder=3,
+                **(
+                    {"facecolors": "none", "edgecolors": COLORS[category]}
+                    if imputed
+                    else {"color": COLORS[category], "alpha": alpha}
+                ),
             )
 
 
 def history_figure(data: ReportData) -> Figure:
-    fig = _new_figure()
+    fig = _new_figure(10.0, 6.0)
     ax = fig.add_subplot()
     answer, base = data.answer_configuration, data.base_configuration
     if answer is None and base is None:  # no standing: the best reading so far
@@ -255,62 +290,65 @@ def history_figure(data: ReportData) -> Figure:
                 label=f"answer's {answer.level} interval",
             )
             ax.axhline(answer.tps, color=COLORS["winner"], linewidth=2.2, label="answer's TPS estimate")
+        for readings, name, symbol, color, _ in history_marks(data):
             ax.scatter(
-                [n for n, _ in answer.readings],
-                [v for _, v in answer.readings],
-                s=110,
-                facecolors="none",
-                edgecolors=COLORS["winner"],
+                [n for n, _ in readings],
+                [v for _, v in readings],
+                s=120,
+                marker=_MARKERS[symbol],
                 linewidths=1.8,
-                label=ANSWER_READINGS_TRACE,
+                label=name,
                 zorder=4,
+                facecolors="none",
+                edgecolors=color,
             )
         ax.set_title("TPS readings by trial (faint), the answer's estimate and the base's")
     ax.set_xlabel("trial number")
     ax.set_ylabel("TPS")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if answer is not None or base is not None:
-        _history_labels(ax, data)
+    _legend_below(ax)
+    for text, y, color, above in history_labels(data, sep="\n"):
+        # in the right margin, level with its line: off the data
+        ax.annotate(
+            text,
+            (1.0, y),
+            xycoords=("axes fraction", "data"),
+            xytext=(6, 2 if above else -2),
+            textcoords="offset points",
+            ha="left",
+            va="bottom" if above else "top",
+            fontsize=8.5,
+            color=color,
+            fontweight="bold" if color != COLORS["base"] else "normal",
+            annotation_clip=False,
+        )
     return fig
 
 
-def _history_labels(ax: Axes, data: ReportData) -> None:
-    """The answer's and the base's labels, each with an arrow to its line, where no reading is."""
-    numbers = sorted(p.number for p in data.points)
-    along = [numbers[round(i * (len(numbers) - 1) / 4)] for i in (4, 3, 2, 1, 0)]  # right end first
-    labels = []
-    answer, base = data.answer_configuration, data.base_configuration
-    if answer is not None:
-        labels.append(
-            (data.answer_label(sep="\n"), [(n, answer.tps) for n in along], {"fontsize": 9, "fontweight": "bold"})
-        )
-    if base is not None and not base.is_answer:
-        labels.append(
-            (data.base_label(sep="\n"), [(n, base.tps) for n in along], {"fontsize": 9, "color": COLORS["base"]})
-        )
-    _place_labels(ax, labels, data.history_obstacles())
+_MARKERS = {"circle-open": "o", "square-open": "s", "diamond-open": "D"}  # plotly symbol -> matplotlib marker
 
 
 def slice_figure(data: ReportData, name: str) -> Figure:
     fig = _new_figure(6.0, 4.2)
     ax = fig.add_subplot()
-    for category in CATEGORIES:
-        points = [p for p in data.by_category(category) if name in p.params]
-        if points:
-            ax.scatter(
-                [p.params[name] for p in points],
-                [p.tps if p.tps is not None else 0.0 for p in points],
-                color=COLORS[category],
-                marker="x" if category == FAILED else "o",
-                s=35,
-                label=LABELS[category],
-            )
+    for category, imputed, points in slice_groups(data, name):
+        ax.scatter(
+            [p.params[name] for p in points],
+            [p.tps if p.tps is not None else 0.0 for p in points],
+            marker="x" if category == FAILED else "o",
+            s=35,
+            label=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
+            zorder=4 if imputed else 3,
+            **({"facecolors": "none", "edgecolors": COLORS[category]} if imputed else {"color": COLORS[category]}),
+        )
+    ticks = whole_ticks(data, name)
+    if ticks is not None:
+        ax.set_xticks(ticks)
     ax.set_xlabel(name)
     ax.set_ylabel("TPS")
     ax.set_title(f"Slice: {name}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return fig
 
 
@@ -338,7 +376,7 @@ def importance_figure(data: ReportData) -> Figure:
             0.5, 0.5, f"parameter importance: {data.importance_note}", ha="center", va="center", transform=ax.transAxes
         )
         ax.set_axis_off()
-    ax.set_title("Parameter importance (PED-ANOVA)")
+    ax.set_title(IMPORTANCE_TITLE)
     return fig
 
 

@@ -9,10 +9,13 @@ configuration comes in through the ``Evaluator`` seam.
 
 from sweeper.study._confirm import (
     CONFIRM_ROLE,
+    Claim,
     ClaimBasis,
     Configuration,
     ConfirmSettings,
+    ConfirmSettingsError,
     Decision,
+    Outcome,
     Race,
     Standing,
     confirmation_role,
@@ -49,12 +52,14 @@ from sweeper.study._gate import (
     uncertainty_extras,
 )
 from sweeper.study._guided import GuidedPlan, Observation
-from sweeper.study._options import StudyOptions, parse_duration
+from sweeper.study._options import StudyOptions, StudyOptionsError, parse_duration
 from sweeper.study._recipe import (
     MEASURING_FIELDS,
+    StoredStudy,
     StudyRecipe,
     base_manifest_of,
     existing_study_attrs,
+    read_stored_study,
     recipe_changes,
     recipe_from_settings,
     save_recipe,
@@ -65,7 +70,10 @@ from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
 
 __all__ = [
     "CONFIRM_ROLE",
+    "Claim",
     "ClaimBasis",
+    "ConfirmSettingsError",
+    "Outcome",
     "confirmation_role",
     "ConfirmSettings",
     "Configuration",
@@ -94,8 +102,11 @@ __all__ = [
     "PplStatement",
     "SearchedParameter",
     "StudyOptions",
+    "StudyOptionsError",
     "StudyRecipe",
     "existing_study_attrs",
+    "read_stored_study",
+    "StoredStudy",
     "StudyResult",
     "TimedPhases",
     "TrialContext",

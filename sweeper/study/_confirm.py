@@ -50,6 +50,7 @@ faster configuration (docs/noise.md).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import logging
 import math
@@ -57,6 +58,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from evaluators import (
+    DEFAULT_CONFIDENCE,
+    PRIOR_SPREAD,
     Interval,
     Spread,
     blocked_spread,
@@ -83,7 +86,42 @@ ROUND_ATTR_PREFIX = "sweeper:race-round:"
 
 
 class ConfirmSettingsError(UserInputError):
-    """A confirmation setting is not valid."""
+    """A confirmation setting is not valid; ``field``: the setting's name (``rounds``, ``prior_spread``, ...)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class _Word(str, enum.Enum):
+    """A decision stored, compared and printed as its word (``str(Claim.FASTER)`` is ``faster``)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Outcome(_Word):
+    """How a contender's race against the incumbent ended (or stands)."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    BEHIND = "behind"
+    SCREENED = "screened"
+    TIE_KEPT = "tie-kept"
+    TIE_WON = "tie-won"
+    RACING = "racing"
+    UNCONFIRMED = "unconfirmed"
+    TIE_UNDECIDED = "tie-undecided"  # a race that ran its rounds, before the tie is broken
+
+
+class Claim(_Word):
+    """What the study claims of a configuration against the base manifest."""
+
+    FASTER = "faster"
+    INDISTINCT = "indistinct"  # not distinguishable from the base
+    BASE = "base"  # it is the base manifest's configuration
+    SLOWER = "slower"
+    NONE = "none"  # nothing to state: no configuration, or no base measured
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,24 +139,27 @@ class ConfirmSettings:
     """
 
     rounds: int = 0
-    prior_spread: float = 0.10
+    prior_spread: float = PRIOR_SPREAD
     prior_df: float = 2.0
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     screen: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or isinstance(self.rounds, bool) or self.rounds < 0:
-            raise ConfirmSettingsError(f"confirm rounds must be a whole number >= 0, not {self.rounds!r}")
+            raise ConfirmSettingsError(
+                f"confirm rounds must be a whole number >= 0, not {self.rounds!r}", field="rounds"
+            )
         if not 0.0 < self.prior_spread < 1.0:
             raise ConfirmSettingsError(
-                f"noise (the prior between-server spread) must be in (0, 1), not {self.prior_spread!r}"
+                f"noise (the prior between-server spread) must be in (0, 1), not {self.prior_spread!r}",
+                field="prior_spread",
             )
         if not 0.0 <= self.screen <= 3.0:
-            raise ConfirmSettingsError(f"screen must be 0-3 standard errors, not {self.screen!r}")
+            raise ConfirmSettingsError(f"screen must be 0-3 standard errors, not {self.screen!r}", field="screen")
         if self.prior_df < 0:
-            raise ConfirmSettingsError(f"prior_df must be >= 0, not {self.prior_df!r}")
+            raise ConfirmSettingsError(f"prior_df must be >= 0, not {self.prior_df!r}", field="prior_df")
         if not 0.5 < self.confidence < 1.0:
-            raise ConfirmSettingsError(f"confidence must be in (0.5, 1), not {self.confidence!r}")
+            raise ConfirmSettingsError(f"confidence must be in (0.5, 1), not {self.confidence!r}", field="confidence")
 
     def to_settings(self) -> dict[str, Any]:
         return {
@@ -188,7 +229,7 @@ class Decision:
 
     contender: int  # the contender's first trial
     incumbent: int
-    outcome: str  # faster | slower | behind | screened | tie-kept | tie-won | racing | unconfirmed
+    outcome: Outcome
     interval: Interval  # on the rounds' pairs once raced; on the first figures when screened
     rounds: int
     race: int = 0  # the race's number in the study (0: never raced)
@@ -206,14 +247,14 @@ class Decision:
 
 
 _OUTCOME_WORDS = {
-    "faster": "faster, confirmed: the new incumbent",
-    "slower": "slower, confirmed",
-    "behind": "no faster once re-measured: not raced further",
-    "screened": "slower as measured: not raced further",
-    "tie-kept": "a tie; the incumbent is closer to the base manifest and stays",
-    "tie-won": "a tie; the contender is closer to the base manifest and takes over",
-    "racing": "not clear yet: re-measuring",
-    "unconfirmed": "faster as measured; races are off, so it takes over unconfirmed",
+    Outcome.FASTER: "faster, confirmed: the new incumbent",
+    Outcome.SLOWER: "slower, confirmed",
+    Outcome.BEHIND: "no faster once re-measured: not raced further",
+    Outcome.SCREENED: "slower as measured: not raced further",
+    Outcome.TIE_KEPT: "a tie; the incumbent is closer to the base manifest and stays",
+    Outcome.TIE_WON: "a tie; the contender is closer to the base manifest and takes over",
+    Outcome.RACING: "not clear yet: re-measuring",
+    Outcome.UNCONFIRMED: "faster as measured; races are off, so it takes over unconfirmed",
 }
 
 
@@ -272,6 +313,8 @@ class Standing:
     decisions: tuple[Decision, ...]
     race: Race | None  # the race that wants another round, if any
     basis: ClaimBasis | None = None  # what the claim over the base rests on (races on)
+    # the base manifest's own trial was measured over the PPL cap (so ``base`` is None)
+    base_over_cap: bool = False
 
     @property
     def speedup(self) -> Interval | None:
@@ -292,20 +335,42 @@ class Standing:
         )
 
     @property
-    def claim(self) -> str:
-        """faster | indistinct (not distinguishable from the base) | base | slower | none."""
+    def claim(self) -> Claim:
+        """What the study claims of its incumbent against the base (``Claim``)."""
         if self.incumbent is None:
-            return "none"
+            return Claim.NONE
         if self.base is not None and self.incumbent.key == self.base.key:
-            return "base"
+            return Claim.BASE
         speedup = self.speedup
         if speedup is None:
-            return "none"
+            return Claim.NONE
         if speedup.low > 1.0:
-            return "faster"
+            return Claim.FASTER
         if speedup.high < 1.0:
-            return "slower"
-        return "indistinct"
+            return Claim.SLOWER
+        return Claim.INDISTINCT
+
+    def claim_of(self, number: int) -> Claim:
+        """What the study claims of the configuration trial ``number`` belongs to.
+
+        Its incumbent carries the standing's ``claim``; the base is ``base``.
+        Another configuration is put forward as faster when its estimate
+        reads above the base's first figure (its own trial's, before any
+        race), and as faster when the base has no figure to compare with; a
+        study whose base was over the PPL cap claims no speedup (its point is
+        the cap, not the speed). Verify checks a ``faster`` claim against the
+        base measured beside the candidate on held-out data.
+        """
+        config = self.configuration_of(number)
+        if config is None:
+            return Claim.NONE
+        if self.base is None:
+            return Claim.NONE if self.base_over_cap else Claim.FASTER
+        if config.key == self.base.key:
+            return Claim.BASE
+        if self.incumbent is not None and config.key == self.incumbent.key:
+            return self.claim
+        return Claim.FASTER if config.estimate > self.base.tps[0] else Claim.NONE
 
     @property
     def confirmed(self) -> bool:
@@ -359,12 +424,12 @@ class Standing:
         pending = "" if self.confirmed else " (a confirmation race is still open)"
         if self.base is None:
             return (
-                f"trial {inc.first}: {inc.estimate:.2f} tok/s, {ppl}; the base manifest was not "
+                f"trial {inc.first}: {self.tps_interval(inc).value:.1f} tok/s, {ppl}; the base manifest was not "
                 f"measured, so no speedup can be stated{pending}"
             )
         if inc.key == self.base.key:
             return (
-                f"the base manifest itself (trial {inc.first}, {inc.estimate:.2f} tok/s), {ppl}: "
+                f"the base manifest itself (trial {inc.first}, {self.tps_interval(inc).value:.1f} tok/s), {ppl}: "
                 f"no configuration was confirmed faster than it{pending}"
             )
         iv = self.speedup
@@ -376,15 +441,34 @@ class Standing:
             )
         else:
             span = f"{_level(iv.confidence)} interval {_percent(iv.low)} to {_percent(iv.high)}"
-        if self.claim == "faster":
+        if self.claim is Claim.FASTER:
             head = f"{_percent(iv.value)} faster than the base manifest ({span})"
-        elif self.claim == "slower":
+        elif self.claim is Claim.SLOWER:
             head = f"{_percent(iv.value)} against the base manifest ({span}): slower"
         else:
             head = f"not distinguishable from the base manifest: {_percent(iv.value)} ({span}, which includes 0 %)"
         estimate = self.tps_interval(inc).value
         servers = len(inc.confirmed_tps) or len(inc.tps)
-        return f"{head}, {ppl}; trial {inc.first}, {estimate:.2f} tok/s over {servers} server(s){pending}"
+        return f"{head}, {ppl}; trial {inc.first}, {estimate:.1f} tok/s over {servers} server(s){pending}"
+
+    def _config_dict(self, config: Configuration | None) -> dict[str, Any] | None:
+        """A configuration as data; its ``estimate`` is the figure after selection (``tps_interval``),
+        ``estimate_all`` the geometric mean of every figure, the selecting one included."""
+        if config is None:
+            return None
+        interval = self.tps_interval(config)
+        return {
+            "trial": config.first,
+            "trials": list(config.numbers),
+            "params": dict(config.params),
+            "tps": list(config.tps),
+            "confirmed_tps": list(config.confirmed_tps),
+            "estimate": interval.value,
+            "estimate_all": config.estimate,
+            "tps_interval": interval.to_dict(),
+            "ppl": config.ppl,
+            "ppl_cap": config.ppl_cap,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         speedup = self.speedup
@@ -392,8 +476,8 @@ class Standing:
             "claim": self.claim,
             "confirmed": self.confirmed,
             "statement": self.describe(),
-            "incumbent": _config_dict(self.incumbent),
-            "base": _config_dict(self.base),
+            "incumbent": self._config_dict(self.incumbent),
+            "base": self._config_dict(self.base),
             "speedup": speedup.to_dict() if speedup is not None else None,
             "spread": self.spread.to_dict(),
             "basis": self.basis.to_dict() if self.basis is not None else None,
@@ -411,21 +495,6 @@ class Standing:
                 "round": self.race.round,
             },
         }
-
-
-def _config_dict(config: Configuration | None) -> dict[str, Any] | None:
-    if config is None:
-        return None
-    return {
-        "trial": config.first,
-        "trials": list(config.numbers),
-        "params": dict(config.params),
-        "tps": list(config.tps),
-        "confirmed_tps": list(config.confirmed_tps),
-        "estimate": config.estimate,
-        "ppl": config.ppl,
-        "ppl_cap": config.ppl_cap,
-    }
 
 
 def _level(confidence: float) -> str:
@@ -730,15 +799,20 @@ class _Replay:
 
 
 def standing(records: Iterable[TrialRecord], settings: ConfirmSettings) -> Standing:
-    """Replay the races over the stored trials (see the module docstring)."""
+    """Replay the races over the stored trials (see the module docstring).
+
+    Each gate-passing configuration, in the order it was found, meets the
+    incumbent of its time (at first the base, else the first one found):
+    with races (``rounds`` > 0) it is screened or raced (``_race_turn``);
+    with races off its figures as measured decide (``_unraced_turn``), as
+    plain Optuna's best would.
+    """
     replay = _Replay(list(records), settings)
-    if settings.rounds == 0:
-        return _standing_unraced(replay)
     configs = replay.configs
+    spread = replay.spread_until(None)
     base = next((c for c in configs if c.is_base), None)
-    base_values = base.params if base is not None else base_params(replay.records)
     incumbent = base
-    promoted_by = 0  # the race that made the incumbent (0: it is the base, or no race)
+    promoted_by = 0  # the race that made the incumbent (0: it is the base, no race, or races off)
     decisions: list[Decision] = []
     race: Race | None = None
     races = 0
@@ -748,50 +822,16 @@ def standing(records: Iterable[TrialRecord], settings: ConfirmSettings) -> Stand
             continue
         if contender.key == incumbent.key or contender.is_base:
             continue
-        rounds = replay.rounds.get(contender.first, [])
-        if not rounds:
-            # the first figure screens: a contender measured clearly below is not raced
-            spread = replay.spread_until(None)
-            interval = speedup_interval(contender.tps, incumbent.tps, spread=spread, confidence=settings.confidence)
-            below = math.log(interval.value) < -settings.screen * _standard_error(spread, contender, incumbent)
-            if interval.high < 1.0 or below or (settings.screen == 0.0 and interval.value < 1.0):
-                decisions.append(
-                    Decision(
-                        contender=contender.first,
-                        incumbent=incumbent.first,
-                        outcome="screened",
-                        interval=interval,
-                        rounds=0,
-                    )
-                )
-                continue
-        races += 1
-        outcome, interval, looked = _judge_race(replay, contender, incumbent, base, rounds)
-        decisions.append(
-            Decision(
-                contender=contender.first,
-                incumbent=incumbent.first,
-                outcome=outcome,
-                interval=interval,
-                rounds=len(rounds),
-                race=races,
-                pairs=looked,
-            )
-        )
-        if outcome == "racing":
-            race = Race(contender=contender, incumbent=incumbent, base=base, round=len(rounds) + 1)
+        if settings.rounds == 0:
+            decision = _unraced_turn(contender, incumbent, spread, settings)
+        else:
+            decision, race = _race_turn(replay, contender, incumbent, base, spread, races + 1)
+            races = max(races, decision.race)
+        decisions.append(decision)
+        if race is not None:
             break
-        if outcome == "tie-undecided":
-            if base_values is not None and distance_to_base(contender.params, base_values) < distance_to_base(
-                incumbent.params, base_values
-            ):
-                outcome = "tie-won"
-            else:
-                outcome = "tie-kept"
-            decisions[-1] = dataclasses.replace(decisions[-1], outcome=outcome)
-        if outcome in ("faster", "tie-won"):
-            incumbent, promoted_by = contender, races
-    spread = replay.spread_until(None)
+        if decision.outcome in _TAKES_OVER:
+            incumbent, promoted_by = contender, decision.race
     basis = _claim_basis(replay, incumbent, base, promoted_by, races, spread)
     if race is None and basis is not None and incumbent is not None and base is not None:
         race = _claim_round(replay, incumbent, base, basis)
@@ -804,7 +844,83 @@ def standing(records: Iterable[TrialRecord], settings: ConfirmSettings) -> Stand
         decisions=tuple(decisions),
         race=race,
         basis=basis,
+        base_over_cap=base is None and _base_over_cap(replay.records),
     )
+
+
+# the outcomes that make the contender the incumbent
+_TAKES_OVER = (Outcome.FASTER, Outcome.TIE_WON, Outcome.UNCONFIRMED)
+
+
+def _base_over_cap(records: Iterable[TrialRecord]) -> bool:
+    """Was the base manifest's own trial measured over the PPL cap?"""
+    return any(BASELINE in r.role.split("+") and r.state == "complete" and r.feasible is False for r in records)
+
+
+def _unraced_turn(
+    contender: Configuration, incumbent: Configuration, spread: Spread, settings: ConfirmSettings
+) -> Decision:
+    """Races off: the figures as measured decide; a contender that reads faster takes over."""
+    interval = speedup_interval(contender.tps, incumbent.tps, spread=spread, confidence=settings.confidence)
+    if interval.low > 1.0:
+        outcome = Outcome.FASTER
+    elif interval.high < 1.0:
+        outcome = Outcome.SLOWER
+    elif interval.value <= 1.0:
+        outcome = Outcome.SCREENED
+    else:
+        outcome = Outcome.UNCONFIRMED
+    return Decision(contender=contender.first, incumbent=incumbent.first, outcome=outcome, interval=interval, rounds=0)
+
+
+def _race_turn(
+    replay: _Replay,
+    contender: Configuration,
+    incumbent: Configuration,
+    base: Configuration | None,
+    spread: Spread,
+    number: int,
+) -> tuple[Decision, Race | None]:
+    """Screen the contender on its first figures, or race it as race ``number`` of the study;
+    the race that wants another round comes back with the decision."""
+    settings = replay.settings
+    rounds = replay.rounds.get(contender.first, [])
+    if not rounds:
+        # the first figure screens: a contender measured clearly below is not raced
+        interval = speedup_interval(contender.tps, incumbent.tps, spread=spread, confidence=settings.confidence)
+        below = math.log(interval.value) < -settings.screen * _standard_error(spread, contender, incumbent)
+        if interval.high < 1.0 or below or (settings.screen == 0.0 and interval.value < 1.0):
+            screened = Decision(
+                contender=contender.first,
+                incumbent=incumbent.first,
+                outcome=Outcome.SCREENED,
+                interval=interval,
+                rounds=0,
+            )
+            return screened, None
+    outcome, interval, looked = _judge_race(replay, contender, incumbent, base, rounds)
+    race = None
+    if outcome is Outcome.RACING:
+        race = Race(contender=contender, incumbent=incumbent, base=base, round=len(rounds) + 1)
+    elif outcome is Outcome.TIE_UNDECIDED:
+        outcome = _break_tie(contender, incumbent, base.params if base is not None else base_params(replay.records))
+    decision = Decision(
+        contender=contender.first,
+        incumbent=incumbent.first,
+        outcome=outcome,
+        interval=interval,
+        rounds=len(rounds),
+        race=number,
+        pairs=looked,
+    )
+    return decision, race
+
+
+def _break_tie(contender: Configuration, incumbent: Configuration, base: Mapping[str, Any] | None) -> Outcome:
+    """A tie goes to the configuration closer to the base manifest; the incumbent keeps an even one."""
+    if base is not None and distance_to_base(contender.params, base) < distance_to_base(incumbent.params, base):
+        return Outcome.TIE_WON
+    return Outcome.TIE_KEPT
 
 
 def _judge_race(
@@ -813,11 +929,11 @@ def _judge_race(
     incumbent: Configuration,
     base: Configuration | None,
     rounds: Sequence[Round],
-) -> tuple[str, Interval, int]:
+) -> tuple[Outcome, Interval, int]:
     """Decide a race at each of its looks, on the spread known then; (outcome, interval, pairs)."""
     settings = replay.settings
     level = race_confidence(settings)
-    outcome, interval, looked = "racing", None, 0
+    outcome, interval, looked = Outcome.RACING, None, 0
     for n in range(1, len(rounds) + 1):
         seen = rounds[:n]
         spread = replay.spread_until(seen[-1].last)
@@ -837,18 +953,18 @@ def _judge_race(
                     bool(vs_base) and paired_speedup_interval(vs_base, spread=spread, confidence=level).low > 1.0
                 )
             if over_base:
-                return "faster", interval, looked
+                return Outcome.FASTER, interval, looked
         if plain.high < 1.0:
-            return "slower", plain, looked
+            return Outcome.SLOWER, plain, looked
         if interval.value <= FUTILITY_RATIO:
-            return "behind", interval, looked
+            return Outcome.BEHIND, interval, looked
         if n >= settings.rounds:
-            return "tie-undecided", interval, looked
+            return Outcome.TIE_UNDECIDED, interval, looked
     if interval is None:  # not re-measured yet (or no round had both figures)
         spread = replay.spread_until(None)
         interval = speedup_interval(contender.tps, incumbent.tps, spread=spread, confidence=level)
         if len(rounds) >= settings.rounds:
-            return "tie-undecided", interval, 0
+            return Outcome.TIE_UNDECIDED, interval, 0
     return outcome, interval, looked
 
 
@@ -894,44 +1010,4 @@ def _claim_basis(
         study_confidence=replay.settings.confidence,
         spread=spread,
         interval=interval,
-    )
-
-
-def _standing_unraced(replay: _Replay) -> Standing:
-    """Races off (``rounds`` 0): the figures as measured decide, as plain Optuna's best would."""
-    settings = replay.settings
-    configs = replay.configs
-    spread = replay.spread_until(None)
-    base = next((c for c in configs if c.is_base), None)
-    incumbent = base
-    decisions: list[Decision] = []
-    for contender in configs:
-        if incumbent is None:
-            incumbent = contender
-            continue
-        if contender.key == incumbent.key or contender.is_base:
-            continue
-        interval = speedup_interval(contender.tps, incumbent.tps, spread=spread, confidence=settings.confidence)
-        if interval.low > 1.0:
-            outcome = "faster"
-        elif interval.high < 1.0:
-            outcome = "slower"
-        elif interval.value <= 1.0:
-            outcome = "screened"
-        else:
-            outcome = "unconfirmed"
-        decisions.append(
-            Decision(contender=contender.first, incumbent=incumbent.first, outcome=outcome, interval=interval, rounds=0)
-        )
-        if outcome in ("faster", "unconfirmed"):
-            incumbent = contender
-    return Standing(
-        settings=settings,
-        configurations=tuple(configs),
-        spread=spread,
-        base=base,
-        incumbent=incumbent,
-        decisions=tuple(decisions),
-        race=None,
-        basis=None,
     )

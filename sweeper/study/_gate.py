@@ -352,19 +352,19 @@ def trial_pass_probability(
 
 
 def reference_ppl(study: optuna.Study) -> float | None:
-    value = study._storage.get_study_user_attrs(study._study_id).get(REFERENCE_ATTR)
+    value = study.user_attrs.get(REFERENCE_ATTR)
     return float(value) if value is not None else None
 
 
 def reference_trial(study: optuna.Study) -> int | None:
     """The number of the trial that measured the baseline PPL (None: not yet)."""
-    value = study._storage.get_study_user_attrs(study._study_id).get(REFERENCE_TRIAL_ATTR)
+    value = study.user_attrs.get(REFERENCE_TRIAL_ATTR)
     return int(value) if value is not None else None
 
 
 def reference_estimate(study: optuna.Study) -> PplEstimate | None:
     """The baseline's PPL with its uncertainty (None: not measured, or no standard error)."""
-    attrs = study._storage.get_study_user_attrs(study._study_id)
+    attrs = study.user_attrs
     ppl, stderr, records = (
         attrs.get(REFERENCE_ATTR),
         attrs.get(REFERENCE_STDERR_ATTR),

@@ -1,92 +1,27 @@
-"""The guided search: what is known about the problem, used to need fewer trials.
+"""The guided sampler: a search that uses what is known about serving to need fewer trials.
 
-Three facts make the serving problem easier than a black box:
+It rests on three facts: only the quality parameter (the sliding window)
+changes the outputs, so its PPL is known once measured, whatever the speed
+knobs; it is monotone (the faster direction raises PPL), so the fastest
+feasible value sits on the gate's boundary; and the speed knobs barely
+interact with it, so every trial says something about them.
 
-1. Only the quality parameters change the outputs (and so the PPL); a speed
-   knob never moves a configuration across the gate, and the PPL of a
-   quality setting is known exactly once measured, whatever the speed knobs.
-2. The quality parameter that trades PPL for speed is monotone: the faster
-   direction raises PPL (``faster: lower`` on the sliding window). The
-   fastest feasible value is therefore on the gate's boundary, and the
-   measured PPL says where the boundary is.
-3. The speed knobs hardly interact with the quality parameter: the best
-   speed settings at one window are (close to) the best at another, so
-   every trial, at whatever window, says something about them.
+``GuidedPlan.propose`` picks a window and the speed settings apart:
 
-``GuidedPlan.propose`` turns the trials so far into the next configuration.
-Each proposal is a window and a set of speed settings, chosen apart:
+* **the window**: the next probe of the boundary (bracket and secant) until
+  it is known to the parameter's resolution, then the smallest feasible
+  window. Readings of one window are pooled and judged against the reading
+  noise at ``READING_CONFIDENCE`` (feasible, infeasible or uncertain); an
+  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times.
+* **the speed settings**: a small design around each knob's middle, then
+  the best untried settings by a ridge-regression surrogate of log TPS,
+  within ``TRUST_RADIUS`` of the incumbent; a knob of no measurable effect
+  (``DEAD_EFFECT``, ``DEAD_SIGNIFICANCE``, ``DEAD_AFTER``) stops moving.
 
-* **the window**: while the boundary is not known to the parameter's
-  resolution, the next boundary probe (the safe end first if nothing passed
-  yet; then the root lies between the chord of the bracket and the secant
-  through the two feasible values nearest it, and the probe is their
-  midpoint); once it is known, the smallest feasible value measured;
-* **the speed settings**: first a small design around the middle of each
-  speed knob's range (the centre, then the rows of a two-level orthogonal
-  array), so that the boundary probes also measure the speed knobs; then
-  the best untried settings at that window by a surrogate of log TPS fitted
-  to every measured trial: a slope in the window plus, for each speed knob,
-  a concave-leaning quadratic in its (log) coordinate. The fit is a ridge
-  regression, so several noisy trials are averaged instead of the luckiest
-  one being believed, and a re-measured configuration simply weighs more.
-  The quadratics are a local model: the candidates are first taken within
-  ``TRUST_RADIUS`` of each knob's range of the **incumbent** (the measured
-  speed settings with the best fitted log TPS), and only among those whose
-  score reaches the incumbent's fitted value (a candidate that cannot be
-  expected to beat what is known is no use as the next trial). Without
-  that, the exploration term went to the ends of a range the design never
-  measured (one speculative token, the smallest top-k), where a quadratic
-  is least known and a speed curve is steepest. When the region holds
-  nothing untried that can beat the incumbent, the choice widens to such
-  candidates anywhere, and when there are none, to the whole ranking (as
-  before: then the plan has little left to learn at that window, and a
-  knob may be walked through its worse values). Before that last step, a
-  frozen knob is freed near the incumbent (``GuidedPlan._thawed``): a knob
-  frozen on few trials may still cost a percent, the search's own margin.
-  A candidate that differs from a tried configuration only in knobs whose
-  fitted effect is within ``DEAD_SIGNIFICANCE`` standard deviations of none
-  is passed over: it would measure the same thing again (on a noisy
-  landscape, a knob of no effect is the least known one, and the
-  exploration term would otherwise spend trials on it). A knob whose fitted
-  effect over its range is under ``DEAD_EFFECT`` and within
-  ``DEAD_SIGNIFICANCE`` standard deviations of none, ``DEAD_AFTER`` trials
-  after the design, stops moving (it keeps its fitted best value; it moves
-  again only when nothing else may beat the incumbent, see above);
-  the check runs on every prefix of the trials, so the verdict is the same
-  whoever computes it.
-
-**Repeated readings of one window are pooled.** The PPL of a window is
-one quantity, not a fresh coin toss per trial: the plan averages every
-reading of a window's ``ppl - cap`` and judges the mean against the reading
-noise, estimated from the spread of readings within windows (pooled over
-all windows, a Student-t quantile for its degrees of freedom; no noise is
-assumed until two readings of one window differ). A window is
-**feasible** when the upper bound of its mean at ``READING_CONFIDENCE`` is
-at most 0, **infeasible** when the lower bound is over 0, and **uncertain**
-otherwise. Only a feasible window is the boundary's feasible side or gets
-the speed trials. An uncertain window faster than every feasible one whose
-mean reads as passing is read again (the fastest first) until it has
-``MAX_UNCERTAIN_READINGS`` readings: a noise estimate from one pair of
-readings is wide, and without repeats the plan would step past every
-window near the cap, one reading each, to one far from it. After that
-(or when its mean is over the cap) an uncertain window counts as failing
-for the bracket, so the plan moves to its neighbour on the safe side
-instead of spending its trials on a window that is a coin toss at the cap.
-When nothing is feasible yet, the uncertain window with the lowest mean
-(usually the safe end) is read again rather than handing over to the
-fallback; so is the safe end when it read over the cap before any window
-was read twice (with no noise estimate, one reading over the cap by noise
-would otherwise hand the study to the fallback). A window truly over the cap is read as feasible with a chance of
-at most ``1 - READING_CONFIDENCE`` once the noise is known, and gets
-readings only while so read or while it has fewer than
-``MAX_UNCERTAIN_READINGS``.
-
-After ``MAX_PLAN_TRIALS`` trials, or when no untried setting is left at the
-window, the plan returns None, and the sampler hands over to a fallback
-sampler (GP) with the whole history. The plan is a pure
-function of the stored trials, so a resumed study or a second worker
-continues it: a configuration running or queued elsewhere, one already
-measured and one that failed are not proposed again.
+After ``MAX_PLAN_TRIALS`` trials, or with nothing untried at the window, the
+plan returns None and a fallback sampler (GP) takes over with the whole
+history. The plan is a pure function of the stored trials, so a resumed
+study or a second worker continues it.
 """
 
 from __future__ import annotations
@@ -95,12 +30,12 @@ import dataclasses
 import itertools
 import logging
 import math
-import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from evaluators.intervals import t_quantile
 from search_spaces import Parameter, SearchSpace
 
 logger = logging.getLogger(__name__)
@@ -140,21 +75,6 @@ class WindowReadings:
     count: int
     half_width: float  # of the one-sided bound at READING_CONFIDENCE
     state: str  # FEASIBLE, INFEASIBLE or UNCERTAIN
-
-
-def _t_quantile(p: float, dof: int) -> float:
-    """Student-t quantile (Cornish-Fisher to 1/dof^3 terms; inf without degrees of freedom)."""
-    if dof < 1:
-        return math.inf
-    z = statistics.NormalDist().inv_cdf(p)
-    if dof == 1:
-        return math.tan(math.pi * (p - 0.5))
-    if dof == 2:
-        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    return z + g1 / dof + g2 / dof**2 + g3 / dof**3
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -336,7 +256,7 @@ class GuidedPlan:
                 readings.setdefault(u, []).append(math.inf)
                 values[u] = o.params[b.name]
         sd, dof = _reading_noise(readings.values())
-        quantile = 0.0 if sd == 0 else _t_quantile(READING_CONFIDENCE, dof)
+        quantile = 0.0 if sd == 0 else t_quantile(READING_CONFIDENCE, dof)
         pooled = {}
         for u, gates in readings.items():
             mean = sum(gates) / len(gates)

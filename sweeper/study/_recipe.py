@@ -261,6 +261,47 @@ def existing_study_attrs(url: str | None, study_name: str) -> dict[str, Any] | N
     return dict(study.user_attrs)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredStudy:
+    """What a run needs to know of a study that exists: its user attributes (its recipe and
+    gate among them) and its trials that count toward the budget (complete or failed)."""
+
+    attrs: Mapping[str, Any]
+    trials_done: int
+
+    @property
+    def recipe(self) -> StudyRecipe | None:
+        value = self.attrs.get(RECIPE_ATTR)
+        return None if value is None else StudyRecipe.from_attr(value)
+
+
+def read_stored_study(url: str | None, study_name: str) -> StoredStudy | None:
+    """The study as stored, read through one connection to its database; None for a study
+    (or SQLite file) that does not exist yet. Creates no file."""
+    import optuna
+    from sqlalchemy.engine import make_url
+
+    from storage import TrialStore
+
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        return None
+    storage = optuna_storage(url)
+    try:
+        try:
+            study = optuna.load_study(study_name=study_name, storage=storage)
+        except KeyError:
+            return None
+        attrs = dict(study.user_attrs)
+        store = TrialStore(url, engine=storage.engine)  # our tables, on the same engine
+        done = store.count(study_name, ("complete", "failed"))
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+    return StoredStudy(attrs=attrs, trials_done=done)
+
+
 def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
     """The recipe a study recorded; None for a study (or SQLite file) that does not exist yet,
     or one without a recipe. Creates no file."""

@@ -88,6 +88,7 @@ def fail_trial(
         retries += 1
     try:
         if requeue:  # marked before the state change: a finished trial takes no attributes
+            # Optuna has no public setter for a trial known only by its FrozenTrial
             study._storage.set_trial_user_attr(trial._trial_id, RETRIED_ATTR, True)
         study.tell(trial.number, state=TrialState.FAIL)
     except (ValueError, RuntimeError) as exc:
@@ -116,7 +117,7 @@ def recover_stale_trials(
     Cheap when nothing is stale (only RUNNING trials are read), so a worker
     calls it before each trial: a dead worker's trial never blocks the others.
     """
-    running = study._storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     if not running:
         return []
     numbers = [t.number for t in running]
@@ -156,7 +157,7 @@ def _complete_from_record(study: optuna.Study, trial: optuna.trial.FrozenTrial, 
     """The result was recorded but Optuna never heard of it: tell it now."""
     ppl = PplGate.model_ppl(record.ppl, record.ppl_cap)
     values = [record.tps] if len(study.directions) == 1 else [record.tps, ppl]
-    live = optuna.trial.Trial(study, trial._trial_id)
+    live = optuna.trial.Trial(study, trial._trial_id)  # no public way to reopen a FrozenTrial
     for key, value in (("tps", record.tps), ("ppl", record.ppl), ("feasible", record.feasible)):
         live.set_user_attr(key, value)
     if record.tps_imputed:

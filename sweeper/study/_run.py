@@ -24,6 +24,7 @@ behind are stopped through their tokens.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import signal
 import socket
@@ -56,7 +57,7 @@ from sweeper.study._confirm import (
 )
 from sweeper.study._evaluator import Evaluator, TrialEvent
 from sweeper.study._gate import PplGate, reference_ppl, study_settings
-from sweeper.study._options import StudyOptions, parse_duration
+from sweeper.study._options import StudyOptions, StudyOptionsError, parse_duration
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
 from sweeper.study._sampling import make_sampler
 from sweeper.study._trial import REFUSED, TrialRunner, is_baseline
@@ -90,7 +91,8 @@ def run_study(
     space: SearchSpace,
     evaluate: Evaluator,
     *,
-    study_name: str,
+    options: StudyOptions | None = None,
+    study_name: str | None = None,
     storage: str | None = None,
     n_trials: int | None = None,
     ppl_cap: float | None = None,
@@ -115,7 +117,9 @@ def run_study(
 ) -> StudyResult:
     """Search ``space`` with ``evaluate(params[, context]) -> Measurement``.
 
-    ``storage`` is a SQLAlchemy URL or a path (default: ./sweeper-study.db);
+    ``options``: every setting as one ``StudyOptions`` (what ``sweeper run``'s
+    plan hands down); without it, the keywords below make one (giving both is
+    a ``StudyOptionsError``). ``storage`` is a SQLAlchemy URL or a path (default: ./sweeper-study.db);
     an existing study of that name is resumed. ``n_trials`` counts the
     study's trials, not this call's. ``mode`` "tps" maximizes TPS under the
     gate, "pareto" maximizes TPS and minimizes PPL. ``sampler``: guided
@@ -125,7 +129,7 @@ def run_study(
     whose quality parameters were measured before gets that PPL as
     ``context.known_ppl`` and may return ``ppl=None``. ``confirm``: the
     races that confirm the best (default: none, the best as measured wins;
-    ``sweeper run`` races with ``ConfirmSettings(rounds=2)``). ``enqueue_base``:
+    ``sweeper run`` races with ``ConfirmSettings(rounds=6)``, 4 on the demo). ``enqueue_base``:
     the base manifest's configuration is the first trial (the control every
     stated speedup is measured against; always so under a relative cap). ``stop_event``: set it
     (from a progress callback or another thread) to end after the running trial.
@@ -135,6 +139,12 @@ def run_study(
     only when its PPL's upper bound at this level, on ``ppl_rerun_records``
     fresh records (default: as many as measured), is under the cap (``PplGate``).
     """
+    keywords = {name: value for name, value in locals().items() if name in _KEYWORD_DEFAULTS}
+    if options is not None:
+        given = sorted(name for name, value in keywords.items() if value != _KEYWORD_DEFAULTS[name])
+        if given:
+            raise StudyOptionsError(f"run_study: give options or {', '.join(given)}, not both")
+        return Sweep(space, evaluate, options).run()
     gate = (
         None
         if ppl_cap is None and ppl_cap_rel is None
@@ -167,6 +177,14 @@ def run_study(
         stop_event=stop_event,
     )
     return Sweep(space, evaluate, options).run()
+
+
+# run_study's keywords besides ``options``, with their defaults (what "not given" means)
+_KEYWORD_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(run_study).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "options"
+}
 
 
 def _stop_left_behind(token: str) -> list[int]:
@@ -291,7 +309,7 @@ class Sweep:
     def _wait_for_creator(self, study: optuna.Study, timeout_s: float = 60.0) -> None:
         """A worker that joins a study just created waits until its first trials are queued."""
         deadline = time.monotonic() + timeout_s
-        while not study._storage.get_study_user_attrs(study._study_id).get(ENQUEUED_ATTR):
+        while not study.user_attrs.get(ENQUEUED_ATTR):
             if time.monotonic() > deadline:
                 logger.warning("the study's creator never queued its first trials; going on")
                 return
@@ -338,7 +356,7 @@ class Sweep:
         race = standing(records, self.options.confirm).race
         if race is not None and not self._confirmations_pending():  # a round at a time
             marker = race.marker
-            if not self.study._storage.get_study_user_attrs(self.study._study_id).get(marker):
+            if not self.study.user_attrs.get(marker):
                 self.study.set_user_attr(marker, True)
                 lineup = race.lineup()
                 for config in lineup:
@@ -428,7 +446,7 @@ class Sweep:
             or reference_ppl(self.study) is not None
         ):
             return
-        trial = self.study._storage.get_trial(self._trial_id(record.number))
+        trial = next(t for t in self.study.get_trials(deepcopy=False) if t.number == record.number)
         if trial.user_attrs.get(RETRIED_ATTR):
             return  # queued again: the next trial is its retry
         attempts = [
@@ -446,9 +464,6 @@ class Sweep:
             f"'sweeper status --study {self.options.study_name} --storage {redact(self.url)} "
             f"--trial {record.number}'."
         )
-
-    def _trial_id(self, number: int) -> int:
-        return self.study._storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
 
     def _failure_message(self, failed: list[TrialRecord]) -> str:
         last = failed[-1]

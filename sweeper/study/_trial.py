@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 
+from evaluators.intervals import screen_floor
 from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
 from sweeper.errors import MeasurementError, ServerError, StorageError, StudyError, SweeperError
@@ -188,8 +189,7 @@ class TrialRunner:
         now, pairs = self._incumbent_screens()
         if not pairs:
             return 0.0
-        mean_log = sum(math.log(screen) for _, screen in pairs) / len(pairs)
-        return math.exp(mean_log - 2.0 * now.spread.relative * math.sqrt(2.0))
+        return screen_floor([screen for _, screen in pairs], spread=now.spread.relative)
 
     def _paired_with_reference(self, number: int, rows: Sequence[Mapping[str, Any]]) -> tuple[float, int] | None:
         """log(PPL / baseline PPL)'s standard error from the two trials' per-record rows.
@@ -318,7 +318,7 @@ class TrialRunner:
                     context,
                     "finished",
                     state=record.state,
-                    tps=record.tps,
+                    tps=None if record.tps_imputed else record.tps,  # a stand-in is not a reading
                     ppl=record.ppl,
                     feasible=record.feasible,
                     error=record.error_message,
@@ -354,7 +354,7 @@ class TrialRunner:
         self.store.start_trial(
             study_name=study_name,
             number=trial.number,
-            optuna_trial_id=trial._trial_id,
+            optuna_trial_id=trial._trial_id,  # Optuna exposes the storage id of a trial only privately
             params=params,
             overrides=overrides,
             role=role,
@@ -430,6 +430,7 @@ class TrialRunner:
         return classify(log_tail, exc, during_start=isinstance(exc, ServerError) and not measured)
 
     def _frozen(self, trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
+        # Optuna has no public read of one trial by id (study.get_trials reads them all)
         return self.study._storage.get_trial(trial._trial_id)
 
     def _failed(self, context: TrialContext, state: str, kind: str, message: str, log_tail: str = "") -> TrialOutcome:

@@ -6,6 +6,7 @@
 ``run_on_gpus`` runs one worker process per GPU group of ``--gpus``.
 """
 
+from sweeper.sweep._gpus import gpu_groups, worker_slot
 from sweeper.sweep._plan import (
     CHALLENGE_SIZES,
     DEFAULT_NOISE,
@@ -25,11 +26,9 @@ from sweeper.sweep._plan import (
 from sweeper.sweep._workers import (
     WorkerOutcome,
     WorkerSpec,
-    gpu_groups,
     run_on_gpus,
     run_workers,
     several_workers,
-    worker_slot,
 )
 
 __all__ = [

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
+from evaluators.intervals import PRIOR_SPREAD
 from search_spaces import SearchSpace, load_preset, load_space, preset_names
 from storage import normalize_url
 from sweeper.demo import demo_paths
@@ -37,20 +38,22 @@ from sweeper.study import (
     MODES,
     SAMPLERS,
     ConfirmSettings,
+    ConfirmSettingsError,
     PplGate,
+    StoredStudy,
+    StudyOptions,
     StudyRecipe,
     StudyResult,
     TrialEvent,
     default_space_for,
-    existing_study_attrs,
     parse_duration,
     plan_from_manifest,
+    read_stored_study,
     recipe_changes,
     run_study,
     save_recipe,
-    stored_recipe,
 )
-from sweeper.sweep._workers import parse_gpus, worker_slot
+from sweeper.sweep._gpus import parse_gpus, worker_slot
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ DEMO_ENQUEUE = ("sliding_window=32,centroid_top_k=8,num_speculative_tokens=3",)
 DEFAULT_TRIALS = 8  # a run's on its own manifest when neither --n-trials nor --timeout is given
 # the between-server spread (SD of log TPS) assumed until a study's repeats measure it: the
 # same configuration moved 10-20 % between fresh servers on 2 shared CPU cores (docs/measurement.md)
-DEFAULT_NOISE = 0.10
+DEFAULT_NOISE = PRIOR_SPREAD
 # on the H200, the GPU demo's configuration read 0.132 (SD of log TPS) across 3 fresh servers
 # at demo sizes and 0.095 at the challenge's 128 x 512 (docs/gpu.md, 2026-12-01)
 GPU_DEMO_NOISE = 0.13
@@ -77,6 +80,8 @@ CONFIRM_ROUNDS = 6
 DEMO_CONFIRM_ROUNDS = 4
 # what --ppl-confidence takes for the point-estimate gate
 POINT_GATE_WORDS = ("none", "off", "point")
+# the command-line option behind each ConfirmSettings field the plan sets
+_CONFIRM_OPTIONS = {"rounds": "--confirm-rounds", "prior_spread": "--noise"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -263,8 +268,8 @@ class RunPlan:
                 rounds = DEMO_CONFIRM_ROUNDS if self.demo else CONFIRM_ROUNDS
             noise = DEFAULT_NOISE if self.noise is None else self.noise
             return ConfirmSettings(rounds=rounds, prior_spread=noise)
-        except UserInputError as exc:
-            option = "--confirm-rounds" if "rounds" in str(exc) else "--noise"
+        except ConfirmSettingsError as exc:
+            option = _CONFIRM_OPTIONS.get(exc.field, exc.field)
             raise UserInputError(f"{option}: {exc}") from None
 
     # -- what the plan resolves to ----------------------------------------------------
@@ -354,10 +359,9 @@ def gate_settings(
     return level, plan.ppl_rerun_records or rerun_default
 
 
-def stored_gate(url: str, study_name: str) -> PplGate | None:
-    """The gate a study stored (None: no such study, or none stored yet). Creates no file."""
-    attrs = existing_study_attrs(url, study_name)
-    return None if attrs is None else PplGate.from_study_attrs(attrs)
+def stored_gate(stored: StoredStudy | None) -> PplGate | None:
+    """The gate a study stored (None: no such study, or none stored yet)."""
+    return None if stored is None else PplGate.from_study_attrs(stored.attrs)
 
 
 def _number(value: object) -> bool:
@@ -517,6 +521,28 @@ class PreparedRun:
             rerun_records=self.ppl_rerun_records,
         )
 
+    @property
+    def options(self) -> StudyOptions:
+        """What ``run_study`` takes: the plan's settings, its gate and its confirmation races
+        (no gate when no cap is given: a resumed study keeps its own)."""
+        plan = self.plan
+        return StudyOptions(
+            study_name=self.study_name,
+            storage=plan.storage,
+            n_trials=plan.trial_budget,
+            timeout_s=parse_duration(plan.timeout),
+            trial_timeout_s=parse_duration(plan.trial_timeout),
+            gate=None if plan.ppl_cap is None and plan.ppl_cap_rel is None else self.gate,
+            mode=plan.mode,
+            sampler=plan.sampler,
+            seed=plan.seed,
+            enqueue=tuple(plan.enqueued_configs()),
+            max_consecutive_failures=plan.max_consecutive_failures,
+            reuse_quality=plan.reuse_quality,
+            confirm=plan.confirm_settings(),
+            enqueue_base=True,
+        )
+
 
 def prepare(plan: RunPlan) -> PreparedRun:
     """Check manifest, space and all data (tuning and held-out), build the evaluator.
@@ -547,8 +573,9 @@ def prepare(plan: RunPlan) -> PreparedRun:
     if plan.keep_port:
         _check_port_free(manifest, manifest_path)
     study_name = plan.resolved_study_name(manifest, space)
+    stored = read_stored_study(plan.storage, study_name)  # the one read of an existing study
     run_dir = Path(plan.run_dir) / study_name
-    settings = _with_stored_connection(eval_settings(plan, run_dir, data, manifest), plan, study_name)
+    settings = _with_stored_connection(eval_settings(plan, run_dir, data, manifest), stored, study_name)
     tuning = load_eval_data(manifest, settings)  # DataError before any server time is spent
     recipe = StudyRecipe.from_eval_settings(
         manifest_path,
@@ -572,11 +599,11 @@ def prepare(plan: RunPlan) -> PreparedRun:
             settings.tps.num_prompts,
             counts["prompts"],
         )
-    _check_resume(plan.storage, study_name, recipe)
+    _check_resume(stored, study_name, recipe)
     scored = counts["heldout_ppl_records"]  # what verify scores: the held-out set, --ppl-records at most
     if scored and plan.sizes.ppl_records is not None:
         scored = min(scored, plan.sizes.ppl_records)
-    confidence, rerun_records = gate_settings(plan, stored_gate(plan.storage, study_name), scored or None, study_name)
+    confidence, rerun_records = gate_settings(plan, stored_gate(stored), scored or None, study_name)
     if plan.server_venv:
         from sweeper.serving import server_venv
 
@@ -592,7 +619,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
         study_name=study_name,
         evaluator=evaluator,
         recipe=recipe,
-        trials_done=_trials_done(plan.storage, study_name),
+        trials_done=0 if stored is None else stored.trials_done,
         ppl_confidence=confidence,
         ppl_rerun_records=rerun_records,
     )
@@ -605,9 +632,9 @@ def _check_heldout(manifest: Manifest, recipe: StudyRecipe) -> EvalData:
     return load_eval_data(manifest, heldout_settings(recipe, heldout_data(recipe)))
 
 
-def _with_stored_connection(settings: EvalSettings, plan: RunPlan, study_name: str) -> EvalSettings:
+def _with_stored_connection(settings: EvalSettings, study: StoredStudy | None, study_name: str) -> EvalSettings:
     """A resumed study measures TPS with the connection protocol it was measured with."""
-    stored = stored_recipe(plan.storage, study_name)
+    stored = None if study is None else study.recipe
     if stored is None or stored.connection == settings.tps.connection:
         return settings
     logger.info(
@@ -623,9 +650,9 @@ def _with_stored_connection(settings: EvalSettings, plan: RunPlan, study_name: s
     )
 
 
-def _check_resume(url: str, study_name: str, recipe: StudyRecipe) -> None:
+def _check_resume(study: StoredStudy | None, study_name: str, recipe: StudyRecipe) -> None:
     """A study resumed with other sizes or data would mix numbers measured two ways: refuse."""
-    stored = stored_recipe(url, study_name)
+    stored = None if study is None else study.recipe
     if stored is None:
         return
     changes = recipe_changes(stored, recipe)
@@ -649,23 +676,6 @@ def _check_port_free(manifest: Manifest, label: str) -> None:
         )
 
 
-def _trials_done(url: str, study_name: str) -> int:
-    """Trials of an existing study that count toward its budget; 0 for a new one (no file made)."""
-    from sqlalchemy.engine import make_url
-
-    from storage import TrialStore
-
-    url = normalize_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
-        return 0
-    store = TrialStore(url)
-    try:
-        return store.count(study_name, ("complete", "failed"))
-    finally:
-        store.close()
-
-
 def execute(prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | None = None) -> StudyResult:
     plan = prepared.plan
     saved: list[bool] = []
@@ -687,28 +697,8 @@ def execute(prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | N
         sizes.output_len,
         plan.storage,
     )
-    result = run_study(
-        prepared.space,
-        prepared.evaluator,
-        study_name=prepared.study_name,
-        storage=plan.storage,
-        n_trials=plan.trial_budget,
-        timeout=plan.timeout,
-        trial_timeout=plan.trial_timeout,
-        ppl_cap=plan.ppl_cap,
-        ppl_cap_rel=plan.ppl_cap_rel,
-        ppl_confidence=prepared.ppl_confidence,
-        ppl_rerun_records=prepared.ppl_rerun_records,
-        sampler=plan.sampler,
-        seed=plan.seed,
-        mode=plan.mode,
-        reuse_quality=plan.reuse_quality,
-        confirm=plan.confirm_settings(),
-        enqueue_base=True,
-        max_consecutive_failures=plan.max_consecutive_failures,
-        progress=progress_and_recipe,
-        enqueue=plan.enqueued_configs(),
-    )
+    options = dataclasses.replace(prepared.options, progress=progress_and_recipe)
+    result = run_study(prepared.space, prepared.evaluator, options=options)
     if not saved:
         save_recipe(plan.storage, prepared.study_name, prepared.recipe)
     verify_answer(prepared)

@@ -32,47 +32,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeper.devices import DeviceSlot, open_devices
-from sweeper.errors import StudyError, SweeperError, UserInputError
+from storage import redact, study_status
+from sweeper.devices import describe_device
+from sweeper.errors import StudyError, SweeperError
+from sweeper.study import ConfirmSettings, StudyResult, standing
+from sweeper.sweep._gpus import (
+    WORKER_CPUS_VARIABLE,
+    gpu_groups,
+    parse_gpus,
+    tensor_parallel_size,
+)
+from sweeper.sweep._plan import PreparedRun, RunPlan, execute, prepare, verify_answer
 
 logger = logging.getLogger(__name__)
 
-TENSOR_PARALLEL_VARIABLE = "TENSOR_PARALLEL_SIZE"
-# set by the parent in each worker's environment: that worker's CPU cores
-WORKER_CPUS_VARIABLE = "SWEEPER_WORKER_CPUS"
 WORKER_INDEX_VARIABLE = "SWEEPER_WORKER"
-
-
-def parse_gpus(text: str) -> tuple[str, ...]:
-    """``"0,1,2,3"`` -> ``("0", "1", "2", "3")``; ids may also be GPU UUIDs."""
-    gpus = tuple(part.strip() for part in str(text).split(","))
-    if not gpus or "" in gpus:
-        raise UserInputError(f"--gpus {text!r}: expected GPU ids separated by commas, e.g. 0,1,2,3")
-    doubled = sorted({g for g in gpus if gpus.count(g) > 1})
-    if doubled:
-        raise UserInputError(f"--gpus {text!r}: GPU {', '.join(doubled)} listed twice")
-    return gpus
-
-
-def tensor_parallel_size(env: Mapping[str, str]) -> int:
-    text = str(env.get(TENSOR_PARALLEL_VARIABLE, "1") or "1")
-    try:
-        size = int(text)
-    except ValueError:
-        raise UserInputError(f"{TENSOR_PARALLEL_VARIABLE}={text!r} is not a whole number") from None
-    if size < 1:
-        raise UserInputError(f"{TENSOR_PARALLEL_VARIABLE}={size} must be at least 1")
-    return size
-
-
-def gpu_groups(gpus: Sequence[str], tensor_parallel: int = 1) -> tuple[tuple[str, ...], ...]:
-    """The GPUs split into one group per worker, ``tensor_parallel`` GPUs each, in order."""
-    if len(gpus) % tensor_parallel:
-        raise UserInputError(
-            f"--gpus {','.join(gpus)}: {len(gpus)} GPU(s) do not split into groups of "
-            f"{TENSOR_PARALLEL_VARIABLE}={tensor_parallel}"
-        )
-    return tuple(tuple(gpus[i : i + tensor_parallel]) for i in range(0, len(gpus), tensor_parallel))
 
 
 def cpu_shares(workers: int, cores: Sequence[int] | None = None) -> list[str | None]:
@@ -86,29 +60,6 @@ def cpu_shares(workers: int, cores: Sequence[int] | None = None) -> list[str | N
         logger.warning("%d workers on %d CPU cores: their servers share cores", workers, len(cores))
         return [None] * workers
     return [",".join(map(str, cores[i * share : (i + 1) * share])) for i in range(workers)]
-
-
-def worker_slot(gpus: str | None, env: Mapping[str, str]) -> DeviceSlot:
-    """The device slot of this process's worker, for a plan's ``gpus`` and its manifest's env.
-
-    ``gpus`` given: exactly those, set as the servers' ``CUDA_VISIBLE_DEVICES``
-    (one group only: several groups are several workers, see ``run_workers``).
-    Not given: the GPUs the server will use are watched but nothing is set:
-    the first ``TENSOR_PARALLEL_SIZE`` of this process's ``CUDA_VISIBLE_DEVICES``
-    (or of the host's GPUs).
-    """
-    tensor_parallel = tensor_parallel_size(env)
-    cpus = os.environ.get(WORKER_CPUS_VARIABLE) or None
-    backend = open_devices()
-    if gpus is not None:
-        listed = parse_gpus(gpus)
-        gpu_groups(listed, tensor_parallel)  # the whole list must split into groups
-        return DeviceSlot(backend, gpus=listed, cpus=cpus)
-    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = parse_gpus(inherited) if inherited else backend.device_ids()
-    if not visible or not backend.device_ids():  # no GPU to watch (a CPU machine)
-        return DeviceSlot(backend, gpus=None, set_visible=False, cpus=cpus)
-    return DeviceSlot(backend, gpus=visible[:tensor_parallel], set_visible=False, cpus=cpus)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -196,10 +147,8 @@ def _log_to(spec: WorkerSpec) -> None:
     root.addHandler(warnings)
 
 
-def run_worker(plan: Any, spec: WorkerSpec) -> tuple[str, int]:
+def run_worker(plan: RunPlan, spec: WorkerSpec) -> tuple[str, int]:
     """One worker's run: the plan on its own GPUs (verification is left to the parent)."""
-    from sweeper.sweep._plan import execute, prepare
-
     plan = dataclasses.replace(plan, gpus=",".join(spec.gpus), verify_top=0)
     result = execute(prepare(plan))
     return result.stop_reason, result.trials_run
@@ -309,16 +258,12 @@ def run_workers(
     return outcomes
 
 
-def run_on_gpus(prepared: Any) -> Any:
+def run_on_gpus(prepared: PreparedRun) -> StudyResult:
     """``sweeper run --gpus`` with several worker groups: the workers, then verification.
 
     Returns the study's ``StudyResult``; raises ``StudyError`` naming every
     worker that failed (the others' trials are stored all the same).
     """
-    from storage import redact, study_status
-    from sweeper.study import StudyResult
-    from sweeper.sweep._plan import verify_answer
-
     plan = prepared.plan
     groups = gpu_groups(parse_gpus(plan.gpus), tensor_parallel_size(prepared.manifest.env))
     specs = worker_specs(groups, Path(plan.run_dir) / prepared.study_name)
@@ -345,10 +290,6 @@ def run_on_gpus(prepared: Any) -> Any:
 
 def _report(storage: str, study_name: str) -> None:
     """One log line on the study while the workers run, and one per running trial."""
-    from storage import study_status
-    from sweeper.devices import describe_device
-    from sweeper.study import ConfirmSettings, standing
-
     status = study_status(storage, study_name)
     counts = status.counts
     # the study's confirmed best (its standing), not the single fastest figure
@@ -371,7 +312,7 @@ def _report(storage: str, study_name: str) -> None:
             logger.info("  trial %d running on %s: %s", record.number, record.host, where)
 
 
-def several_workers(plan: Any, env: Mapping[str, str]) -> bool:
+def several_workers(plan: RunPlan, env: Mapping[str, str]) -> bool:
     """Does this plan's ``--gpus`` make more than one worker?"""
     if not getattr(plan, "gpus", None):
         return False

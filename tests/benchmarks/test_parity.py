@@ -1,4 +1,4 @@
-"""The parity benchmarks' statistics and parsing (``benchmarks/parity.py``), and the wiring they rely on."""
+"""The harness-parity benchmark's statistics and parsing (``benchmarks/parity.py``), and its script's wiring."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import json
 import math
 import os
 import random
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 DATA = Path(__file__).resolve().parent / "data"
@@ -26,33 +29,23 @@ def parity(load_benchmark):
     return load_benchmark("parity")
 
 
-# t quantiles of a printed table (97.5 %, by degrees of freedom)
-T_TABLE = {1: 12.7062047, 2: 4.3026527, 5: 2.5705818, 11: 2.2009852, 30: 2.0422725, 287: 1.9683}
+def test_the_t_quantile_has_one_home(parity) -> None:
+    from evaluators import intervals
 
-
-@pytest.mark.parametrize("df", sorted(T_TABLE))
-def test_t_quantile_matches_the_table(parity, df) -> None:
-    assert parity.t_quantile(0.975, df) == pytest.approx(T_TABLE[df], abs=2e-4 if df == 287 else 1e-6)
-    assert parity.t_quantile(0.025, df) == pytest.approx(-T_TABLE[df], abs=2e-4 if df == 287 else 1e-6)
-
-
-def test_t_quantile_matches_scipy(parity) -> None:
-    stats = pytest.importorskip("scipy.stats")
-    for df in (1, 3, 7, 19, 100):
-        for p in (0.9, 0.95, 0.975, 0.995):
-            assert parity.t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-8)
+    assert parity.t_quantile is intervals.t_quantile
 
 
 def test_ratio_interval_is_t_on_the_log_ratios(parity) -> None:
     ratios = [1.028, 1.038, 0.940, 0.962, 0.929, 0.910, 0.898, 0.953]  # the issue's rounds
     logs = np.log(ratios)
     mean, se = logs.mean(), logs.std(ddof=1) / math.sqrt(len(logs))
-    t = 2.3646243  # t(0.975, 7), from a table
+    low, high = stats.t.interval(0.95, len(logs) - 1, loc=mean, scale=se)
     summary = parity.ratio_summary(ratios)
     assert summary.count == 8
     assert summary.geometric_mean == pytest.approx(math.exp(mean), rel=1e-12)
-    assert summary.low == pytest.approx(math.exp(mean - t * se), rel=1e-6)
-    assert summary.high == pytest.approx(math.exp(mean + t * se), rel=1e-6)
+    assert summary.low == pytest.approx(math.exp(low), rel=1e-9)
+    assert summary.high == pytest.approx(math.exp(high), rel=1e-9)
+    assert 2.3646 < stats.t.ppf(0.975, 7) < 2.3647  # the table's t(0.975, 7)
     assert summary.log_sd == pytest.approx(logs.std(ddof=1), rel=1e-12)
     assert summary.geometric_mean == pytest.approx(0.9561, abs=1e-4)
     assert summary.low < summary.geometric_mean < summary.high < 1.0
@@ -199,18 +192,10 @@ def test_ours_sides_and_a_summary_against_another_side(load_benchmark) -> None:
         "ours": side_of("harness"),
         "ours:keep-alive": side_of("keep-alive"),
     }
-    # ours:idle measures with the first protocol, after the idle
-    assert bench.ours_sides("keep-alive,harness", idle_s=8.5) == {
-        "ours": side_of("keep-alive"),
-        "ours:harness": side_of("harness"),
-        "ours:idle": side_of("keep-alive", 8.5),
-    }
+    assert bench.ours_sides("keep-alive,harness") == {"ours": side_of("keep-alive"), "ours:harness": side_of("harness")}
     for bad in ("", "harness,harness", "pipelined"):
         with pytest.raises(argparse.ArgumentTypeError, match="--ours-connection"):
             bench.ours_sides(bad)
-    for bad_idle in (0.0, -1.0, 601.0):
-        with pytest.raises(argparse.ArgumentTypeError, match="--ours-idle-s"):
-            bench.ours_sides("harness", idle_s=bad_idle)
 
     def side(tps: float) -> dict:
         return {
@@ -297,212 +282,128 @@ def test_pairs_for_interval_matches_the_t_interval(parity) -> None:
     assert 55 <= pairs <= 65  # (1.96 * 0.077 / log 1.02) ** 2 = 58 by the normal, a little more by t
 
 
-def test_core_mhz_reads_each_processor(parity) -> None:
-    text = "processor\t: 0\ncpu MHz\t\t: 2596.1\n\nprocessor\t: 1\nmodel name\t: x\ncpu MHz\t\t: 3100.5\n"
-    assert parity.core_mhz(text) == {0: 2596.1, 1: 3100.5}
-    assert parity.core_mhz("processor\t: 0\n") == {}
+def test_the_real_pooled_record_reads_as_docs_state(parity) -> None:
+    """The harness-parity finding, recomputed from the record with scipy's t (not parity's code path alone)."""
+    import csv
 
-
-def test_server_watch_finds_a_busy_thread_of_a_process_tree(tmp_path, load_benchmark) -> None:
-    """A real process tree: a parent that sleeps and a child that spins; the watch names the spinning one."""
-    bench = load_benchmark("tps_vs_harness_client")
-    import subprocess
-    import time
-
-    spin = "import time\nend = time.time() + 4\nwhile time.time() < end: pass\n"
-    parent = subprocess.Popen(
-        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"]
-    )
-    try:
-        watch = bench.ServerWatch(parent.pid)
-        began = time.perf_counter()
-        time.sleep(0.5)  # the child has started
-        while time.perf_counter() - began < 3.0:
-            watch(time.perf_counter() - began)
-            time.sleep(0.5)
-        top = watch.summary()
-    finally:
-        parent.wait(timeout=30)
-    assert top["name"].startswith("python")
-    assert top["tid"] != parent.pid  # the child's thread, not the sleeping parent's
-    assert 0.5 < top["mean_share"] <= 1.05
-    assert abs(sum(top["cores"].values()) - 1.0) < 1e-9
-    assert all(0 <= int(c) < os.cpu_count() for c in top["cores"])
-    assert "on CPU" in bench.describe_thread({"server_busiest_thread": top})
-    assert bench.ServerWatch(None).summary() == {}
-
-
-def test_hold_server_cpu_list(load_benchmark) -> None:
-    hold = load_benchmark("hold_server")
-    allowed = sorted(os.sched_getaffinity(0))
-    assert hold.cpu_list(str(allowed[0])) == {allowed[0]}
-    assert hold.cpu_list(f"{allowed[0]}-{allowed[0]}") == {allowed[0]}
-    if len(allowed) > 1 and allowed[1] == allowed[0] + 1:
-        assert hold.cpu_list(f"{allowed[0]}-{allowed[1]}") == {allowed[0], allowed[1]}
-    assert hold.cpu_list(",".join(map(str, allowed))) == set(allowed)
-    for bad in ("x", "1-", "", "3-1", str(max(allowed) + 64)):
-        with pytest.raises(argparse.ArgumentTypeError):
-            hold.cpu_list(bad)
-
-
-def test_adjusted_ratio_is_the_intercept_of_a_least_squares_line(parity) -> None:
-    """Against numpy's least squares and the textbook standard error of an intercept."""
-    ratios = [1.040, 1.083, 0.993, 1.061, 1.097, 1.012]
-    covariate = [-0.030, -0.061, 0.004, -0.048, -0.070, -0.010]
-    fit = parity.adjusted_ratio(ratios, covariate)
-    ys, xs = np.log(ratios), np.asarray(covariate)
-    design = np.column_stack([np.ones_like(xs), xs])
-    (intercept, slope), *_ = np.linalg.lstsq(design, ys, rcond=None)
-    residuals = ys - design @ np.array([intercept, slope])
-    sigma2 = residuals @ residuals / (len(ys) - 2)
-    se = math.sqrt(sigma2 * np.linalg.inv(design.T @ design)[0, 0])
-    t = 2.7764451  # t(0.975, 4), from a table
-    assert fit.count == 6
-    assert fit.slope == pytest.approx(slope, rel=1e-9)
-    assert fit.adjusted == pytest.approx(math.exp(intercept), rel=1e-9)
-    assert fit.low == pytest.approx(math.exp(intercept - t * se), rel=1e-6)
-    assert fit.high == pytest.approx(math.exp(intercept + t * se), rel=1e-6)
-    assert fit.residual_sd == pytest.approx(math.sqrt(sigma2), rel=1e-9)
-    assert "interval" in fit.describe()
-
-
-def test_adjusted_ratio_recovers_a_ratio_hidden_by_the_host(parity) -> None:
-    """Ratios that a host state moves by 20 %, and a covariate that sees the state: the true 1.01 comes back."""
-    rng = random.Random(5)
-    covariate = [rng.uniform(-0.2, 0.2) for _ in range(8)]
-    ratios = [1.01 * math.exp(-1.1 * c + rng.gauss(0, 0.003)) for c in covariate]
-    raw = parity.ratio_summary(ratios)
-    fit = parity.adjusted_ratio(ratios, covariate)
-    assert fit.low < 1.01 < fit.high
-    assert fit.high - fit.low < 0.02 < raw.high - raw.low
-    assert fit.slope == pytest.approx(-1.1, abs=0.05)
-
-
-def test_adjusted_ratio_needs_three_pairs_and_a_moving_covariate(parity) -> None:
-    assert parity.adjusted_ratio([1.0, 1.1], [0.1, 0.2]).adjusted is None
-    assert parity.adjusted_ratio([1.0, 1.1, 1.2], [0.1, 0.1, 0.1]).adjusted is None
-    assert "no adjusted figure" in parity.adjusted_ratio([1.0, 1.1], [0.1, 0.2]).describe()
-    with pytest.raises(ValueError):
-        parity.adjusted_ratio([1.0, 1.1, 1.2], [0.1, 0.2])
-    with pytest.raises(ValueError):
-        parity.adjusted_ratio([1.0, 0.0, 1.2], [0.1, 0.2, 0.3])
-
-
-def test_request_starts_backwards_and_probe_windows(parity, tmp_path) -> None:
-    starts = parity.request_starts_backwards(100.0, 10.0, [2.0, 3.0, 4.0])  # 1 s between: 1/3 s a request
-    assert starts == pytest.approx([90.0, 90.0 + 2.0 + 1 / 3, 90.0 + 5.0 + 2 / 3])
-    assert starts[-1] + 4.0 + 1 / 3 == pytest.approx(100.0)
-    assert parity.request_starts_backwards(5.0, 1.0, []) == []
-    log = tmp_path / "probe.jsonl"
-    log.write_text(
-        '{"t": 10.0, "cpu_ms": 1.0}\n{"t": 11.0, "cpu_ms": 2.0, "gpu_ms": 0.5}\n'
-        '{"t": 12.0, "cpu_ms": 4.0}\n{"t": 13.0, "cpu'
-    )  # a torn last line, still being written
-    lines = parity.load_probe(log)
-    assert len(lines) == 3
-    assert parity.probe_mean(lines, "cpu_ms", 10.5, 12.0) == pytest.approx(3.0)
-    assert parity.probe_mean(lines, "gpu_ms", 0.0, 20.0) == pytest.approx(0.5)
-    assert parity.probe_mean(lines, "cpu_ms", 20.0, 30.0) is None
-
-
-def test_host_state_is_the_probes_median_and_quartiles_in_a_window(parity) -> None:
-    rng = random.Random(7)
-    quiet = [{"t": 100.0 + i, "cpu_ms": 0.77 + rng.gauss(0, 0.01), "mem_ms": 4.0} for i in range(60)]
-    busy = [{"t": 160.0 + i, "cpu_ms": rng.choice([1.1, 1.9]) + rng.gauss(0, 0.05)} for i in range(40)]
-    lines = [*quiet, *busy, {"t": 300.0, "mem_ms": 3.0}]  # a line without cpu_ms counts for nothing
-    for start, end, chosen in ((None, 159.5, quiet), (160.0, None, busy), (None, None, quiet + busy)):
-        state = parity.host_state(lines, start=start, end=end)
-        values = [line["cpu_ms"] for line in chosen]
-        assert state.seconds == len(values)
-        assert (state.low_quartile_cpu_ms, state.median_cpu_ms, state.high_quartile_cpu_ms) == pytest.approx(
-            tuple(np.percentile(values, [25, 50, 75]))
-        )
-        assert state.quiet == (float(np.median(values)) < 1.0)
-    assert parity.host_state(lines, end=159.5).quiet and not parity.host_state(lines, start=160.0).quiet
-    assert parity.host_state(lines, end=159.5, quiet_cpu_ms=0.5).quiet is False
-    assert parity.host_state(lines, start=1000.0) is None and parity.host_state([]) is None
-    one = parity.host_state([{"t": 1.0, "cpu_ms": 0.9}])
-    assert (one.seconds, one.median_cpu_ms, one.low_quartile_cpu_ms, one.quiet) == (1, 0.9, 0.9, True)
-    assert (
-        parity.host_state(lines, end=159.5)
-        .describe()
-        .endswith(
-            "(quartiles {:.3f} and {:.3f}, 60 s): a quiet host".format(
-                *np.percentile([line["cpu_ms"] for line in quiet], [25, 75])
-            )
-        )
-    )
-
-
-def test_a_runs_timed_window_runs_from_its_first_start_to_its_last_end(load_benchmark) -> None:
-    bench = load_benchmark("tps_vs_harness_client")
-    row = {"request_starts_unix": [100.0, 101.5, 103.0], "latencies_s": [1.4, 1.4, 2.25]}
-    assert bench.timed_window(row) == (100.0, 105.25)
-    assert bench.timed_window({"latencies_s": [1.0]}) is None  # a run whose request times are not known
-
-
-def test_size_summary_adjusts_by_the_probe(load_benchmark) -> None:
-    bench = load_benchmark("tps_vs_harness_client")
-
-    def side(tps: float, cpu_ms: float) -> dict:
-        return {
-            "ok": True,
-            "tps": tps,
-            "output_lens": [32],
-            "input_lens": [16],
-            "probe": {"cpu_ms": cpu_ms},
-            "server": {"requests": 5.0, "e2e_s": 5.0 / tps, "decode_s": 4.0 / tps},
-        }
-
-    rounds = [
-        {"harness": side(100.0, 1.00), "ours": side(110.0, 0.90)},
-        {"harness": side(100.0, 1.00), "ours": side(95.0, 1.05)},
-        {"harness": side(90.0, 1.10), "ours": side(99.0, 1.00)},
-        {"harness": side(100.0, 1.00), "ours": side(101.0, 1.00)},
+    with (BENCHMARKS / "results" / "gpu-parity-rounds.csv").open() as handle:
+        rows = [r for r in csv.DictReader(handle) if r["size"] == "128x512"]
+    raw = [float(r["ours_tps"]) / float(r["harness_tps"]) for r in rows]
+    equal = [
+        ratio * float(r["server_e2e_ms_ours"]) / float(r["server_e2e_ms_harness"])
+        for ratio, r in zip(raw, rows)
+        if r["server_e2e_ms_ours"] and r["server_e2e_ms_harness"]
     ]
-    summary = bench.size_summary(rounds)
-    fit = summary["adjusted"]["cpu_ms"]
-    assert set(summary["adjusted"]) == {"cpu_ms"}  # no gpu_ms or mem_ms in these records
-    assert fit["covariate"] == pytest.approx([math.log(0.9), math.log(1.05), math.log(1 / 1.1), 0.0])
-    expected = load_benchmark("parity").adjusted_ratio(summary["ratios"], fit["covariate"])
-    assert fit["adjusted"] == pytest.approx(expected.adjusted) and fit["slope"] == pytest.approx(expected.slope)
-    assert "adjusted" not in bench.size_summary([{k: {**v, "probe": {}} for k, v in r.items()} for r in rounds])
+    for ratios, (count, mean, low, high) in (
+        (raw, (46, 0.999, 0.979, 1.020)),
+        (equal, (37, 0.9997, 0.9995, 0.9999)),
+    ):
+        logs = np.log(ratios)
+        ci = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=logs.std(ddof=1) / math.sqrt(len(logs)))
+        summary = parity.ratio_summary(ratios)
+        assert summary.count == len(ratios) == count
+        assert (summary.low, summary.high) == pytest.approx(tuple(np.exp(ci)), rel=1e-9)
+        digits = 3 if count == 46 else 4
+        assert [round(x, digits) for x in (summary.geometric_mean, summary.low, summary.high)] == [mean, low, high]
 
 
-def test_host_probe_writes_a_line_a_second_and_stops_on_sigterm(tmp_path) -> None:
-    """The real probe, briefly, without the GPU: its lines, its figures, its exit at SIGTERM."""
-    import signal
-    import subprocess
-    import time
-
-    out = tmp_path / "probe.jsonl"
-    cpu = sorted(os.sched_getaffinity(0))[-1]
-    probe = subprocess.Popen(
+def test_ours_run_refuses_an_unknown_connection_before_sending(tmp_path) -> None:
+    out = tmp_path / "never.json"
+    done = subprocess.run(
         [
             sys.executable,
-            str(BENCHMARKS / "host_probe.py"),
+            str(BENCHMARKS / "tps_vs_harness_client.py"),
+            "ours-run",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--prompts",
+            "missing.json",
+            "--connection",
+            "pipelined",
             "--out",
             str(out),
-            "--cpus",
-            str(cpu),
-            "--interval-s",
-            "0.05",
-            "--no-gpu",
-        ]
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
+    assert done.returncode == 2 and "--connection" in done.stderr and "pipelined" in done.stderr
+    assert not out.exists()
+
+
+def test_ours_run_measures_a_server_in_a_process_of_its_own(parity, tmp_path) -> None:
+    """The side ``ours``: one measure_tps run against a real HTTP server on localhost, from a child process."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sent: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def _reply(self, data: bytes, kind: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._reply(b"", "text/plain")  # /metrics: no counters
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            sent.append(body)
+            answer = {
+                "choices": [{"message": {"content": "x"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": body["max_tokens"]},
+            }
+            self._reply(json.dumps(answer).encode(), "application/json")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(parity.sharegpt_records([(f"p{i}", f"prompt number {i}") for i in range(3)])))
+    out = tmp_path / "ours.json"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
-            time.sleep(0.2)
-        began = time.time()
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(BENCHMARKS / "tps_vs_harness_client.py"),
+                "ours-run",
+                "--base-url",
+                f"http://127.0.0.1:{server.server_address[1]}",
+                "--model",
+                "m",
+                "--prompts",
+                str(prompts),
+                "--num-prompts",
+                "2",
+                "--output-len",
+                "8",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
-        probe.send_signal(signal.SIGTERM)
-        code = probe.wait(timeout=30)
-    assert code == 0
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(lines) >= 2
-    for line in lines:
-        assert set(line) == {"t", "cpu_ms", "mem_ms", "n"}
-        assert line["t"] <= began + 1 and line["n"] >= 1
-        assert 0 < line["cpu_ms"] < 1000 and 0 < line["mem_ms"] < 5000
-    assert [line["t"] for line in lines] == sorted(line["t"] for line in lines)
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    requests = data["result"]["requests"]
+    assert [r["output_tokens"] for r in requests] == [8, 8]
+    assert data["result"]["tps"] == pytest.approx(16 / data["result"]["duration_s"])
+    # measure_tps's defaults: 4 warm-up requests of min(8, 32) tokens, then the 2 measured ones of 8
+    assert [b["max_tokens"] for b in sent] == [8] * 6 and len(sent) == 6
+    ends = data["request_ends_s"]
+    assert len(ends) == 2 and 0 < ends[0] < ends[1] <= data["process_s"]
+    assert ends[1] - requests[1]["latency_s"] >= ends[0] - 1e-3  # the second started after the first ended
+    assert 0 <= data["window_cpu_s"] <= data["self_cpu_s"]

@@ -141,3 +141,73 @@ def test_speedup_interval_covers_the_true_ratio_about_95_times_in_100() -> None:
         interval = speedup_interval(candidate, base, spread=spread)
         covered += interval.low <= 1.05 <= interval.high
     assert 0.91 * runs <= covered <= 0.99 * runs
+
+
+# -- Student's t, the paired ratio interval and the screen floor (the one home of the statistics) --
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "table"),
+    [(0.975, 3, 3.182446), (0.975, 10, 2.228139), (0.95, 5, 2.015048)],
+)
+def test_t_quantile_matches_printed_tables(p: float, df: int, table: float) -> None:
+    from evaluators.intervals import t_quantile
+
+    assert t_quantile(p, df) == pytest.approx(table, abs=5e-7)  # tables print six decimals
+    assert t_quantile(1.0 - p, df) == pytest.approx(-table, abs=5e-7)
+
+
+@pytest.mark.parametrize("x", [-3.0, -0.4, 0.0, 0.7, 5.0])
+def test_t_cdf_and_quantile_match_the_closed_forms_on_one_and_two_df(x: float) -> None:
+    from evaluators.intervals import t_cdf, t_quantile
+
+    assert t_cdf(x, 1) == pytest.approx(0.5 + math.atan(x) / math.pi, abs=1e-12)  # Cauchy
+    assert t_cdf(x, 2) == pytest.approx(0.5 + x / (2.0 * math.sqrt(2.0 + x * x)), abs=1e-12)
+    p = 0.5 + math.atan(x) / math.pi
+    assert t_quantile(p, 1) == pytest.approx(x, abs=1e-9)
+    q = 0.5 + x / (2.0 * math.sqrt(2.0 + x * x))
+    assert t_quantile(q, 2) == pytest.approx((2 * q - 1) / math.sqrt(2 * q * (1 - q)), abs=1e-9)
+
+
+def test_t_quantile_without_degrees_of_freedom_is_infinite_and_bad_input_is_an_error() -> None:
+    from evaluators.intervals import t_cdf, t_quantile
+
+    assert t_quantile(0.95, 0) == math.inf
+    assert t_quantile(0.05, 0) == -math.inf
+    with pytest.raises(MeasurementError, match="t_quantile: p"):
+        t_quantile(1.5, 3)
+    with pytest.raises(MeasurementError, match="t_cdf: df"):
+        t_cdf(1.0, 0)
+
+
+def test_paired_ratio_interval_is_the_t_interval_of_the_log_ratios() -> None:
+    from evaluators.intervals import paired_ratio_interval, ratio_interval
+
+    pairs = [(121.0, 99.0), (119.0, 101.0), (124.0, 100.0), (118.0, 103.0)]
+    logs = [math.log(a / b) for a, b in pairs]
+    mean = statistics.fmean(logs)
+    half = 3.182446305284263 * statistics.stdev(logs) / 2.0  # t(0.975, 3), from tables; 4 pairs
+    got = paired_ratio_interval(pairs)
+    assert (got.value, got.low, got.high) == pytest.approx(
+        (math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+    )
+    assert got.confidence == 0.95 and got.samples == 8
+    assert got.method == "paired t-interval of the log ratio over 4 pairs (3 df)"
+    same = ratio_interval([a / b for a, b in pairs])
+    assert (same.value, same.low, same.high) == pytest.approx((got.value, got.low, got.high), rel=1e-12)
+    with pytest.raises(MeasurementError, match="at least 2 pairs"):
+        paired_ratio_interval(pairs[:1])
+    with pytest.raises(MeasurementError, match="positive"):
+        ratio_interval([1.1, -0.9])
+
+
+def test_screen_floor_is_two_standard_errors_of_a_single_figure_difference_below_the_geometric_mean() -> None:
+    from evaluators.intervals import screen_floor
+
+    screens = [80.0, 90.0, 85.0]
+    geometric = (80.0 * 90.0 * 85.0) ** (1.0 / 3.0)
+    # a difference of two single figures at SD 0.10 of log TPS has SD 0.10 * sqrt(2); two of them below
+    assert screen_floor(screens, spread=0.10) == pytest.approx(geometric * math.exp(-2.0 * 0.10 * math.sqrt(2.0)))
+    assert screen_floor([50.0], spread=0.0) == pytest.approx(50.0)
+    with pytest.raises(MeasurementError, match="screen_floor"):
+        screen_floor([], spread=0.1)

@@ -162,8 +162,8 @@ def test_verify_options_are_checked_before_anything_runs(monkeypatch, capsys, st
 def test_an_unknown_study_is_named(monkeypatch, capsys, studies) -> None:
     study = studies["plain"]
     code, _, stderr = sweeper(monkeypatch, capsys, "export", "--storage", study.url, "--study", "nope")
-    assert code == 1
-    assert stderr.startswith("error: no study named 'nope' in ")
+    assert code == 2  # a user error: the study name to fix
+    assert stderr.startswith("error: no study named 'nope' in ") and stderr.count("\n") == 1
 
 
 def test_import_shows_the_vidraft_manifest_plan(monkeypatch, capsys, challenge_data) -> None:

@@ -116,3 +116,40 @@ def test_log_lines_go_through_rich_on_the_views_console_and_the_handlers_come_ba
     with _log_through(None, logging.WARNING):
         assert not logging.getLogger("sweeper.test").isEnabledFor(logging.INFO)
     assert root.handlers == before
+
+
+def test_a_trial_stopped_over_the_cap_shows_no_stand_in_tps(tmp_path) -> None:
+    """The study stores a stand-in TPS (the slowest seen) for a trial stopped early; the run's line
+    for it says its TPS was not measured instead of printing the stand-in as a reading."""
+    from search_spaces import load_preset
+    from storage import study_status
+    from sweeper.demo import demo_paths
+    from sweeper.manifest import Manifest
+
+    def evaluate(params, context) -> Measurement:
+        if params["sliding_window"] == 16:
+            return Measurement(tps=None, ppl=4.97, early_stopped=True)
+        return Measurement(tps=150.0, ppl=2.0)
+
+    lines: list[str] = []
+    space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
+    url = f"sqlite:///{tmp_path / 'stopped.db'}"
+    with PlainView(2, write=lines.append) as view:
+        run_study(
+            space,
+            evaluate,
+            study_name="stopped",
+            storage=url,
+            n_trials=2,
+            ppl_cap=2.5,
+            sampler="random",
+            seed=0,
+            enqueue=[{"sliding_window": 16, "centroid_top_k": 8, "num_speculative_tokens": 2}],
+            handle_signals=False,
+            progress=view,
+        )
+    stopped = next(r for r in study_status(url, "stopped").trials if r.params["sliding_window"] == 16)
+    assert stopped.tps_imputed and stopped.tps == 150.0  # the stand-in the study keeps for Optuna
+    (line,) = [line for line in lines if line.startswith(f"trial {stopped.number} ") and "rejected" in line]
+    verdict = line.split(";")[0]  # what is said of this trial (then the best so far, the count)
+    assert verdict.endswith(": TPS not measured, PPL 4.970: rejected by the gate") and "150.0" not in verdict

@@ -6,8 +6,7 @@
 * the drafter is accepted by real vLLM at K=3, and a small CENTROID_TOP_K
   visibly lowers acceptance (the shared demo server, plus one server at top-k 1).
 
-The speed figures (TPS by K) are in benchmarks/tiny_model_knobs.py and
-docs/tiny-model.md, not here: timing asserts do not belong in the suite.
+The speed figures (TPS by K) are in docs/tiny-model.md, not here: timing asserts do not belong in the suite.
 """
 
 from __future__ import annotations

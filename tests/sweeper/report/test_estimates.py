@@ -46,6 +46,10 @@ BASE_WINS = {0: [689.7, 900.0, 920.0], 1: [850.0, 905.0, 925.0], 2: [500.0], 3: 
 CONTENDER_WINS = {0: [689.7, 700.0, 705.0, 702.0], 1: [1000.0, 1010.0, 1005.0, 1008.0], 2: [500.0], 3: [1200.0]}
 
 FEASIBLE = "feasible (PPL under the cap)"
+# the PPL axis fits the passing configurations (1.08-1.10) and the cap (1.20): it ends at
+# 1.20 + 0.6 * (1.20 - 1.08) = 1.272, so c=3 (PPL 1.30) sits at that edge with its PPL written
+EDGE = 1.20 + 0.6 * (1.20 - 1.08)
+OFF_AXIS = "PPL 1.30 \u2192"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +99,20 @@ def interval(values: list[float], data) -> tuple[float, float, float]:
     mean = statistics.fmean(math.log(v) for v in values)
     half = stats.t.ppf(0.975, df) * spread / math.sqrt(len(values))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def claim(answer: list[float], base: list[float], data) -> str:
+    """The claim over the base from round-paired figures: exp(mean log ratio +- t * spread * sqrt(2 / n))
+    at the race's share of the study-wise 5 %, written at the study-wise 95 %."""
+    spread, races = data.answer.standing.spread, data.answer.standing.basis.races
+    diffs = [math.log(a) - math.log(b) for a, b in zip(answer, base, strict=True)]
+    half = stats.t.ppf(1 - 0.05 / races / 2, spread.df) * spread.relative * math.sqrt(2 / len(diffs))
+    mean = statistics.fmean(diffs)
+
+    def pct(x: float) -> str:
+        return f"{(math.exp(x) - 1) * 100:+.1f}"
+
+    return f"{pct(mean)} % (95 % {pct(mean - half)} to {pct(mean + half)})"
 
 
 def flat(pairs) -> list[float]:
@@ -176,15 +194,19 @@ def test_plotly_pareto_draws_the_answer_at_the_geometric_mean_of_its_three_serve
     # one label: the answer's, with the estimate and the interval it rests on
     _, low, high = expected[0]
     assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == [
-        f"answer #0 (UNVERIFIED), the base manifest: {answer:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})"
+        OFF_AXIS,
+        f"answer #0 (UNVERIFIED), the base manifest: {answer:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})",
     ]
     # the front is made of the estimates: c=2 (PPL 1.08, 500), then c=1 (1.09, 915), which
     # is above the base at its estimate (the tie went to the base), not at its first reading
     front = trace(fig, "Pareto front")
     assert list(front.x) == pytest.approx([1.08, 1.09])
     assert list(front.y) == pytest.approx([expected[2][0], expected[1][0]])
-    # trials off the gate stay single points
-    assert list(trace(fig, "infeasible (PPL over the cap)").y) == [1200.0]
+    # trials off the gate stay single points; c=3 at the axis' edge, marked as off it
+    infeasible = trace(fig, "infeasible (PPL over the cap)")
+    assert list(infeasible.y) == [1200.0] and list(infeasible.x) == pytest.approx([EDGE])
+    assert list(infeasible.marker.symbol) == ["triangle-right"]
+    assert fig.layout.xaxis.range[0] < 1.08 and EDGE < fig.layout.xaxis.range[1] < 1.30
     failed = trace(fig, "failed (no measurement; drawn at TPS 0)")
     assert list(failed.customdata) == [4] and list(failed.x) == [CAP] and list(failed.y) == [0.0]
     # the cap line reaches above the highest bar
@@ -209,8 +231,14 @@ def test_png_pareto_draws_the_same_bars_dots_base_and_answer(base_wins) -> None:
     assert flat(labelled(ax, "base manifest").get_offsets()) == pytest.approx(flat([(1.10, answer)]))
     _, low, high = expected[0]
     assert [t.get_text().replace("\n", " ") for t in ax.texts] == [
-        f"answer #0 (UNVERIFIED), the base manifest: {answer:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})"
+        OFF_AXIS,
+        f"answer #0 (UNVERIFIED), the base manifest: {answer:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})",
     ]
+    assert ax.texts[0].xy == pytest.approx((EDGE, 1200.0))
+    assert flat(labelled(ax, "infeasible (PPL over the cap), PPL off the axis").get_offsets()) == pytest.approx(
+        [EDGE, 1200.0]
+    )
+    assert ax.get_xlim()[0] < 1.08 and EDGE < ax.get_xlim()[1] < 1.30
     # the bars fit in the axes
     bottom, top = ax.get_ylim()
     assert bottom <= min(e[0] for e in ends) and top >= max(e[1] for e in ends)
@@ -257,21 +285,31 @@ def test_a_contender_that_won_its_race_is_the_answer_and_the_base_is_marked_apar
     assert feasible.y[0] == pytest.approx(base[0])
     assert feasible.error_y.arrayminus[0] == pytest.approx(base[0] - base[1])
     assert feasible.error_y.array[0] == pytest.approx(base[2] - base[0])
+    # the claim: the answer's figures after selection paired with the base's of the same rounds
+    over = claim(study.readings[1][1:], study.readings[0][1:], data)
     assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == [
-        f"answer #1 (UNVERIFIED): {answer[0]:.1f} tok/s (95 % interval {answer[1]:.1f}-{answer[2]:.1f})",
+        OFF_AXIS,
+        f"answer #1 (UNVERIFIED): {answer[0]:.1f} tok/s (95 % interval {answer[1]:.1f}-{answer[2]:.1f}) "
+        f"{over} over the base",
         f"base: {base[0]:.1f} tok/s (95 % interval {base[1]:.1f}-{base[2]:.1f})",
     ]
+    # the claim is drawn: the base's estimate as a line under the answer's bar
+    assert list(trace(fig, "base's TPS estimate").y) == pytest.approx([base[0]] * 2)
     (ax,) = _png.pareto_figure(data).axes
     assert flat(labelled(ax, "base manifest").get_offsets()) == pytest.approx([PPL[0], base[0]])
     assert flat(labelled(ax, "winner").get_offsets()) == pytest.approx([PPL[1], answer[0]])
     texts = ax.texts
     plotly_texts = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
     assert [t.get_text().replace("\n", " ") for t in texts] == plotly_texts
-    # the two labels and the legend do not cover one another, and stay inside the axes
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "base's TPS estimate"]
+    assert list(line.get_ydata()) == pytest.approx([base[0]] * 2)
+    # the labels and the legend do not cover one another; the labels stay inside the axes, the legend below
     renderer = ax.get_figure().canvas.get_renderer()
-    boxes = [t.get_window_extent(renderer) for t in texts] + [ax.get_legend().get_window_extent(renderer)]
+    legend = ax.get_legend().get_window_extent(renderer)
+    boxes = [t.get_window_extent(renderer) for t in texts] + [legend]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
-    assert all(ax.bbox.contains(b.x0, b.y0) and ax.bbox.contains(b.x1, b.y1) for b in boxes[:2])
+    assert all(ax.bbox.contains(b.x0, b.y0) and ax.bbox.contains(b.x1, b.y1) for b in boxes[:-1])
+    assert legend.y1 < ax.bbox.y0
     # the history: the base's estimate as a reference line with its band, the answer's above it
     history = _plotly.history_figure(data)
     assert list(trace(history, "base's TPS estimate").y) == pytest.approx([base[0]] * 2)
@@ -291,12 +329,12 @@ def test_without_a_standing_each_trial_is_a_point_as_before(base_wins, tmp_path)
     assert sorted(trace(fig, FEASIBLE).customdata) == [0, 1, 2, 5, 6, 7, 8]
     winner = trace(fig, "winner")
     assert (winner.x[0], winner.y[0]) == pytest.approx((1.10, 689.7))  # the trial's own reading
-    assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == ["answer #0 (UNVERIFIED)"]
+    assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == [OFF_AXIS, "answer #0 (UNVERIFIED)"]
     history = _plotly.history_figure(data)
     assert list(trace(history, "best feasible TPS so far").y)[-1] == max(v for c in (0, 1, 2) for v in BASE_WINS[c])
     (ax,) = _png.pareto_figure(data).axes
     assert not [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
-    assert [t.get_text().replace("\n", " ") for t in ax.texts] == ["answer #0 (UNVERIFIED)"]
+    assert [t.get_text().replace("\n", " ") for t in ax.texts] == [OFF_AXIS, "answer #0 (UNVERIFIED)"]
     _png.history_figure(data)
 
 

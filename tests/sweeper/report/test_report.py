@@ -52,11 +52,21 @@ def report(verified, tmp_path_factory):
     return build_report(verified.url, verified.name, tmp_path_factory.mktemp("report") / "out")
 
 
-def answer_label(data, number: int, status: str, tps: float) -> str:
-    """The answer's mark for a configuration of one reading: t-interval on the study's spread."""
+# the PPL axis fits the passing trials (2.16-2.28) and the cap (2.30): it ends at 2.30 + 0.6 * 0.14 = 2.384,
+# so D (PPL 2.40) is drawn at that edge with its PPL written beside it
+OFF_AXIS = "PPL 2.40 \u2192"
+
+
+def one_reading(data, tps: float) -> tuple[float, float]:
+    """The interval of a configuration of one reading: t-interval on the study's spread."""
     spread = data.answer.standing.spread
     half = stats.t.ppf(0.975, spread.df) * spread.relative
-    low, high = tps * math.exp(-half), tps * math.exp(half)
+    return tps * math.exp(-half), tps * math.exp(half)
+
+
+def answer_label(data, number: int, status: str, tps: float) -> str:
+    """The answer's mark for a configuration of one reading."""
+    low, high = one_reading(data, tps)
     return f"answer #{number} ({status}): {tps:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})"
 
 
@@ -87,7 +97,7 @@ def test_pareto_plot_data_holds_the_cap_the_categories_and_the_verified_winner(s
     assert (winner.x[0], winner.y[0]) == pytest.approx((2.28, 174.0))
     assert sorted(trace(fig, "verified on held-out data").customdata) == sorted([best, numbers["B"]])
     labels = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
-    assert labels == [answer_label(data, best, "VERIFIED", 174.0)]
+    assert labels == [OFF_AXIS, answer_label(data, best, "VERIFIED", 174.0)]
     # one reading each: the interval is the spread's alone (the prior: nothing was re-measured)
     assert sorted(trace(fig, "one server's reading").y) == [147.0, 173.0, 174.0]
     assert sorted(feasible.y) == pytest.approx([147.0, 173.0, 174.0])
@@ -102,7 +112,10 @@ def test_png_pareto_draws_the_cap_line_and_labels_the_winner(synthetic, verified
     caps = [line for line in ax.get_lines() if line.get_label().startswith("PPL cap")]
     assert len(caps) == 1 and list(caps[0].get_xdata()) == [synthetic.CAP, synthetic.CAP]
     best = verified.number(synthetic.CONFIGS["C"])
-    assert [t.get_text().replace("\n", " ") for t in ax.texts] == [answer_label(data, best, "VERIFIED", 174.0)]
+    assert [t.get_text().replace("\n", " ") for t in ax.texts] == [
+        OFF_AXIS,
+        answer_label(data, best, "VERIFIED", 174.0),
+    ]
     labels = ax.get_legend_handles_labels()[1]
     for label in (
         "feasible (PPL under the cap)",
@@ -164,7 +177,24 @@ def test_report_files_hold_the_tables_and_the_summary(synthetic, verified, repor
     assert f"Trial **#{best}** (enqueued-2): **VERIFIED**" in summary
     assert "| `SLIDING_WINDOW` | `32` | `36` |" in summary  # the base manifest's value, then the winner's
     assert "| `CENTROID_TOP_K` | `8` | `4` |" in summary
-    assert f"| #{best} | VERIFIED | 174.00 | 175.74 | +1.0% | 2.2800 | 2/2 |" in summary
+    assert f"| #{best} | VERIFIED | 174.0 | 175.74 | +1.0% | 2.2800 | 2/2 |" in summary
+    # one figure for the answer: its estimate, one decimal, in the headline and the Pareto table
+    data = report.data
+    low, high = one_reading(data, 174.0)
+    assert f"- TPS 174.0 tok/s (95 % interval {low:.1f}-{high:.1f}, 1 server), PPL 2.2800" in summary
+    assert "- trials: 6 (6 searched, 0 race servers; " in summary
+    pareto = summary.split("## Pareto front")[1].split("##")[0]
+    rows = [line for line in pareto.splitlines() if line.startswith("| #")]
+    expected = []
+    for name, tps, ppl in (("A", 147.0, 2.16), ("B", 173.0, 2.24), ("C", 174.0, 2.28)):
+        lo, hi = one_reading(data, tps)
+        mark = " (answer)" if name == "C" else ""
+        params = " | ".join(str(synthetic.CONFIGS[name][p]) for p in data.param_names)
+        expected.append(
+            f"| #{verified.number(synthetic.CONFIGS[name])}{mark} | {tps:.1f} tok/s | 95 % {lo:.1f}-{hi:.1f} | 1 "
+            f"| {ppl:.4f} | {params} |"
+        )
+    assert rows == expected
     assert "| tps | 20.0 | 40.4% | 5 |" in summary  # 5 measured trials x 4 s
     assert "| verify: tps | 16.0 | 32.3% | 4 |" in summary  # 2 candidates x 2 repeats x 4 s
     assert "| **total** | 49.5 | 100% |  |" in summary
@@ -197,7 +227,7 @@ def test_an_unverified_winner_is_flagged(synthetic, tmp_path) -> None:
     )
     fig = _plotly.pareto_figure(written.data)
     labels = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
-    assert labels == [answer_label(written.data, best, "UNVERIFIED", 174.0)]
+    assert labels == [OFF_AXIS, answer_label(written.data, best, "UNVERIFIED", 174.0)]
     assert "verified on held-out data" not in [t.name for t in fig.data]
 
 

@@ -15,8 +15,10 @@ from search_spaces import space_from_dict
 from storage import TrialRecord
 from sweeper.study import (
     CONFIRM_ROLE,
+    Claim,
     ConfirmSettings,
     Measurement,
+    Outcome,
     confirmation_role,
     distance_to_base,
     standing,
@@ -228,11 +230,24 @@ def test_a_best_that_the_base_matches_is_stated_as_not_distinguishable() -> None
     assert plain.describe().startswith("not distinguishable from the base manifest: +12.0 %")
 
 
+def test_decisions_are_enum_members_that_store_and_print_as_their_words() -> None:
+    import json
+
+    records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 300.0), record(2, {"c": 2}, 50.0)]
+    now = standing(records, ConfirmSettings(rounds=0, prior_df=50.0))
+    assert now.claim is Claim.FASTER and [d.outcome for d in now.decisions] == [Outcome.FASTER, Outcome.SLOWER]
+    data = json.loads(json.dumps(now.to_dict()))
+    assert data["claim"] == "faster" and [d["outcome"] for d in data["decisions"]] == ["faster", "slower"]
+    assert (f"{now.claim}", str(Outcome.TIE_KEPT), Claim("indistinct")) == ("faster", "tie-kept", Claim.INDISTINCT)
+    assert now.describe().startswith("+200.0 % faster than the base manifest")
+
+
 def test_confirm_settings_refuse_nonsense_with_the_field_named() -> None:
-    with pytest.raises(ConfirmSettingsError, match="rounds"):
+    with pytest.raises(ConfirmSettingsError, match="rounds") as rounds:
         ConfirmSettings(rounds=-1)
-    with pytest.raises(ConfirmSettingsError, match="noise"):
+    with pytest.raises(ConfirmSettingsError, match="noise") as noise:
         ConfirmSettings(prior_spread=0.0)
+    assert (rounds.value.field, noise.value.field) == ("rounds", "prior_spread")  # the name as data
     assert ConfirmSettings.from_settings(ConfirmSettings(rounds=3).to_settings()) == ConfirmSettings(rounds=3)
 
 

@@ -100,7 +100,7 @@ def test_status_errors_are_one_line_and_an_exit_code(tmp_path: Path) -> None:
         env=env,
         timeout=120,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # a user error: the storage to fix
     assert result.stderr.strip() == f"error: no study database at {missing} (see --storage)"
     assert not missing.exists()
 

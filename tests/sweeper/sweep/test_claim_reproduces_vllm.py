@@ -19,6 +19,13 @@ servers, the order alternating (A B, B A, A B), an interval from the pairs alone
 * a claimed speedup ("faster") is one the re-measurement shows (ratio above 1);
 * a study that claims nothing faster says so, and its answer is the base itself.
 
+What the person reads: `sweeper run` ends with a block of at most 6 lines of at most 120
+characters (the answer, the claim with its interval, the PPL with its pass probability,
+the next commands), and run, `sweeper status` (text and JSON), the export (its message
+and the manifest's description) and the report (summary.md, report.html) state one TPS
+figure for the answer: its estimate after selection, recomputed here from the stored
+trials (tests/sweeper/cli/one_figure.py).
+
 Servers: the base and the contender, two to four race rounds of two (and claim rounds
 while the claim is unclear), six for the re-run (12 to 18 servers at 8 prompts x 128
 tokens, 8 to 13 minutes on 2 cores).
@@ -26,20 +33,43 @@ tokens, 8 to 13 minutes on 2 cores).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from scipy.stats import t as student_t
 
 from storage import study_status
 from sweeper.answer import study_answer
+from sweeper.study import ConfirmSettings
 
 pytestmark = pytest.mark.server
+
+
+def _one_figure():
+    """tests/sweeper/cli/one_figure.py, loaded by path (the tests are not a package)."""
+    name = "sweeper_cli_tests_one_figure"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "cli" / "one_figure.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _sweeper(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, (args, done.stderr[-3000:])
+    return done
+
 
 SIZES = ["--num-prompts", "8", "--output-len", "128", "--warmup-requests", "1", "--warmup-prompts", "8"]
 
@@ -67,7 +97,7 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
             "--study",
             "claim",
             "--storage",
-            url,
+            "study.db",  # in cwd, as a user types it: the next commands name it so
             "--run-dir",
             str(tmp_path / "runs"),
             "--n-trials",
@@ -88,13 +118,28 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
     )
     assert run.returncode == 0, run.stderr[-3000:]
     status = study_status(url, "claim")
-    now = study_answer(status.trials, status.verifications, status.settings).standing
+    now = study_answer(status.trials, status.verifications, ConfirmSettings.from_settings(status.settings)).standing
     assert now is not None and now.base is not None and now.confirmed
     contender = next(c for c in now.configurations if c.params["num_speculative_tokens"] == 3)
     # every figure the claim rests on is a stored trial; the race's trials are confirmations
     assert sum(len(c.tps) for c in now.configurations) == len([t for t in status.trials if t.state == "complete"])
     assert len(contender.tps) >= 2 and len(now.base.tps) >= 2, [(t.number, t.role) for t in status.trials]
-    assert f"claim: {now.describe()}" in run.stdout
+    # the closing block, short, and one TPS figure for the answer in every output
+    one_figure = _one_figure()
+    block = one_figure.check_closing_block(run.stdout)
+    assert any(line.startswith("next: sweeper verify --storage study.db --study claim") for line in block), block
+    (claim_line,) = [line for line in block if line.startswith("claim: ")]
+    if now.claim == "faster":
+        assert "faster than the base (study-wise 95 % interval" in claim_line, block
+    (ppl_line,) = [line for line in block if line.startswith("PPL ")]
+    assert "passes a re-run on" in ppl_line and "with probability" in ppl_line, block
+    expected = one_figure.expected_tps(status.trials, now.incumbent.params)
+    status_text = _sweeper(tmp_path, "status", "--storage", "study.db", "--study", "claim").stdout
+    status_json = json.loads(_sweeper(tmp_path, "status", "--storage", "study.db", "--study", "claim", "--json").stdout)
+    one_figure.check_outputs(expected, run_text=run.stdout, status_text=status_text, status_json=status_json)
+    _sweeper(tmp_path, "report", "--storage", "study.db", "--study", "claim", "-o", "report")
+    for page in ("summary.md", "report.html"):  # the report's tiles and summary: the figure with one decimal
+        assert f"{expected:.1f}" in (tmp_path / "report" / page).read_text(), page
 
     # the interval the study reported for the contender over the base: its claim, or
     # (nothing claimed) its race's interval on the pairs after selection
@@ -103,27 +148,11 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
     if now.incumbent.key == contender.key:  # it won its race: "faster", or not yet clear over the base
         assert now.claim in ("faster", "indistinct")
         exported = tmp_path / "answer" / "answer.json"
-        export = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sweeper",
-                "export",
-                "--storage",
-                url,
-                "--study",
-                "claim",
-                "--allow-unverified",
-                "-o",
-                str(exported),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
+        export = _sweeper(
+            tmp_path, "export", "--storage", "study.db", "--study", "claim", "--allow-unverified", "-o", str(exported)
         )
-        assert export.returncode == 0, export.stderr[-3000:]
         description = json.loads(exported.read_text())["description"]
+        one_figure.check_outputs(expected, export_text=export.stdout, description=description)
         assert now.basis is not None and contender.first in now.basis.excluded  # its first figure picked it
         if now.claim == "faster":
             assert "faster than the base manifest (study-wise 95 % interval" in description

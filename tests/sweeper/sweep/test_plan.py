@@ -247,6 +247,63 @@ def test_a_resumed_study_measures_tps_with_its_own_connection_protocol(synthetic
     assert heldout_settings(prepared.recipe, heldout_data(prepared.recipe)).tps.connection == "harness"
 
 
+def test_prepare_reads_an_existing_study_through_one_connection_and_hands_typed_options_down(
+    synthetic, user_setup, tmp_path, monkeypatch
+) -> None:
+    import sqlalchemy
+
+    from storage import TrialStore
+    from sweeper.study import ConfirmSettings, PplGate
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    plan = RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.25)
+    _synthetic_study(synthetic, url, prepare(plan).study_name, prepare(plan).recipe)
+    with TrialStore(url) as store:
+        done = store.count(prepare(plan).study_name, ("complete", "failed"))
+    assert done == len(synthetic.CONFIGS) + 1
+
+    opened: list[str] = []
+    real = sqlalchemy.engine.create_engine
+
+    def counting(engine_url, *args, **kwargs):
+        opened.append(str(engine_url))
+        return real(engine_url, *args, **kwargs)
+
+    # ours call sqlalchemy.create_engine, Optuna's storage sqlalchemy.engine.create_engine
+    monkeypatch.setattr(sqlalchemy, "create_engine", counting)
+    monkeypatch.setattr(sqlalchemy.engine, "create_engine", counting)
+    prepared = prepare(plan)
+    assert opened == [url]
+    assert prepared.trials_done == done
+
+    options = prepared.options
+    # the study stored a point-estimate gate: the plan's cap with the stored confidence (none)
+    assert (prepared.ppl_confidence, prepared.ppl_rerun_records) == (None, None)
+    assert options.gate == PplGate(cap_rel=1.05) == prepared.gate
+    assert options.confirm == ConfirmSettings(rounds=6, prior_spread=0.10)
+    assert (options.study_name, options.storage, options.n_trials) == (prepared.study_name, url, 8)
+    assert options.enqueue_base and options.enqueue == ()
+
+
+def test_a_bad_confirmation_option_is_named_by_its_command_line_flag() -> None:
+    with pytest.raises(UserInputError) as rounds:
+        RunPlan(confirm_rounds=-1)
+    assert str(rounds.value) == "--confirm-rounds: confirm rounds must be a whole number >= 0, not -1"
+    with pytest.raises(UserInputError) as noise:
+        RunPlan(noise=1.5)
+    assert str(noise.value) == "--noise: noise (the prior between-server spread) must be in (0, 1), not 1.5"
+
+
+def test_run_study_takes_the_options_or_the_keywords_not_both(tmp_path) -> None:
+    from search_spaces import load_preset
+    from sweeper.study import StudyOptions, StudyOptionsError, run_study
+
+    options = StudyOptions(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    with pytest.raises(StudyOptionsError, match=r"^run_study: give options or n_trials, seed, not both$"):
+        run_study(load_preset("tiny-cpu"), lambda params: None, options=options, n_trials=2, seed=1)
+    assert not (tmp_path / "study.db").exists()
+
+
 # -- the confidence gate: chosen for a new study, kept on resume -----------------------------------
 
 

@@ -1,0 +1,172 @@
+"""The block ``sweeper run`` ends with: what was found, read at a glance.
+
+At most ``MAX_LINES`` lines of at most ``WIDTH`` characters: how many servers ran
+(the trials searched and the race servers), the answer with its settings and its
+TPS after selection, the claim over the base in plain words with its interval, the
+PPL with the chance that a re-run passes the cap, and the commands to run next.
+The derivation behind the claim (rounds, pairs, degrees of freedom, the study-wise
+share, the Pareto set) is in ``sweeper status``, ``sweeper run --verbose`` and
+``--json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from storage import DEFAULT_URL, TrialRecord, normalize_url, redact
+from sweeper.answer import answer_tps, tps_figure_text
+from sweeper.study import Claim, PplStatement, Standing, is_confirmation, ppl_statement, probability_text
+
+WIDTH = 120
+MAX_LINES = 6
+EXPORT_TO = "answer/manifest.json"
+
+# how each stop reason of a study reads at the head of the block
+_STOPPED = {
+    "n_trials": "done",
+    "timeout": "stopped at the timeout",
+    "interrupted": "interrupted",
+    "terminated": "terminated",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServerCount:
+    """The study's servers: its searched trials and its race servers (confirmations)."""
+
+    searched: int
+    races: int
+
+    @property
+    def servers(self) -> int:
+        return self.searched + self.races
+
+    @classmethod
+    def of(cls, records: Sequence[TrialRecord]) -> ServerCount:
+        started = [r for r in records if r.state not in ("waiting", "queued")]
+        races = sum(1 for r in started if is_confirmation(r.role))
+        return cls(searched=len(started) - races, races=races)
+
+    def text(self) -> str:
+        return (
+            f"{self.servers} server{'s' if self.servers != 1 else ''} "
+            f"({self.searched} trial{'s' if self.searched != 1 else ''} searched, "
+            f"{self.races} race server{'s' if self.races != 1 else ''})"
+        )
+
+
+def duration_text(seconds: float) -> str:
+    """``43 s``, ``5 min 43 s``, ``2 h 05 min``."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def command_options(storage: str, study_name: str, *, name_study: bool) -> str:
+    """`` --storage URL --study NAME`` as the next commands need them (empty: the defaults do)."""
+    parts = []
+    if normalize_url(storage) != normalize_url(DEFAULT_URL):
+        parts.append(f" --storage {redact(storage) if '://' in storage else storage}")
+    if name_study:
+        parts.append(f" --study {study_name}")
+    return "".join(parts)
+
+
+def _percent(ratio: float) -> str:
+    return f"{(ratio - 1.0) * 100.0:+.1f} %"
+
+
+def _level(confidence: float) -> str:
+    percent = confidence * 100.0
+    return f"{percent:.0f} %" if abs(percent - round(percent)) < 1e-9 else f"{percent:.2f} %"
+
+
+def claim_line(now: Standing) -> str:
+    """The claim over the base manifest in plain words, with its interval."""
+    inc = now.incumbent
+    assert inc is not None
+    open_race = "" if now.confirmed else "; a race is still open"
+    if now.base is None:
+        return f"claim: none - the base manifest was not measured, so no speedup can be stated{open_race}"
+    if inc.key == now.base.key:
+        return f"claim: none - no configuration was confirmed faster than the base manifest{open_race}"
+    interval = now.speedup
+    assert interval is not None
+    if now.basis is not None:
+        level = f"study-wise {_level(now.basis.study_confidence)} interval"
+    else:
+        level = f"{_level(interval.confidence)} interval"
+    span = f"{level} {_percent(interval.low)} to {_percent(interval.high)}"
+    if now.claim is Claim.FASTER:
+        return f"claim: {_percent(interval.value)} faster than the base ({span}){open_race}"
+    if now.claim is Claim.SLOWER:
+        return f"claim: {_percent(interval.value)}, slower than the base ({span}){open_race}"
+    return f"claim: none - {_percent(interval.value)} is not distinguishable from the base ({span}){open_race}"
+
+
+def ppl_line(statement: PplStatement | None, ppl: float, cap: float) -> str:
+    """``PPL 2.1502 (cap 2.2577), passes a re-run on 8 new records with probability 0.97``."""
+    text = f"PPL {ppl:.4f} (cap {cap:.4f})"
+    if statement is None or statement.pass_probability is None or statement.rerun_records is None:
+        return text
+    return (
+        f"{text}, passes a re-run on {statement.rerun_records} new records with probability "
+        f"{probability_text(statement.pass_probability)}"
+    )
+
+
+def _fit(text: str) -> str:
+    return text if len(text) <= WIDTH else text[: WIDTH - 3] + "..."
+
+
+def closing_block(
+    *,
+    records: Sequence[TrialRecord],
+    now: Standing,
+    settings: Mapping[str, Any],
+    stop_reason: str,
+    seconds: float,
+    trials_run: int,
+    options: str,
+    verified: bool,
+) -> list[str]:
+    """The block (``now`` must have an incumbent): at most MAX_LINES lines of at most WIDTH characters.
+
+    ``options``: what the next commands need (``command_options``); ``verified``:
+    the answer is verified already, so the next command is the export alone. A line
+    longer than WIDTH is cut, except the next commands (a storage URL longer than
+    the line leaves them longer).
+    """
+    inc = now.incumbent
+    assert inc is not None
+    count = ServerCount.of(records)
+    word = ", ".join(_STOPPED.get(reason, reason) for reason in stop_reason.split(",") if reason) or "stopped"
+    head = f"{word}: {count.text()} in {duration_text(seconds)}"
+    if trials_run != count.servers:  # a resumed study: say what this run added
+        head += f", {trials_run} this run"
+    figure = answer_tps(now)
+    assert figure is not None
+    who = f"the base manifest (trial {inc.first})" if inc.is_base else f"trial {inc.first}"
+    answer = f"answer: {who}: {tps_figure_text(figure)}"
+    params = ", ".join(f"{key}={value}" for key, value in dict(inc.params).items())
+    answer_lines = [f"{answer} with {params}"] if params else [answer]
+    record = next((r for r in records if r.number == inc.first), None)
+    statement = None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, settings)
+    export = f"sweeper export{options} -o {EXPORT_TO}"
+    if verified:
+        next_lines = [f"next: {export}"]
+    else:
+        together = f"next: sweeper verify{options}, then {export}"
+        next_lines = [together] if len(together) <= WIDTH else [f"next: sweeper verify{options}", f"then: {export}"]
+    if len(answer_lines[0]) > WIDTH and len(next_lines) == 1:  # room for the settings on a line of their own
+        answer_lines = [answer, f"  with {params}"]
+    lines = [head, *answer_lines, claim_line(now), ppl_line(statement, inc.ppl, inc.ppl_cap)]
+    # a command is never cut: it is copied as is (only a long --storage makes it pass WIDTH)
+    return [_fit(line) for line in lines] + next_lines

@@ -1,0 +1,183 @@
+"""The import graph of the product: no cycles (imports inside functions count) and the lower
+packages stand on nothing of ``sweeper``.
+
+Every module of the product packages is read with ``ast`` (nothing is imported), each
+``import``/``from ... import`` anywhere in it (module level, in functions, under
+``TYPE_CHECKING``) becomes an edge to the product module it names, and the graph is
+searched for cycles. ``from package import name`` points at ``package.name`` when that is
+a module, else at ``package`` itself; importing ``package.sub`` also runs ``package``'s
+``__init__``, but that edge is left out: a package's ``__init__`` re-exporting its own
+modules is how the packages are built, not a cycle between two of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCT = ("sweeper", "evaluators", "storage", "search_spaces", "errortree")
+LOWER = ("evaluators", "storage", "search_spaces", "errortree")
+
+
+def module_files() -> dict[str, Path]:
+    """Every product module by dotted name (``pkg/__init__.py`` is ``pkg``)."""
+    modules = {}
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The product modules that module ``name`` imports, anywhere in its text."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                found.add(submodule if submodule in modules else target)
+    edges = set()
+    for target in found:
+        while target and target not in modules:  # ``import a.b.c`` of a name inside a.b
+            target = target.rpartition(".")[0]
+        if target and target != name and not name.startswith(target + "."):
+            edges.add(target)
+    return edges
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imported_names(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_one_cycle(graph, set(component)) for component in components]
+
+
+def _one_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest cycle through the first module of ``component``, as a path that returns to it."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node] & component):
+                if target == start:
+                    return paths[node] + [start]
+                if target not in paths:
+                    paths[target] = paths[node] + [target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def test_the_graph_sees_imports_inside_functions_and_relative_ones() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+    modules = module_files()
+    assert "sweeper.errors" in modules and "evaluators.intervals" in modules
+    # a function-level import is an edge as much as a module-level one
+    assert "evaluators.intervals" in import_graph()["sweeper.study._guided"]
+
+
+def test_no_two_product_modules_import_each_other() -> None:
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
+
+
+@pytest.mark.parametrize("package", LOWER)
+def test_the_lower_packages_import_nothing_of_sweeper(package: str) -> None:
+    graph = import_graph()
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if name == package or name.startswith(package + ".")
+        for target in targets
+        if target == "sweeper" or target.startswith("sweeper.")
+    )
+    assert not upward, f"{package} imports sweeper: " + ", ".join(upward)
+
+
+def test_the_error_root_imports_nothing_of_the_project() -> None:
+    graph = import_graph()
+    assert not {target for name, targets in graph.items() if name.startswith("errortree") for target in targets}
+
+
+def test_the_lower_packages_raise_from_the_one_tree_the_cli_catches() -> None:
+    import errortree
+    import sweeper.errors as errors
+    from evaluators import intervals
+    from search_spaces import _loader
+    from storage import _queries
+
+    # the classes the lower packages raise are the very classes sweeper.errors names
+    assert intervals.MeasurementError is errors.MeasurementError is errortree.MeasurementError
+    assert _loader.SearchSpaceError is errors.SearchSpaceError
+    assert _queries.StudyError is errors.StudyError and _queries.StorageError is errors.StorageError
+    # and they keep their places in the tree, with the exit codes the CLI gives them
+    codes = {
+        errors.SearchSpaceError: 2,
+        errors.DataError: 2,
+        errors.ManifestError: 2,
+        errors.MeasurementError: 1,
+        errors.StorageError: 1,
+        errors.StudyError: 1,
+        errors.ServerError: 1,
+    }
+    for cls, code in codes.items():
+        assert issubclass(cls, errors.SweeperError) and cls.exit_code == code, cls
+    assert issubclass(errors.DataError, errors.UserInputError)
+    assert not issubclass(errors.MeasurementError, errors.UserInputError)
+    with pytest.raises(errors.SweeperError, match="at least 2 repeats"):
+        intervals.repeat_interval([1.0])
