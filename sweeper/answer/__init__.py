@@ -26,7 +26,7 @@ from sweeper.answer._export import (
     derived_name,
     export_answer,
 )
-from sweeper.answer._figure import answer_figure, answer_tps, configuration_tps, tps_figure_text
+from sweeper.answer._figure import answer_figure, answer_tps, configuration_tps, tps_figure_text, tps_text
 from sweeper.answer._heldout import (
     HeldOutData,
     HeldOutDataError,
@@ -91,6 +91,7 @@ __all__ = [
     "rerun_against_base",
     "speedup_text",
     "tps_figure_text",
+    "tps_text",
     "study_answer",
     "verify_command",
     "heldout_statement",

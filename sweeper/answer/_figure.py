@@ -36,6 +36,11 @@ def answer_figure(answer: Answer) -> float | None:
     return answer.record.tps if answer.record is not None else None
 
 
+def tps_text(value: float) -> str:
+    """``198.8 tok/s``: a TPS figure as every output of sweeper prints it (one decimal, its unit)."""
+    return f"{value:.1f} tok/s"
+
+
 def tps_figure_text(interval: Interval) -> str:
-    """``198.8 tok/s``: the figure as every command prints it for the answer."""
-    return f"{interval.value:.1f} tok/s"
+    """The figure of ``interval`` as every command prints it for the answer."""
+    return tps_text(interval.value)

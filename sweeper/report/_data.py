@@ -26,7 +26,7 @@ from storage import (
     pareto_front,
     study_status,
 )
-from sweeper.answer import Answer, study_answer, verify_command
+from sweeper.answer import Answer, study_answer, tps_text, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
 from sweeper.study import (
@@ -65,11 +65,6 @@ LABELS = {
     RUNNING: "running",
 }
 IMPUTED = "TPS imputed, not measured"  # appended to a category's label for its imputed points
-
-
-def tps_text(value: float) -> str:
-    """A TPS figure as every output of sweeper prints it: one decimal, with its unit."""
-    return f"{value:.1f} tok/s"
 
 
 def percent(ratio: float) -> str:

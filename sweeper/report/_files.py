@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sweeper.answer import verify_command
-from sweeper.report._data import ReportData, tps_text
+from sweeper.answer import tps_text, verify_command
+from sweeper.report._data import ReportData
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from sweeper.answer import verify_command
-from sweeper.report._data import ReportData, tps_text
+from sweeper.answer import tps_text, verify_command
+from sweeper.report._data import ReportData
 from sweeper.report._plotly import PLOT_CONFIG
 from sweeper.study import probability_text
 

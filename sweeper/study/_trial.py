@@ -559,10 +559,12 @@ class TrialRunner:
         trial.set_constraint(CONSTRAINT, PplGate.constraint(judged, outcome.ppl_cap))
         values = [outcome.tps] if len(self.study.directions) == 1 else [outcome.tps, ppl]
         self.study.tell(trial, values)
+        # an imputed figure (the slowest seen, for the samplers) is no reading: the log says so
+        speed = f"TPS imputed {outcome.tps:.2f} (not measured)" if outcome.tps_imputed else f"TPS {outcome.tps:.2f}"
         logger.info(
-            "trial %d: TPS %.2f, PPL %.4f (cap %.4f) %s",
+            "trial %d: %s, PPL %.4f (cap %.4f) %s",
             trial.number,
-            outcome.tps,
+            speed,
             outcome.ppl,
             outcome.ppl_cap,
             "passes" if outcome.feasible else "FAILS the gate",
