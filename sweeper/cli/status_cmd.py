@@ -280,7 +280,9 @@ def standing_lines(now: Standing | None) -> list[str]:
     lines.append(f"noise: between-server spread {now.spread.relative:.1%} (SD of log TPS; {now.spread.method})")
     if now.base is not None:
         base_figures = ", ".join(f"{value:.1f}" for value in now.base.tps)
-        lines.append(f"base manifest: trial {now.base.first}: TPS {now.base.estimate:.2f} ({base_figures})")
+        lines.append(
+            f"base manifest: trial {now.base.first}: TPS {now.tps_interval(now.base).value:.2f} ({base_figures})"
+        )
     for decision in now.decisions:
         # a contender screened out at once was never raced; one that fell behind
         # after a round was, and its round is shown

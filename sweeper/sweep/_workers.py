@@ -302,7 +302,7 @@ def _report(storage: str, study_name: str) -> None:
         counts["feasible"],
         counts["FAIL"],
         counts["RUNNING"],
-        f"{best.describe()} at {best.estimate:.1f} tok/s{'' if now.confirmed else ', a race open'}"
+        f"{best.describe()} at {now.tps_interval(best).value:.1f} tok/s{'' if now.confirmed else ', a race open'}"
         if best
         else "none yet",
     )

@@ -61,7 +61,7 @@ def test_status_summary(study_db: str) -> None:
         "mode tps, gate PPL <= 1.2, space toy",
         "trials: 4 complete (3 pass the gate, 1 fail it), 1 failed, 0 running, 0 queued",
         "best: trial 1: TPS 230.00 (one server), PPL 1.2000 (cap 1.2000), w=5, k=4",
-        "claim: trial 1: 230.00 tok/s, PPL 1.2000 under the cap 1.2000; the base manifest was "
+        "claim: trial 1: 230.0 tok/s, PPL 1.2000 under the cap 1.2000; the base manifest was "
         "not measured, so no speedup can be stated",
         "noise: between-server spread 10.0% (SD of log TPS; 0 df from repeats, prior 10% as 2 df)",
     ]

@@ -278,5 +278,5 @@ def test_the_parent_reports_the_confirmed_best_not_the_fastest_figure(synthetic,
     with caplog.at_level("INFO", logger="sweeper.sweep._workers"):
         _report(url, "tie")
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("study tie:")]
-    assert line.endswith(f"best {now.incumbent.describe()} at {now.incumbent.estimate:.1f} tok/s")
+    assert line.endswith(f"best {now.incumbent.describe()} at {now.tps_interval(now.incumbent).value:.1f} tok/s")
     assert f"trial {now.incumbent.first} " in line and now.incumbent.first != status.best.number
