@@ -59,6 +59,11 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+# the summary's own t quantile; each studied version imports its code in its workers
+from evaluators import t_quantile  # noqa: E402
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 CONFIGURATIONS = 8  # c = 0 (the base) to 7
 BASE_TPS = 100.0
@@ -196,6 +201,7 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
     finally:
         database.unlink(missing_ok=True)
     claimed = None if now.incumbent is None else int(now.incumbent.params["c"])
+    speedup = now.speedup
     return {
         "setting": spec.setting.name,
         "budget": spec.setting.budget,
@@ -208,6 +214,10 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
         "claim": now.claim,
         "claimed": claimed,
         "claimed_ratio": None if claimed is None else round(tps[claimed] / BASE_TPS, 6),
+        # the stated speedup (after selection) and its interval: set against claimed_ratio, the truth
+        "estimate": None if speedup is None else round(speedup.value, 6),
+        "estimate_low": None if speedup is None else round(speedup.low, 6),
+        "estimate_high": None if speedup is None else round(speedup.high, 6),
         "faster": next((c for c, v in tps.items() if v == FASTER * BASE_TPS), None),
         "fast": next((c for c, v in tps.items() if v == FAST * BASE_TPS), None),
         "servers": len(trials),
@@ -457,7 +467,35 @@ def footnotes(records: Sequence[Mapping[str, Any]]) -> str:
             f"{version}: {len(mine)} studies, sampler {samplers}, {sum(r['seconds'] for r in mine) / 60:.1f} "
             f"study-minutes; races as `sweeper run` sets them ({races})"
         )
+        bias = estimate_bias(mine)
+        if bias is not None:
+            lines.append(
+                f'{version}: the stated speedup over the true one, in {bias["claims"]} "faster" claims: '
+                f"{bias['ratio']:.3f} (95 % {bias['low']:.3f}-{bias['high']:.3f}); the interval held the truth "
+                f"in {bias['covered']}/{bias['claims']}"
+            )
     return "\n".join(lines)
+
+
+def estimate_bias(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """How the stated speedup of "faster" claims sits against the truth: the geometric mean of
+    stated / true with a t interval, and how many intervals held the truth (None: no such claim)."""
+    claims = [r for r in records if r["claim"] == "faster" and r.get("estimate") and r.get("claimed_ratio")]
+    if not claims:
+        return None
+    logs = [math.log(r["estimate"] / r["claimed_ratio"]) for r in claims]
+    mean = statistics.fmean(logs)
+    half = 0.0
+    if len(logs) > 1:
+        half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    covered = sum(r["estimate_low"] <= r["claimed_ratio"] <= r["estimate_high"] for r in claims)
+    return {
+        "claims": len(claims),
+        "ratio": math.exp(mean),
+        "low": math.exp(mean - half),
+        "high": math.exp(mean + half),
+        "covered": covered,
+    }
 
 
 def specs_for(

@@ -32,7 +32,7 @@ from storage import TrialStore
 from sweeper.study import run_study
 from sweeper.sweep import DEMO_SIZES, RunPlan, prepare
 
-MEASURED_PHASES = ("start", "warmup", "ppl", "tps", "fidelity", "teardown")
+MEASURED_PHASES = ("start", "spawn", "engine init", "api ready", "warmup", "ppl", "tps", "fidelity", "teardown")
 
 
 def main() -> None:

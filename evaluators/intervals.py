@@ -179,6 +179,90 @@ def pooled_spread(groups: Sequence[Sequence[float]], *, prior: float, prior_df: 
     )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NestedSpread:
+    """Where the spread of log TPS lies: between fresh servers, or between runs inside one.
+
+    ``between`` is the SD of a server's true level around the configuration's
+    (what only a fresh server samples), ``within`` the SD of one run around
+    its server's level (what repeats in a live server average away). A single
+    run in a fresh server varies by ``sqrt(between**2 + within**2)``; the mean
+    of ``m`` runs in each of two servers compared differs by
+    ``sqrt(2 * (between**2 + within**2 / m))`` (``pair_sd``). One-way
+    random-effects ANOVA (method of moments; ``between`` is 0 where the
+    servers' means vary no more than their runs predict), with a ``confidence``
+    interval on ``within`` (chi-square) and on the spread of the servers' means.
+    """
+
+    between: float
+    within: float
+    servers: int
+    runs_per_server: float  # the mean count; groups of unequal size use the usual n0
+    within_df: int
+    between_df: int
+    within_low: float
+    within_high: float
+    server_means_sd: float  # SD of the servers' mean log TPS
+    server_means_low: float
+    server_means_high: float
+    f_p_value: float  # P(F >= observed) if servers did not differ beyond their runs
+
+    @property
+    def single_run(self) -> float:
+        return math.sqrt(self.between**2 + self.within**2)
+
+    @property
+    def within_share(self) -> float:
+        """The share of a single run's variance that lies inside a server."""
+        total = self.between**2 + self.within**2
+        return self.within**2 / total if total else 0.0
+
+    def pair_sd(self, runs: int) -> float:
+        """SD of the log ratio of two servers' means of ``runs`` runs each."""
+        return math.sqrt(2.0 * (self.between**2 + self.within**2 / runs))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "single_run": self.single_run, "within_share": self.within_share}
+
+
+def nested_spread(servers: Sequence[Sequence[float]], *, confidence: float = DEFAULT_CONFIDENCE) -> NestedSpread:
+    """Split the spread of TPS figures ``servers`` (one sequence of runs per fresh server of one
+    configuration) into between-server and within-server parts (``NestedSpread``)."""
+    _check_confidence(confidence)
+    groups = [[_log_tps(value) for value in runs] for runs in servers if len(runs) > 0]
+    if len(groups) < 2 or any(len(g) < 2 for g in groups):
+        raise MeasurementError("nested_spread: at least 2 servers with at least 2 runs each")
+    from scipy.stats import chi2, f
+
+    n = [len(g) for g in groups]
+    total_n, k = sum(n), len(groups)
+    means = [statistics.fmean(g) for g in groups]
+    grand = sum(sum(g) for g in groups) / total_n
+    ss_within = sum(sum((x - m) ** 2 for x in g) for g, m in zip(groups, means, strict=True))
+    ss_between = sum(size * (m - grand) ** 2 for size, m in zip(n, means, strict=True))
+    df_w, df_b = total_n - k, k - 1
+    ms_w, ms_b = ss_within / df_w, ss_between / df_b
+    n0 = (total_n - sum(size * size for size in n) / total_n) / df_b
+    between_var = max(0.0, (ms_b - ms_w) / n0)
+    alpha = 1.0 - confidence
+    means_sd = statistics.stdev(means)
+    f_value = ms_b / ms_w if ms_w > 0 else math.inf
+    return NestedSpread(
+        between=math.sqrt(between_var),
+        within=math.sqrt(ms_w),
+        servers=k,
+        runs_per_server=n0,
+        within_df=df_w,
+        between_df=df_b,
+        within_low=math.sqrt(ss_within / chi2.ppf(1 - alpha / 2, df_w)),
+        within_high=math.sqrt(ss_within / chi2.ppf(alpha / 2, df_w)),
+        server_means_sd=means_sd,
+        server_means_low=math.sqrt(means_sd**2 * df_b / chi2.ppf(1 - alpha / 2, df_b)),
+        server_means_high=math.sqrt(means_sd**2 * df_b / chi2.ppf(alpha / 2, df_b)),
+        f_p_value=float(f.sf(f_value, df_b, df_w)) if math.isfinite(f_value) else 0.0,
+    )
+
+
 def speedup_interval(
     candidate: Sequence[float],
     base: Sequence[float],

@@ -136,7 +136,7 @@ def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
         storage.remove_session()
     store = TrialStore(url)
     try:
-        records = store.records(study_name)
+        records = store.records(study_name, phases=True)
     finally:
         store.close()
     counts: dict[str, int] = collections.Counter(t.state.name for t in frozen)

@@ -17,6 +17,7 @@ from typing import Any
 
 from storage import DEFAULT_URL, TrialRecord, normalize_url, redact
 from sweeper.answer import answer_tps, tps_figure_text
+from sweeper.measure import duration_text
 from sweeper.study import Claim, PplStatement, Standing, is_confirmation, ppl_statement, probability_text
 
 WIDTH = 120
@@ -55,18 +56,6 @@ class ServerCount:
             f"({self.searched} trial{'s' if self.searched != 1 else ''} searched, "
             f"{self.races} race server{'s' if self.races != 1 else ''})"
         )
-
-
-def duration_text(seconds: float) -> str:
-    """``43 s``, ``5 min 43 s``, ``2 h 05 min``."""
-    whole = max(0, round(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 def command_options(storage: str, study_name: str, *, name_study: bool) -> str:

@@ -21,6 +21,7 @@ from storage import (
     pareto_front,
     study_status,
 )
+from sweeper.measure import phase_headline, phase_rows, time_by_phase
 from sweeper.study import ConfirmSettings, Outcome, PplStatement, Standing, ppl_statement, probability_text
 
 LOG_TAIL_LINES = 20
@@ -198,6 +199,18 @@ def running_devices(status: StudyStatus) -> list[str]:
     ]
 
 
+def phase_lines(status: StudyStatus) -> list[str]:
+    """The study's server time by phase: a headline and one aligned line a phase (fits 80 columns)."""
+    time = time_by_phase(status.trials, list(status.verifications.values()))
+    if not time.phases:
+        return []
+    rows = phase_rows(time)
+    width = max(len(row[0]) for row in rows)
+    lines = ["time: " + phase_headline(time)]
+    lines += [f"  {label:<{width}}  {spent:>11}  {share:>6}  {per:>8} a server" for label, spent, share, per in rows]
+    return lines
+
+
 def show_status(console: Console, status: StudyStatus) -> None:
     counts = status.counts
     console.print(f"study {status.study_name} in {status.url}")
@@ -211,6 +224,8 @@ def show_status(console: Console, status: StudyStatus) -> None:
     )
     for line in running_devices(status):
         console.print(line, markup=False)
+    for line in phase_lines(status):
+        console.print(line, markup=False, highlight=False)
     best = status.best
     if best is None:
         console.print("best: none yet (no trial has passed the gate)")
@@ -379,6 +394,7 @@ def command(study_name: str | None, storage: str, trial_number: int | None, as_j
             None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)
         )
         data["answer_ppl"] = statement.to_dict() if statement is not None else None
+        data["time_by_phase"] = time_by_phase(status.trials, list(status.verifications.values())).to_dict()
         click.echo(json.dumps(data, default=str))
         return
     show_status(console, status)

@@ -17,10 +17,28 @@ from sweeper.measure._evaluate import (
     measure_server,
     warmup_settings_from,
 )
+from sweeper.measure._phases import (
+    PHASE_LABELS,
+    PhaseTime,
+    TimeByPhase,
+    duration_text,
+    phase_headline,
+    phase_rows,
+    start_seconds,
+    time_by_phase,
+)
 from sweeper.measure._server_evaluator import ServerEvaluator
 
 __all__ = [
     "PHASES",
+    "PHASE_LABELS",
+    "PhaseTime",
+    "TimeByPhase",
+    "time_by_phase",
+    "duration_text",
+    "phase_headline",
+    "phase_rows",
+    "start_seconds",
     "DataSplit",
     "EvalData",
     "EvalResult",

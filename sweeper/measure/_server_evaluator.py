@@ -150,6 +150,11 @@ class ServerEvaluator:
                 result = evaluate(manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks)
                 assert context_hooks.server is not None  # evaluate creates the server first
                 measurement = self._measurement(result, context, manifest, context_hooks.server)
+                if context_hooks.compile_s is not None:  # part of the engine init phase, told apart
+                    extras = {**measurement.extras, "compile_s": context_hooks.compile_s}
+                    if context_hooks.compile_cache_hit is not None:
+                        extras["compile_cache_hit"] = context_hooks.compile_cache_hit
+                    measurement = dataclasses.replace(measurement, extras=extras)
                 if isinstance(hooks, DeviceHooks):
                     measurement = hooks.provenance(measurement)
             except (ServerError, MeasurementError) as exc:
@@ -265,6 +270,8 @@ class _ContextHooks(ServerHooks):
         self.context = context
         self.server: ServerProcess | None = None
         self.exited_early = False  # the server was gone before teardown (it crashed)
+        self.compile_s: float | None = None  # vLLM's torch.compile time (within engine init), where it logs it
+        self.compile_cache_hit: bool | None = None
 
     def server_created(self, server: ServerProcess) -> None:
         self.server = server
@@ -273,7 +280,27 @@ class _ContextHooks(ServerHooks):
     def phase_ended(self, phase: str, seconds: float) -> None:
         if phase != "teardown" and self.server is not None and self.server.process is not None:
             self.exited_early = self.exited_early or not self.server.alive()
+        if phase == "ready" and self.server is not None and self.server.ready_seconds is not None:
+            split = self._start_split(seconds)
+            if split:
+                for name, part in split:
+                    self.context.record_phase(name, part)
+                return
         self.context.record_phase(STUDY_PHASE_NAMES.get(phase, phase), seconds)
+
+    def _start_split(self, seconds: float) -> tuple[tuple[str, float], ...]:
+        """A ready server's start as spawn, engine init and api ready (scaled to ``seconds``,
+        the phase as timed here), with the compile time beside them; () where its log does not tell."""
+        assert self.server is not None
+        startup = self.server.startup()
+        split = startup.coarse()
+        if not split:
+            return ()
+        if startup.compile_s is not None:
+            self.compile_s = startup.compile_s
+        self.compile_cache_hit = startup.cache_hit
+        scale = seconds / startup.ready_s if startup.ready_s else 1.0
+        return tuple((name, part * scale) for name, part in split)
 
     def server_stopped(self, server: ServerProcess) -> None:
         self.context.set_log_tail(server.log_tail())

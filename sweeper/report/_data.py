@@ -29,6 +29,7 @@ from storage import (
 from sweeper.answer import Answer, study_answer, tps_text, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
+from sweeper.measure import TimeByPhase, time_by_phase
 from sweeper.study import (
     Claim,
     ConfirmSettings,
@@ -160,14 +161,6 @@ class ConfigurationPoint:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PhaseTime:
-    name: str
-    seconds: float
-    count: int
-    share: float
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class EnvChange:
     key: str
     base: str | None  # None: not set in the base manifest
@@ -190,7 +183,7 @@ class ReportData:
     best_so_far: tuple[tuple[int, float | None], ...]
     importance: Mapping[str, Mapping[str, float]]  # "tps"/"ppl" -> parameter -> importance
     importance_note: str
-    phases: tuple[PhaseTime, ...]
+    time: TimeByPhase  # the study's server time by phase
     env_changes: tuple[EnvChange, ...]
     base_name: str | None
     base_known: bool  # False: the base manifest could not be read (base values unknown)
@@ -459,22 +452,6 @@ def _best_so_far(points: Sequence[TrialPoint]) -> tuple[tuple[int, float | None]
     return tuple(series)
 
 
-def _phases(records: Sequence[TrialRecord], verifications: Sequence[VerificationRecord]) -> tuple[PhaseTime, ...]:
-    totals: dict[str, list[float]] = {}
-    for record in records:
-        for name, seconds in record.phases:
-            totals.setdefault(name, []).append(seconds)
-    for verification in verifications:
-        for run in verification.runs:
-            for name, seconds in run.phases.items():
-                totals.setdefault(f"verify: {name}", []).append(seconds)
-    grand = sum(sum(v) for v in totals.values()) or 1.0
-    return tuple(
-        PhaseTime(name=name, seconds=sum(values), count=len(values), share=sum(values) / grand)
-        for name, values in sorted(totals.items(), key=lambda item: -sum(item[1]))
-    )
-
-
 def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], str]:
     """Importance of each parameter for reaching the best quarter of TPS, and of PPL.
 
@@ -603,7 +580,7 @@ def assemble_report_data(
         best_so_far=_best_so_far(points),
         importance=values,
         importance_note=note,
-        phases=_phases(records, all_verifications(url, status.study_name)),
+        time=time_by_phase(records, all_verifications(url, status.study_name)),
         env_changes=_env_changes(answer, base_env, recipe),
         base_name=base_name,
         base_known=base_env is not None,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.answer import tps_text, verify_command
+from sweeper.measure import duration_text, phase_headline, phase_rows
 from sweeper.report._data import ReportData
 
 logger = logging.getLogger(__name__)
@@ -197,12 +198,11 @@ def summary_markdown(data: ReportData) -> str:
     else:
         lines.append("Empty: no feasible trial.")
     lines += ["", "## Where the time went", ""]
-    if data.phases:
-        total = sum(p.seconds for p in data.phases)
+    if data.time.phases:
+        lines += [phase_headline(data.time) + ".", ""]
         lines += _table(
-            ["phase", "seconds", "share", "times"],
-            [[p.name, f"{p.seconds:.1f}", f"{p.share:.1%}", str(p.count)] for p in data.phases]
-            + [["**total**", f"{total:.1f}", "100%", ""]],
+            ["phase", "time", "share", "per server"],
+            phase_rows(data.time) + [["**total**", duration_text(data.time.total_s), "100%", ""]],
         )
     else:
         lines.append("No phase timings were recorded.")

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from sweeper.answer import tps_text, verify_command
+from sweeper.measure import phase_headline, phase_rows
 from sweeper.report._data import ReportData
 from sweeper.report._plotly import PLOT_CONFIG
 from sweeper.study import probability_text
@@ -199,10 +200,13 @@ def _verification_section(data: ReportData) -> str:
 
 
 def _phase_section(data: ReportData) -> str:
-    if not data.phases:
+    if not data.time.phases:
         return "<section><h2>Where the time went</h2><p>No phase timings were recorded.</p></section>"
-    rows = [[_e(p.name), f"{p.seconds:.1f} s", f"{p.share:.1%}", str(p.count)] for p in data.phases]
-    return f"<section><h2>Where the time went</h2>{_table(['phase', 'time', 'share', 'times'], rows)}</section>"
+    rows = [[_e(cell) for cell in row] for row in phase_rows(data.time)]
+    return (
+        f"<section><h2>Where the time went</h2><p>{_e(phase_headline(data.time))}.</p>"
+        f"{_table(['phase', 'time', 'share', 'per server'], rows)}</section>"
+    )
 
 
 def _figure_div(name: str, fig: go.Figure) -> str:

@@ -25,6 +25,7 @@ from sweeper.serving._process import (
     port_is_free,
     stop_servers_with_token,
 )
+from sweeper.serving._startup import START_PHASES, Startup, parse_startup
 from sweeper.serving._venv import (
     CACHE_VARIABLE,
     ServerVenv,
@@ -46,6 +47,8 @@ __all__ = [
     "ServerProcess",
     "ServerVenv",
     "ServerVenvError",
+    "START_PHASES",
+    "Startup",
     "build_serve_command",
     "classify",
     "dependencies_key",
@@ -53,6 +56,7 @@ __all__ = [
     "exec_server",
     "free_port",
     "model_limits",
+    "parse_startup",
     "port_is_free",
     "server_venv",
     "stop_servers_with_token",

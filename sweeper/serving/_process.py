@@ -46,6 +46,7 @@ from sweeper.errors import (
 )
 from sweeper.manifest import Manifest
 from sweeper.serving import processes
+from sweeper.serving._startup import Startup, parse_startup
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,7 @@ class ServerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_seconds: float | None = None
         self.stop_seconds: float | None = None
+        self.started_wall: float | None = None  # seconds since the epoch at the exec (parse_startup's anchor)
 
     # -- public surface -----------------------------------------------------
 
@@ -249,6 +251,7 @@ class ServerProcess:
                     kind="environment",
                 ) from exc
         self._started_at = time.monotonic()
+        self.started_wall = time.time()
         failure = setup.failure()
         self.parent_death_signal = failure is None
         if failure is not None:
@@ -336,6 +339,14 @@ class ServerProcess:
     def alive(self) -> bool:
         """Is the server's main process still running?"""
         return self.process is not None and self.process.poll() is None
+
+    def startup(self) -> Startup:
+        """Where this server's start went, from its log (``parse_startup``); read once it is ready."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            text = ""
+        return parse_startup(text, self.ready_seconds, started_at=self.started_wall)
 
     def log_tail(self, lines: int | None = None) -> str:
         return processes.read_tail(self.log_path, lines or self.log_tail_lines)

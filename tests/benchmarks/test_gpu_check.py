@@ -35,6 +35,7 @@ def test_spread_figures(gpu_check) -> None:
     assert spread.relative_range == pytest.approx((745.0 - 627.0) / mean)
     assert spread.cv == pytest.approx(statistics.stdev([745.0, 627.0, 700.0]) / mean)
     assert gpu_check.Spread((5.0,)).cv is None
+    assert gpu_check.trials_per_hour(72.0) == pytest.approx(50.0)
 
 
 def test_each_figure_is_written_at_once_and_summarized(gpu_check, tmp_path: Path) -> None:
@@ -60,6 +61,7 @@ def test_info_part_runs_without_a_gpu_and_a_failed_part_is_recorded(gpu_check, t
     assert [r["timed_part"] for r in records if r["part"] == "timing"] == ["info", "serve"]
 
 
+# (parse_startup itself is tested in tests/sweeper/serving/test_startup.py)
 # A first server on a fresh machine (vLLM 0.26.0, H200, 2026-12-01), cut to the lines that
 # mark its start-up, paths shortened; one line of the API server's banner, and a line of
 # progress bars that carries no time.
@@ -80,42 +82,6 @@ COLD_LOG = """\
 (EngineCore pid=1073) INFO 12-01 11:10:14 [core.py:340] init engine (profile, create kv cache, warmup model) took 50.00 s (compilation: 26.15 s)
 (APIServer pid=890) INFO 12-01 11:10:28 [api_server.py:677] Starting vLLM server on http://127.0.0.1:41365
 """
-
-
-def test_the_startup_phases_come_from_the_log_timestamps(gpu_check) -> None:
-    startup = gpu_check.parse_startup(COLD_LOG, ready_s=138.4)
-    assert dict(startup.phases) == {
-        "api imports": 17.0,
-        "engine process start": 54.0,
-        "weight load": 2.0,
-        "torch.compile": 28.0,
-        "memory profile, KV cache": 4.0,
-        "CUDA graph capture": 2.0,
-        "engine warm-up after capture": 16.0,
-        "api set-up": 14.0,
-        "first answer": 1.4,
-    }
-    assert sum(seconds for _, seconds in startup.phases) == pytest.approx(138.4)
-    assert startup.compile_s == pytest.approx(26.14) and startup.compile_misses == 2 and startup.compile_hits == 0
-    assert startup.cache_hit is False and startup.cache_hashes == ("b3d7082411",)
-    assert (startup.graph_capture_s, startup.init_engine_s) == (2.0, 50.0)
-
-
-def test_a_cache_hit_a_missing_milestone_and_midnight(gpu_check) -> None:
-    log = """\
-23:59:50 INFO sweeper.serving._command: exec: python3 -m vllm.entrypoints.openai.api_server
-(APIServer pid=1) INFO 12-01 23:59:58 [api_utils.py:345]  version 0.26.0
-(EngineCore pid=2) INFO 12-02 00:00:20 [backends.py:292] Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 0.348 s
-(EngineCore pid=2) INFO 12-02 00:00:21 [monitor.py:53] torch.compile took 1.26 s in total
-(APIServer pid=1) INFO 12-02 00:00:40 [api_server.py:677] Starting vLLM server on http://127.0.0.1:1
-"""
-    startup = gpu_check.parse_startup(log)
-    # no engine line, no weights line: their time folds into the next phase found
-    assert dict(startup.phases) == {"api imports": 8.0, "torch.compile": 23.0, "api set-up": 19.0}
-    assert startup.cache_hit is True and startup.compile_s == 1.26
-    assert gpu_check.parse_startup("no timestamps here").phases == ()
-    assert gpu_check.parse_startup("no timestamps here").cache_hit is None
-    assert gpu_check.trials_per_hour(72.0) == pytest.approx(50.0)
 
 
 def test_padded_prompts_reach_the_count_with_new_prefixes(gpu_check, tmp_path: Path) -> None:

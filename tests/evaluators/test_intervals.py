@@ -211,3 +211,49 @@ def test_screen_floor_is_two_standard_errors_of_a_single_figure_difference_below
     assert screen_floor([50.0], spread=0.0) == pytest.approx(50.0)
     with pytest.raises(MeasurementError, match="screen_floor"):
         screen_floor([], spread=0.1)
+
+
+def test_nested_spread_splits_between_and_within_servers() -> None:
+    import numpy as np
+    from scipy import stats
+
+    from evaluators import nested_spread
+
+    servers = [[700.0, 660.0, 720.0], [810.0, 861.0, 790.0], [640.0, 700.0, 655.0], [750.0, 742.0, 780.0]]
+    split = nested_spread(servers)
+    logs = np.log(np.array(servers))
+    # one-way random-effects ANOVA written out with numpy
+    ms_within = logs.var(axis=1, ddof=1).mean()
+    ms_between = 3 * logs.mean(axis=1).var(ddof=1)
+    assert split.within == pytest.approx(math.sqrt(ms_within))
+    assert split.between == pytest.approx(math.sqrt((ms_between - ms_within) / 3))
+    assert (split.servers, split.within_df, split.between_df, split.runs_per_server) == (4, 8, 3, 3)
+    assert split.f_p_value == pytest.approx(stats.f.sf(ms_between / ms_within, 3, 8))
+    assert split.within_low < split.within < split.within_high
+    assert split.within_high == pytest.approx(math.sqrt(8 * ms_within / stats.chi2.ppf(0.025, 8)))
+    assert split.server_means_sd == pytest.approx(logs.mean(axis=1).std(ddof=1))
+    assert split.single_run == pytest.approx(math.sqrt(split.between**2 + split.within**2))
+    assert split.pair_sd(4) == pytest.approx(math.sqrt(2 * (split.between**2 + split.within**2 / 4)))
+    # servers that differ less than their runs predict: no between-server part
+    assert nested_spread([[100.0, 110.0], [105.0, 104.0]]).between == 0.0
+    with pytest.raises(MeasurementError):
+        nested_spread([[100.0, 110.0], [105.0]])
+
+
+def test_nested_spread_recovers_the_parts_it_was_drawn_from() -> None:
+    import numpy as np
+
+    from evaluators import nested_spread
+
+    rng = np.random.default_rng(7)
+    estimates = []
+    for _ in range(400):
+        levels = rng.normal(0.0, 0.08, size=6)
+        servers = [np.exp(6.0 + level + rng.normal(0.0, 0.05, size=5)) for level in levels]
+        estimates.append(nested_spread(servers))
+    within = np.mean([e.within**2 for e in estimates])
+    between = np.mean([(e.server_means_sd**2 - e.within**2 / 5) for e in estimates])  # unbiased, unclipped
+    assert math.sqrt(within) == pytest.approx(0.05, rel=0.03)
+    assert math.sqrt(between) == pytest.approx(0.08, rel=0.06)
+    covered = np.mean([e.within_low <= 0.05 <= e.within_high for e in estimates])
+    assert 0.92 <= covered <= 0.98

@@ -37,9 +37,10 @@ from scipy import stats
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from search_spaces import load_preset
 from storage import TrialStore, study_status
+from storage import verifications as all_verifications
 from sweeper.answer import export_answer, verify_study
 from sweeper.cli import app
-from sweeper.measure import EvalSettings, ServerEvaluator
+from sweeper.measure import EvalSettings, ServerEvaluator, phase_headline, start_seconds
 from sweeper.report import _plotly, build_report
 from sweeper.study import StudyRecipe, plan_from_manifest, run_study, save_recipe
 
@@ -178,7 +179,7 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert own.control == "is-base" and own.base_runs == () and own.speedup is None
     assert other.control == "measured" and other.base_trial == 0
     ((control,), (base_itself,)) = other.base_runs, own.runs
-    assert control.state == "complete" and control.phases["start"] > 0 and control.tps > 0
+    assert control.state == "complete" and start_seconds(control.phases) > 0 and control.tps > 0
     assert (tmp_path / "verify" / "trial-0001-base" / "trial-0000" / "server.log").is_file()
     # the control did the base's greedy work: the same drafts and acceptance, the same PPL
     assert (control.extras["spec_drafts"], control.extras["spec_accepted_tokens"]) == (
@@ -198,7 +199,7 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     winner = result.status.best
     assert verification.data["prompts"] == str(demo.prompts_heldout)
     assert len(verification.runs) == 1 and all(r.state == "complete" for r in verification.runs)
-    assert all(r.phases["start"] > 0 and r.phases["tps"] > 0 for r in verification.runs)
+    assert all(start_seconds(r.phases) > 0 and r.phases["tps"] > 0 for r in verification.runs)
     assert verification.status == "verified", verification.reason
     assert verification.max_ppl <= winner.ppl_cap
     assert study_status(url, "e2e").verifications[winner.number].verified
@@ -217,6 +218,16 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert_statement(ppl_line, tuned, rel=1e-9)
     page = (tmp_path / "report" / "report.html").read_text()
     assert f"{tuned['low']:.4f}-{tuned['high']:.4f}" in page  # the winner's card
+    # where the time went: the trials' and the verification repeats' servers, the start split by phase
+    time = report.data.time
+    trials = TrialStore(url).records("e2e", phases=True)
+    runs = [run for v in all_verifications(url, "e2e") for run in v.runs]
+    expected_s = sum(s for r in trials for _, s in r.phases) + sum(sum(run.phases.values()) for run in runs)
+    assert time.total_s == pytest.approx(expected_s)
+    assert time.servers == sum(1 for r in trials if r.phases) + len(runs) and time.verification_servers == len(runs)
+    assert [p.name for p in time.phases][:3] == ["spawn", "engine init", "api ready"]
+    assert phase_headline(time) in summary and "| engine init |" in summary
+    assert "of server time in" in page and "engine init" in page
 
     # the export runs unchanged: `sweeper eval` starts it through its own `sweeper serve`
     exported = export_answer(storage=url, study_name="e2e", output=tmp_path / "exported" / "winner.json")

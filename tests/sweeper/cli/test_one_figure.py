@@ -22,7 +22,8 @@ from search_spaces import space_from_dict
 from storage import study_status
 from sweeper.answer import answer_tps, study_answer
 from sweeper.cli import app
-from sweeper.cli._run_summary import closing_block, command_options, duration_text
+from sweeper.cli._run_summary import closing_block, command_options
+from sweeper.measure import duration_text
 from sweeper.study import ConfirmSettings, Measurement, run_study
 
 

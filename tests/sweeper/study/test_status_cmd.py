@@ -56,10 +56,13 @@ def test_status_summary(study_db: str) -> None:
     result = CliRunner().invoke(app, ["status", "--storage", study_db])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[:6] == [
+    assert lines[:8] == [
         f"study toy in sqlite:///{study_db}",
         "mode tps, gate PPL <= 1.2, space toy",
         "trials: 4 complete (3 pass the gate, 1 fail it), 1 failed, 0 running, 0 queued",
+        # the toy's only phase is its instant TPS, in the 4 trials that have a phase on record
+        "time: 0 s of server time in 4 servers: 0.0 % starting, 100.0 % measuring",
+        "  TPS          0 s  100.0 %     0.0 s a server",
         "best: trial 1: TPS 230.00 (one server), PPL 1.2000 (cap 1.2000), w=5, k=4",
         "claim: trial 1: 230.0 tok/s, PPL 1.2000 under the cap 1.2000; the base manifest was "
         "not measured, so no speedup can be stated",

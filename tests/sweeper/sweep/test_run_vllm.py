@@ -20,8 +20,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from storage import TrialStore, pareto_front
+from storage import TrialStore, pareto_front, study_status
+from sweeper.cli.status_cmd import phase_lines
 from sweeper.demo import DemoPaths
+from sweeper.measure import duration_text, start_seconds
 from sweeper.serving import TOKEN_VARIABLE, processes
 
 pytestmark = pytest.mark.server
@@ -154,7 +156,13 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
             json.loads(env["SPECULATIVE_CONFIG"])["num_speculative_tokens"] == record.params["num_speculative_tokens"]
         )
         phases = dict(record.phases)
-        assert phases["start"] > 0 and phases["teardown"] > 0
+        # the start split by the server's log into spawn, engine init and api ready (no whole "start")
+        assert [name for name, _ in record.phases][:3] == ["spawn", "engine init", "api ready"]
+        assert phases["spawn"] > 0 and phases["engine init"] > 0 and phases["teardown"] > 0
+        assert "start" not in phases and start_seconds(phases) > phases["engine init"]
+        # the phases account for the trial's wall time (the rest: rendering, storing, a few ms)
+        wall = (record.finished_at - record.started_at).total_seconds()
+        assert 0.85 * wall <= sum(seconds for _, seconds in record.phases) <= wall + 0.5
         assert phases.get("ppl", 0) > 0 or record.ppl_reused_from is not None
         if not record.early_stopped:
             assert phases["tps"] > 0
@@ -171,6 +179,16 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
     assert {entry["number"] for entry in summary["pareto"]} == expected
     best = max(feasible, key=lambda r: r.tps)
     assert summary["best"]["number"] == best.number
+
+    # status shows the study's server time by phase, summed from the stored phases
+    time_lines = phase_lines(study_status(url, STUDY))
+    total = sum(seconds for r in records.values() for _, seconds in r.phases)
+    servers = sum(1 for r in records.values() if r.phases)
+    assert time_lines[0].startswith(f"time: {duration_text(total)} of server time in {servers} servers: ")
+    measuring = sum(s for r in records.values() for n, s in r.phases if n in ("ppl", "warmup", "tps"))
+    assert f"{measuring / total * 100:.1f} % measuring" in time_lines[0]
+    labels = [line.split("  ")[1].strip() for line in time_lines[1:]]
+    assert labels[:3] == ["spawn", "engine init", "api ready"] and labels[-1] == "stop"
 
     # no server of any trial is left
     for token in tokens:

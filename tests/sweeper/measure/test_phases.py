@@ -1,0 +1,111 @@
+"""A study's server time by phase: sums, shares, order and the text status and the report print."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+import pytest
+
+from storage import TrialRecord
+from sweeper.measure import duration_text, phase_headline, phase_rows, start_seconds, time_by_phase
+
+NOW = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
+
+
+def record(number: int, phases: tuple[tuple[str, float], ...], **extras) -> TrialRecord:
+    return TrialRecord(
+        study_name="s",
+        number=number,
+        optuna_trial_id=number,
+        state="complete",
+        role="trial",
+        params={},
+        overrides={},
+        manifest=None,
+        tps=1.0,
+        ppl=1.0,
+        ppl_cap=2.0,
+        feasible=True,
+        ppl_reused_from=None,
+        early_stopped=False,
+        tps_imputed=False,
+        extras=extras,
+        versions={},
+        error_kind=None,
+        error_message=None,
+        log_tail=None,
+        server_token=None,
+        host="h",
+        pid=1,
+        started_at=NOW,
+        heartbeat_at=NOW,
+        finished_at=NOW,
+        phases=phases,
+    )
+
+
+@dataclasses.dataclass
+class Run:
+    phases: dict
+
+
+@dataclasses.dataclass
+class Verification:
+    runs: tuple
+
+
+SPLIT = (("spawn", 20.0), ("engine init", 50.0), ("api ready", 5.0))
+TRIALS = [
+    record(0, (*SPLIT, ("ppl", 4.0), ("warmup", 1.0), ("tps", 10.0), ("teardown", 2.0)), compile_s=30.0),
+    # an older trial, its start stored whole; a retried start counts twice
+    record(1, (("start", 40.0), ("start", 60.0), ("ppl", 2.0), ("teardown", 3.0))),
+    record(2, ()),  # queued: no server yet
+]
+VERIFY = [Verification(runs=(Run({"start": 70.0, "tps": 8.0, "teardown": 2.0}),))]
+
+
+def test_the_phases_are_summed_in_the_order_a_server_lives_them() -> None:
+    time = time_by_phase(TRIALS, VERIFY)
+    assert [p.name for p in time.phases] == [
+        "start",
+        "spawn",
+        "engine init",
+        "api ready",
+        "ppl",
+        "warmup",
+        "tps",
+        "teardown",
+    ]
+    seconds = {p.name: p.seconds for p in time.phases}
+    assert seconds == {
+        "start": 170.0,
+        "spawn": 20.0,
+        "engine init": 50.0,
+        "api ready": 5.0,
+        "ppl": 6.0,
+        "warmup": 1.0,
+        "tps": 18.0,
+        "teardown": 7.0,
+    }
+    total = 20 + 50 + 5 + 4 + 1 + 10 + 2 + 40 + 60 + 2 + 3 + 70 + 8 + 2
+    assert time.total_s == pytest.approx(total)
+    assert (time.servers, time.verification_servers, time.compile_s) == (3, 1, 30.0)
+    assert time.starting_share == pytest.approx((20 + 50 + 5 + 40 + 60 + 70) / total)
+    assert time.measuring_share == pytest.approx((4 + 1 + 10 + 2 + 8) / total)
+    assert sum(p.share for p in time.phases) == pytest.approx(1.0)
+    assert {p.name: p.count for p in time.phases}["start"] == 3
+    assert start_seconds(dict(SPLIT)) == 75.0 and start_seconds(TRIALS[1].phases) == 100.0
+
+
+def test_the_text_names_the_share_spent_measuring() -> None:
+    time = time_by_phase(TRIALS, VERIFY)
+    assert phase_headline(time) == (
+        "4 min 37 s of server time in 3 servers (1 of them verifying): 88.4 % starting, 9.0 % measuring"
+    )
+    rows = {row[0]: row[1:] for row in phase_rows(time)}
+    assert rows["engine init (compile 30 s)"] == ["50 s", "18.1 %", "50.0 s"]
+    assert rows["start"] == ["2 min 50 s", "61.4 %", "56.7 s"]
+    assert rows["stop"][0] == "7 s" and rows["PPL"][2] == "3.0 s"
+    assert time_by_phase([TRIALS[2]]).phases == ()
+    assert [duration_text(s) for s in (42.4, 343, 7500)] == ["42 s", "5 min 43 s", "2 h 05 min"]
