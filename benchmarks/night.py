@@ -185,6 +185,8 @@ def parse_design(name: str, *, warm_k: int = 3, base_every: int = 4) -> Design:
 
 
 # -- statistics ---------------------------------------------------------------------------------
+# evaluators' spreads as running sums of squares: a night looks thousands of times, and
+# tests/benchmarks/test_night.py checks these against evaluators.blocked_spread / pooled_spread
 
 
 @functools.lru_cache(maxsize=4096)
