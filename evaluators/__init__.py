@@ -71,8 +71,10 @@ from evaluators.ppl import (
 from evaluators.ppl_records import PplRecord, PplRecordSet, check_ppl_records, load_ppl_records
 from evaluators.ppl_reference import build_ppl_reference
 from evaluators.ppl_uncertainty import (
+    PairedPpl,
     PplEstimate,
     bootstrap_pass_probability,
+    paired_log_ppl,
     pass_probability,
     predictive_sd,
     record_stderr,
@@ -93,6 +95,8 @@ __all__ = [
     "pass_probability",
     "predictive_sd",
     "record_stderr",
+    "PairedPpl",
+    "paired_log_ppl",
     "Interval",
     "NestedSpread",
     "nested_spread",

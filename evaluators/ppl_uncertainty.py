@@ -38,11 +38,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evaluators._common import finite_or_none
-from evaluators.intervals import t_cdf, t_quantile
+from evaluators.intervals import Interval, t_cdf, t_quantile
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,6 +123,56 @@ def record_stderr(scores: Sequence[RecordScore]) -> float:
     residuals = [s.nll - mean * s.tokens for s in scores]
     variance = sum(r * r for r in residuals) / (m - 1)
     return math.sqrt(variance / m) / (tokens / m)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PairedPpl:
+    """log(PPL_a / PPL_b) over the records both scored, with its standard error (records as the unit)."""
+
+    log_ratio: float
+    stderr: float
+    records: int
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log_ratio)
+
+    def interval(self, confidence: float) -> Interval:
+        """A two-sided t-interval of PPL_a / PPL_b on ``records`` - 1 degrees of freedom."""
+        half = t_quantile(0.5 + confidence / 2.0, self.records - 1) * self.stderr
+        return Interval(
+            value=self.ratio,
+            low=math.exp(self.log_ratio - half),
+            high=math.exp(self.log_ratio + half),
+            confidence=confidence,
+            method=f"paired per-record NLL differences over {self.records} common records, t-interval",
+            samples=self.records,
+        )
+
+
+def paired_log_ppl(a: Mapping[str, RecordScore], b: Mapping[str, RecordScore]) -> PairedPpl | None:
+    """``a``'s PPL over ``b``'s on the records both scored (by id), as a paired difference.
+
+    Over common records log PPL_a - log PPL_b = sum(nll_a - nll_b) / sum(tokens),
+    a ratio of record sums like log PPL itself, so ``record_stderr`` of the
+    per-record differences is its standard error: what the records share
+    cancels. None under 2 common records, with a record scored over a
+    different token count, or with a non-finite difference.
+    """
+    common = sorted(set(a) & set(b))
+    if len(common) < 2 or any(a[k].tokens != b[k].tokens for k in common):
+        return None
+    differences = [RecordScore(id=k, nll=a[k].nll - b[k].nll, tokens=a[k].tokens) for k in common]
+    if not all(d.finite for d in differences):
+        return None
+    tokens = sum(d.tokens for d in differences)
+    if tokens <= 0:
+        return None
+    return PairedPpl(
+        log_ratio=sum(d.nll for d in differences) / tokens,
+        stderr=record_stderr(differences),
+        records=len(common),
+    )
 
 
 def predictive_sd(stderr_log_ppl: float, records: int, new_records: int | None) -> float:

@@ -34,7 +34,7 @@ from typing import Any
 import optuna
 
 from evaluators.ppl import RecordScore
-from evaluators.ppl_uncertainty import PplEstimate, record_stderr, rerun_spread
+from evaluators.ppl_uncertainty import PplEstimate, paired_log_ppl, record_stderr, rerun_spread
 from storage import STUDY_ATTR_PREFIX
 from sweeper.errors import StudyError, UserInputError
 
@@ -306,19 +306,9 @@ def record_rows(requests: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]
 
 def paired_stderr(trial: Mapping[str, RecordScore], baseline: Mapping[str, RecordScore]) -> tuple[float, int] | None:
     """Standard error of log(PPL / baseline PPL) from the per-record differences, and the
-    records it rests on: the records both scored, each with the same scored tokens.
-
-    Over common records log PPL_a - log PPL_b = sum(nll_a - nll_b) / sum(tokens), a
-    ratio of record sums like log PPL itself, so ``record_stderr`` of the differences
-    is its standard error. None under 2 common records or with any other token count.
-    """
-    common = sorted(set(trial) & set(baseline))
-    if len(common) < 2 or any(trial[k].tokens != baseline[k].tokens for k in common):
-        return None
-    differences = [RecordScore(id=k, nll=trial[k].nll - baseline[k].nll, tokens=trial[k].tokens) for k in common]
-    if not all(d.finite for d in differences):
-        return None
-    return record_stderr(differences), len(common)
+    records it rests on (``evaluators.paired_log_ppl``); None when they cannot be paired."""
+    paired = paired_log_ppl(trial, baseline)
+    return None if paired is None else (paired.stderr, paired.records)
 
 
 def uncertainty_extras(extras: Mapping[str, Any], requests: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:

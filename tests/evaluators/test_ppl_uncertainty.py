@@ -16,6 +16,7 @@ from evaluators import (
     RecordScore,
     bootstrap_pass_probability,
     load_ppl_records,
+    paired_log_ppl,
     pass_probability,
     record_stderr,
 )
@@ -118,3 +119,29 @@ def test_the_bound_covers_held_out_records_at_its_level(demo_scores, confidence)
         assert bound == pytest.approx(estimate.ppl * math.exp(stats.t.ppf(confidence, 31) * estimate.sd(len(heldout))))
         held += PplEstimate.from_scores(heldout).ppl <= bound
     assert held / splits == pytest.approx(confidence, abs=0.035)
+
+
+def test_paired_log_ppl_is_the_log_ratio_over_common_records_with_the_differences_stderr():
+    base = {s.id: s for s in _scores(3, 12)}
+    rng = random.Random(9)
+    other = {
+        k: RecordScore(id=k, nll=s.nll + s.tokens * rng.gauss(0.02, 0.01), tokens=s.tokens) for k, s in base.items()
+    }
+    other["extra"] = RecordScore(id="extra", nll=5.0, tokens=5)
+    paired = paired_log_ppl(other, base)
+    common = sorted(base)
+    tokens = sum(base[k].tokens for k in common)
+    expected = sum(other[k].nll for k in common) / tokens - sum(base[k].nll for k in common) / tokens
+    assert paired.records == 12
+    assert paired.log_ratio == pytest.approx(expected)
+    diffs = [RecordScore(id=k, nll=other[k].nll - base[k].nll, tokens=base[k].tokens) for k in common]
+    assert paired.stderr == pytest.approx(record_stderr(diffs))
+    interval = paired.interval(0.9)
+    half = stats.t.ppf(0.95, 11) * paired.stderr
+    assert (interval.low, interval.value, interval.high) == pytest.approx(
+        (math.exp(expected - half), math.exp(expected), math.exp(expected + half))
+    )
+    assert paired_log_ppl(base, base).stderr == 0.0
+    assert paired_log_ppl({"a": base[common[0]]}, base) is None  # one common record
+    shifted = {**other, common[0]: RecordScore(id=common[0], nll=1.0, tokens=base[common[0]].tokens + 1)}
+    assert paired_log_ppl(shifted, base) is None  # a record scored over other tokens

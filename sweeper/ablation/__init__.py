@@ -1,0 +1,59 @@
+"""Ablation: which switches of a manifest earn their place, and whether they keep the outputs.
+
+``find_switches`` picks the switches, ``AblationArms`` gives each arm's env,
+``schedule`` the order of the fresh servers (blocks of switches around a
+shared base, in rounds), ``tps_effects`` and ``report_switches`` the
+figures and the verdicts (``judge``: the one place a switch's verdict is
+decided), ``export_value`` what the exported manifest sets.
+"""
+
+from __future__ import annotations
+
+from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule, servers_per_round
+from sweeper.ablation._switches import AblationArms, AblationMode, Switch, find_switches
+from sweeper.ablation._verdict import (
+    PPL_SAME_WITHIN,
+    OutputCheck,
+    PplCheck,
+    SlotFigure,
+    Speed,
+    SwitchReport,
+    TpsEffects,
+    Verdict,
+    export_value,
+    judge,
+    output_check,
+    ppl_check,
+    report_switches,
+    speed_of,
+    study_level,
+    tps_effects,
+)
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "PPL_SAME_WITHIN",
+    "AblationArms",
+    "AblationMode",
+    "OutputCheck",
+    "PplCheck",
+    "Slot",
+    "SlotFigure",
+    "Speed",
+    "Switch",
+    "SwitchReport",
+    "TpsEffects",
+    "Verdict",
+    "blocks",
+    "export_value",
+    "find_switches",
+    "judge",
+    "output_check",
+    "ppl_check",
+    "report_switches",
+    "schedule",
+    "servers_per_round",
+    "speed_of",
+    "study_level",
+    "tps_effects",
+]
