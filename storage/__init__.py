@@ -8,6 +8,15 @@ one host may share it); PostgreSQL (``postgresql://...``, psycopg 3 from the
 
 from __future__ import annotations
 
+from storage._ablation import (
+    ABLATION_FINISHED,
+    ABLATION_INTERRUPTED,
+    ABLATION_RUNNING,
+    AblationRecord,
+    AblationServer,
+    AblationStore,
+    stored_ablation,
+)
 from storage._engine import DEFAULT_URL, normalize_url, optuna_storage, redact
 from storage._queries import (
     STUDY_ATTR_PREFIX,
@@ -39,6 +48,13 @@ from storage._verification import (
 )
 
 __all__ = [
+    "ABLATION_FINISHED",
+    "ABLATION_INTERRUPTED",
+    "ABLATION_RUNNING",
+    "AblationRecord",
+    "AblationServer",
+    "AblationStore",
+    "stored_ablation",
     "BASE",
     "CANDIDATE",
     "CONTROL_IS_BASE",

@@ -4,11 +4,14 @@
 ``schedule`` the order of the fresh servers (blocks of switches around a
 shared base, in rounds), ``tps_effects`` and ``report_switches`` the
 figures and the verdicts (``judge``: the one place a switch's verdict is
-decided), ``export_value`` what the exported manifest sets.
+decided), ``export_value`` what the exported manifest sets; ``run_ablation`` measures a
+whole ablation server by server (stored, resumable) and ``analyse`` judges
+a stored one.
 """
 
 from __future__ import annotations
 
+from sweeper.ablation._run import AblationPlan, AblationResult, analyse, plan_from_record, run_ablation
 from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule, servers_per_round
 from sweeper.ablation._switches import AblationArms, AblationMode, Switch, find_switches
 from sweeper.ablation._verdict import (
@@ -31,6 +34,11 @@ from sweeper.ablation._verdict import (
 )
 
 __all__ = [
+    "AblationPlan",
+    "AblationResult",
+    "analyse",
+    "plan_from_record",
+    "run_ablation",
     "DEFAULT_BLOCK_SIZE",
     "PPL_SAME_WITHIN",
     "AblationArms",

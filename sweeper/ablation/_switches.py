@@ -2,10 +2,12 @@
 
 A **switch** is one env key of the manifest and two of its values: the
 value whose effect is judged (``subject``: ``1`` for a flag) and the value
-it is judged against (``reference``: ``0`` for a flag). By default every
-env value ``0`` or ``1`` is a flag; ``--flags A,B`` names them instead, and
-``KEY=a,b`` gives a setting alternative values (``DTYPE=float32``: the
-manifest's own value is the reference, ``float32`` the subject).
+it is judged against (``reference``: ``0`` for a flag the manifest sets;
+unset, None, for a key it does not, so the server's own default is the
+reference). By default every env value ``0`` or ``1`` is a flag; ``--flags
+A,B`` names them instead, and ``--alternative KEY=VALUE`` compares a value
+with the manifest's own (``DTYPE=float32``: the manifest's value is the
+reference, ``float32`` the subject).
 
 Two modes:
 
@@ -42,7 +44,7 @@ def looks_numeric(key: str) -> bool:
     return NUMERIC_NAME.search(key) is not None
 
 
-class AblationMode(enum.Enum):
+class AblationMode(str, enum.Enum):
     """Where the arms start from: the whole manifest, or a base with every switch off."""
 
     LEAVE_ONE_OUT = "leave-one-out"
@@ -55,7 +57,7 @@ class Switch:
 
     key: str
     subject: str
-    reference: str
+    reference: str | None  # None: unset (the server's default)
     manifest_value: str | None  # what the manifest sets (None: the key is not in its env)
 
     @property
@@ -63,13 +65,17 @@ class Switch:
         """``ENFORCE_EAGER=1`` (vs 0): how tables name it."""
         return f"{self.key}={self.subject}"
 
+    @property
+    def reference_text(self) -> str:
+        return "unset" if self.reference is None else self.reference
+
     def base_value(self, mode: AblationMode) -> str | None:
         """The value the base runs with (None: the key is left out, as in the manifest)."""
         if mode is AblationMode.ADD_ONE_IN:
             return self.reference
         return self.manifest_value
 
-    def arm_value(self, mode: AblationMode) -> str:
+    def arm_value(self, mode: AblationMode) -> str | None:
         """The value this switch's arm runs with: the one the base does not hold."""
         if mode is AblationMode.ADD_ONE_IN:
             return self.subject
@@ -99,7 +105,10 @@ class AblationArms:
     def arm_overrides(self, index: int) -> dict[str, str]:
         """Env overrides of switch ``index``'s arm: the base's, with that switch turned."""
         switch = self.switches[index]
-        return {**self.base_overrides(), switch.key: switch.arm_value(self.mode)}
+        value = switch.arm_value(self.mode)
+        if value is None:  # an unset reference is only ever the base's (the key is not in the env)
+            raise ValueError(f"switch {switch.key}: its arm cannot unset a key the manifest sets")
+        return {**self.base_overrides(), switch.key: value}
 
 
 def find_switches(
@@ -112,9 +121,9 @@ def find_switches(
     """The switches of a manifest's ``env``, in the manifest's order, then the alternatives'.
 
     ``flags``: these keys only, each a flag (``0``/``1``; a key the env
-    lacks is judged ``1`` against ``0`` and off in the manifest).
+    lacks is judged ``1`` against unset, the server's default).
     ``alternatives``: ``KEY -> value``: that value judged against the
-    manifest's own (the key must be in the env). Without ``flags``, every env
+    manifest's own (or against unset). Without ``flags``, every env
     value ``0`` or ``1`` is a flag, except under a name that holds a number
     (``looks_numeric``: ``MAX_NUM_SEQS=1`` is not a switch). A key named twice, a flag the env sets
     to something else, or an alternative equal to the manifest's value is
@@ -142,16 +151,15 @@ def find_switches(
             raise UserInputError(
                 f"--flags: {key} is {value!r} in the {source}, not 0 or 1; give it as an alternative ({key}=VALUE)"
             )
-        switches.append(Switch(key=key, subject="1", reference="0", manifest_value=value))
+        reference = None if value is None else "0"
+        switches.append(Switch(key=key, subject="1", reference=reference, manifest_value=value))
     for key, value in alternatives.items():
         if key in seen:
             raise UserInputError(f"--alternative {key}: the key is also a flag")
-        if key not in env:
-            raise UserInputError(f"--alternative {key}: the {source} sets no {key} to compare {value!r} with")
-        if value == env[key]:
+        if value == env.get(key):
             raise UserInputError(f"--alternative {key}={value}: that is the {source}'s own value")
         seen.add(key)
-        switches.append(Switch(key=key, subject=value, reference=env[key], manifest_value=env[key]))
+        switches.append(Switch(key=key, subject=value, reference=env.get(key), manifest_value=env.get(key)))
     if not switches:
         raise UserInputError(f"the {source} has no env value 0 or 1 to ablate; name switches with --flags or KEY=VALUE")
     return tuple(switches)

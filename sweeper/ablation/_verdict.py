@@ -51,14 +51,21 @@ from sweeper.ablation._switches import AblationMode, Switch
 PPL_SAME_WITHIN = 0.001
 
 
-class Speed(enum.Enum):
+class _Word(str, enum.Enum):
+    """A decision stored, compared and printed as its word (``str(Verdict.HELPS)`` is ``helps``)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Speed(_Word):
     FASTER = "faster"
     SLOWER = "slower"
     NO_EFFECT = "no effect"
     UNMEASURED = "unmeasured"
 
 
-class OutputCheck(enum.Enum):
+class OutputCheck(_Word):
     """Greedy fidelity of a switch's arm against the base's tokens."""
 
     SAME = "same tokens"
@@ -67,14 +74,14 @@ class OutputCheck(enum.Enum):
     NOT_MEASURED = "not measured"
 
 
-class PplCheck(enum.Enum):
+class PplCheck(_Word):
     SAME = "no PPL change"  # within PPL_SAME_WITHIN, or not shown at the study-wise level
     HIGHER = "higher PPL"
     LOWER = "lower PPL"
     NOT_MEASURED = "not measured"
 
 
-class Verdict(enum.Enum):
+class Verdict(_Word):
     HELPS = "helps"  # faster, outputs and PPL unchanged
     HELPS_CHANGES_OUTPUT = "helps, changes outputs"  # faster, but the tokens or PPL moved
     NO_EFFECT = "no effect"  # within the noise
@@ -215,7 +222,7 @@ def judge(speed: Speed, outputs: OutputCheck, ppl: PplCheck) -> Verdict:
 
 
 def export_value(switch: Switch, verdict: Verdict, *, allow_output_change: bool = False) -> str | None:
-    """The value the exported manifest sets for ``switch`` (None: leave the key out, as the manifest does).
+    """The value the exported manifest sets for ``switch`` (None: leave the key unset).
 
     Helps: the subject value. Helps but changes outputs: the reference value
     unless ``allow_output_change`` (the challenge's rule is to stack only
@@ -249,7 +256,7 @@ class SwitchReport:
             "switch": self.switch.label,
             "key": self.switch.key,
             "subject": self.switch.subject,
-            "reference": self.switch.reference,
+            "reference": self.switch.reference_text,
             "verdict": self.verdict.value,
             "speed": self.speed.value,
             "tps_effect": self.tps_effect.to_dict() if self.tps_effect else None,

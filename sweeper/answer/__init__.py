@@ -25,6 +25,7 @@ from sweeper.answer._export import (
     UnverifiedAnswerError,
     derived_name,
     export_answer,
+    place_manifest,
 )
 from sweeper.answer._figure import answer_figure, answer_tps, configuration_tps, tps_figure_text, tps_text
 from sweeper.answer._heldout import (
@@ -56,6 +57,7 @@ from sweeper.answer._verify import (
 )
 
 __all__ = [
+    "place_manifest",
     "DEFAULT_SPREAD_PRIOR",
     "Answer",
     "BaseConfiguration",

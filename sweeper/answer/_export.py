@@ -280,6 +280,18 @@ def answer_manifest(
         "name": derived_name(base.name, record.params),
         "description": describe(answer, study_name, base, settings),
     }
+    manifest, made_absolute = place_manifest(base, env, output, **fields)
+    return manifest, secrets, made_absolute
+
+
+def place_manifest(
+    base: Manifest, env: Mapping[str, str], output: Path, **fields: Any
+) -> tuple[Manifest, tuple[str, ...]]:
+    """``base`` with ``env`` and ``fields``, to be written at ``output``: paths that name something in
+    the base manifest's folder made absolute when ``output`` lies elsewhere, a ``serve`` argument
+    naming the base manifest file renamed to ``output``'s; checked as a manifest sweeper accepts.
+    Returns it and the fields made absolute."""
+    env = dict(env)
     made_absolute: list[str] = []
     serve = list(base.serve)
     model_id = base.model_id
@@ -303,7 +315,7 @@ def answer_manifest(
     manifest = dataclasses.replace(base, env=env, serve=tuple(serve), model_id=model_id, source=output, **fields)
     # the result must be a manifest sweeper itself accepts
     Manifest.from_dict(manifest.to_dict(), source=output)
-    return manifest, secrets, tuple(made_absolute)
+    return manifest, tuple(made_absolute)
 
 
 def _absolutize_value(value: str, folder: Path, where: str, changed: list[str], *, keep: str | None = None) -> str:

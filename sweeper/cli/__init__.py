@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "export": "sweeper.cli.export_cmd",
     "rerun": "sweeper.cli.rerun_cmd",
     "import": "sweeper.cli.import_cmd",
+    "ablate": "sweeper.cli.ablate_cmd",
 }
 
 

@@ -19,6 +19,7 @@ from storage import (
     TrialStore,
     normalize_url,
     pareto_front,
+    stored_ablation,
     study_status,
 )
 from sweeper.measure import phase_headline, phase_rows, time_by_phase
@@ -360,14 +361,21 @@ def show_trial(console: Console, record: TrialRecord, settings: dict[str, Any] |
     help="SQLAlchemy URL or SQLite file of the study database (env SWEEPER_STORAGE).",
 )
 @click.option("--trial", "trial_number", type=int, default=None, help="Show one trial in detail.")
+@click.option("--ablation", "ablation_name", metavar="NAME", help="Show a stored ablation (sweeper ablate) instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def command(study_name: str | None, storage: str, trial_number: int | None, as_json: bool) -> None:
+def command(
+    study_name: str | None, storage: str, trial_number: int | None, ablation_name: str | None, as_json: bool
+) -> None:
     """Show a study: trials by state, the best gate-passing trial and the Pareto set.
 
     With --trial N, one trial in detail: its params and env overrides, TPS
     and PPL against the cap, the error of a failed trial, phase timings and
-    the tail of its server log.
+    the tail of its server log. With --ablation NAME, an ablation's verdicts
+    from the servers stored so far (a running one's too).
     """
+    if ablation_name is not None:
+        show_ablation(Console(soft_wrap=True), storage, ablation_name, as_json=as_json)
+        return
     status = study_status(storage, study_name)
     console = Console(soft_wrap=True)
     if trial_number is not None:
@@ -398,3 +406,24 @@ def command(study_name: str | None, storage: str, trial_number: int | None, as_j
         click.echo(json.dumps(data, default=str))
         return
     show_status(console, status)
+
+
+def show_ablation(console: Console, storage: str, name: str, *, as_json: bool) -> None:
+    """An ablation's servers so far and the verdicts they give (``sweeper status --ablation``)."""
+    from sweeper.ablation import analyse, plan_from_record, schedule
+    from sweeper.cli._ablation_view import print_ablation
+
+    record = stored_ablation(storage, name)
+    plan = plan_from_record(record)
+    result = analyse(record, plan)
+    planned = len(schedule(len(plan.switches), rounds=plan.rounds, block_size=plan.block_size))
+    if as_json:
+        data = result.to_dict()
+        data.update(status=record.status, planned_servers=planned, verdicts_stored=record.verdicts is not None)
+        click.echo(json.dumps(data, default=str))
+        return
+    console.print(
+        f"ablation {record.name}: {record.status}, {len(record.servers)} of {planned} servers of "
+        f"{plan.rounds} round(s) stored, started {record.started_at:%Y-%m-%d %H:%M} UTC"
+    )
+    print_ablation(console, result)

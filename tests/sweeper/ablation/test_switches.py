@@ -60,11 +60,15 @@ def test_add_one_in_starts_from_every_switch_off() -> None:
     assert all(s.effect_sign(AblationMode.ADD_ONE_IN) == 1 for s in switches)
 
 
-def test_a_named_flag_the_env_lacks_is_judged_on_against_absent() -> None:
-    (switch,) = find_switches({"A": "1"}, flags=["NEW_FLAG"])
-    assert switch.manifest_value is None
-    arms = AblationArms(mode=AblationMode.LEAVE_ONE_OUT, switches=(switch,))
-    assert arms.base_overrides() == {} and arms.arm_overrides(0) == {"NEW_FLAG": "1"}
+def test_a_key_the_env_lacks_is_judged_against_unset() -> None:
+    flag, value = find_switches({"A": "1"}, flags=["NEW_FLAG"], alternatives={"KV_CACHE_DTYPE": "fp8"})
+    assert (flag.manifest_value, flag.reference, flag.reference_text) == (None, None, "unset")
+    assert (value.subject, value.reference) == ("fp8", None)
+    for mode in AblationMode:
+        arms = AblationArms(mode=mode, switches=(flag, value))
+        assert arms.base_overrides() == {}
+        assert arms.arm_overrides(0) == {"NEW_FLAG": "1"} and arms.arm_overrides(1) == {"KV_CACHE_DTYPE": "fp8"}
+        assert flag.effect_sign(mode) == 1
 
 
 @pytest.mark.parametrize(
@@ -73,7 +77,6 @@ def test_a_named_flag_the_env_lacks_is_judged_on_against_absent() -> None:
         ({"A": "2"}, ["A"], None, "A is '2'"),
         ({"A": "1"}, ["A", "A"], None, "named twice"),
         ({"A": "1"}, ["A"], {"A": "0"}, "also a flag"),
-        ({"A": "1"}, None, {"B": "x"}, "sets no B"),
         ({"A": "x"}, None, {"A": "x"}, "own value"),
         ({"DTYPE": "float32"}, None, None, "no env value 0 or 1"),
     ],

@@ -1,0 +1,360 @@
+"""Run an ablation: every server of its schedule, stored as it ends, and the verdicts at the end.
+
+Each slot of the schedule (``_schedule``) is one fresh server of the
+manifest with that arm's env overrides (``AblationArms``), measured as a
+study's trial is: the warm-up bridge, then TPS; in the first round also
+PPL on the PPL records (every arm on the same records, so the PPL
+comparison is paired) and greedy fidelity on the first ``fidelity_prompts``
+prompts. The first base server writes the fidelity reference; every
+switch's first server is compared with it, and the first block's second
+base server too, as the control that tells whether the server reproduces
+its own tokens at all. A server's row is stored as soon as it ends
+(``storage.AblationStore``), so a crash or Ctrl-C loses no measured server
+and the same command goes on from the next slot. A server that fails is
+stored as failed with its failure kind and the schedule goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evaluators import (
+    DEFAULT_CONFIDENCE,
+    PRIOR_SPREAD,
+    Divergence,
+    FidelityResult,
+    PairedPpl,
+    RecordScore,
+    paired_log_ppl,
+)
+from storage import (
+    ABLATION_FINISHED,
+    ABLATION_INTERRUPTED,
+    AblationRecord,
+    AblationServer,
+    AblationStore,
+)
+from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule
+from sweeper.ablation._switches import AblationArms, AblationMode, Switch
+from sweeper.ablation._verdict import SlotFigure, SwitchReport, TpsEffects, export_value, report_switches, tps_effects
+from sweeper.errors import ServerStartError, SweeperError, UserInputError
+from sweeper.manifest import Manifest
+from sweeper.measure import EvalResult, EvalSettings, evaluate
+from sweeper.serving import classify
+
+logger = logging.getLogger(__name__)
+
+Measure = Callable[[Manifest, EvalSettings], EvalResult]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AblationPlan:
+    """What one ablation measures: its switches, mode and schedule, and how it judges them."""
+
+    name: str
+    mode: AblationMode
+    switches: tuple[Switch, ...]
+    rounds: int = 2
+    block_size: int = DEFAULT_BLOCK_SIZE
+    confidence: float = DEFAULT_CONFIDENCE
+    prior_spread: float = PRIOR_SPREAD
+    fidelity_prompts: int = 4
+    allow_output_change: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UserInputError("--name: an ablation needs a name")
+        if self.rounds < 1:
+            raise UserInputError(f"--rounds must be at least 1, not {self.rounds}")
+        if self.block_size < 1:
+            raise UserInputError(f"--block-size must be at least 1, not {self.block_size}")
+        if not 0.5 < self.confidence < 1.0:
+            raise UserInputError(f"--confidence must be in (0.5, 1), not {self.confidence}")
+        if self.fidelity_prompts < 1:
+            raise UserInputError(f"--fidelity-prompts must be at least 1, not {self.fidelity_prompts}")
+
+    @property
+    def arms(self) -> AblationArms:
+        return AblationArms(mode=self.mode, switches=self.switches)
+
+    def stored_settings(self, eval_settings: EvalSettings) -> dict[str, Any]:
+        """What a resumed ablation must share with the stored one (the rounds may grow)."""
+        tps = eval_settings.tps
+        return {
+            "block_size": self.block_size,
+            "confidence": self.confidence,
+            "prior_spread": self.prior_spread,
+            "fidelity_prompts": self.fidelity_prompts,
+            "prompts": str(eval_settings.prompts) if eval_settings.prompts else None,
+            "ppl_data": str(eval_settings.ppl_data) if eval_settings.ppl_data else None,
+            "tps": None if tps is None else {"num_prompts": tps.num_prompts, "output_len": tps.output_len},
+        }
+
+    def overrides(self, slot: Slot) -> dict[str, str]:
+        return self.arms.base_overrides() if slot.arm is None else self.arms.arm_overrides(slot.arm)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AblationResult:
+    """An ablation's verdicts, with the figures they rest on."""
+
+    name: str
+    mode: AblationMode
+    rounds: int
+    servers: int
+    failed_servers: int
+    gpu_seconds: float
+    effects: TpsEffects
+    reports: tuple[SwitchReport, ...]
+    control: FidelityResult | None
+    allow_output_change: bool
+
+    def export_env(self, manifest: Manifest) -> dict[str, str]:
+        """The manifest's env with every switch set as its verdict says."""
+        env = dict(manifest.env)
+        for report in self.reports:
+            value = export_value(report.switch, report.verdict, allow_output_change=self.allow_output_change)
+            if value is None:
+                env.pop(report.switch.key, None)
+            else:
+                env[report.switch.key] = value
+        return env
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.mode.value,
+            "rounds": self.rounds,
+            "servers": self.servers,
+            "failed_servers": self.failed_servers,
+            "gpu_seconds": self.gpu_seconds,
+            "level": self.effects.level,
+            "spread": self.effects.spread.to_dict(),
+            "control": self.control.to_dict() if self.control else None,
+            "switches": [report.to_dict() for report in self.reports],
+        }
+
+
+def run_ablation(
+    manifest: Manifest,
+    plan: AblationPlan,
+    eval_settings: EvalSettings,
+    *,
+    url: str,
+    workdir: str | Path,
+    measure: Measure | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> AblationResult:
+    """Measure every slot of ``plan``'s schedule not stored yet, then judge every switch.
+
+    ``measure`` (default: ``sweeper.measure.evaluate``, one fresh server a
+    call) is where each server is started and measured. Ctrl-C marks the
+    ablation interrupted (its servers stay) and re-raises.
+    """
+    measure = measure or evaluate
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", plan.name)
+    reference = workdir / f"{stem}.fidelity.json"
+    slots = schedule(len(plan.switches), rounds=plan.rounds, block_size=plan.block_size)
+    with AblationStore(url) as store:
+        record = store.start(
+            name=plan.name,
+            mode=plan.mode.value,
+            manifest=manifest.redacted().to_dict(),
+            switches=[dataclasses.asdict(s) for s in plan.switches],
+            settings=plan.stored_settings(eval_settings),
+        )
+        done = record.done_slots
+        if done:
+            _say(progress, f"ablation {plan.name}: {len(done)} of {len(slots)} servers stored, going on")
+        try:
+            for position, slot in enumerate(slots, start=1):
+                if (slot.round, slot.block, slot.arm) in done:
+                    continue
+                settings = _slot_settings(plan, slot, eval_settings, reference)
+                arm_name = "base" if slot.arm is None else plan.switches[slot.arm].key.lower()
+                log = workdir / f"{stem}-r{slot.round}-b{slot.block}-{arm_name}.log"
+                settings = dataclasses.replace(settings, log_path=log)
+                what = "base" if slot.arm is None else _arm_text(plan, slot.arm)
+                _say(progress, f"server {position}/{len(slots)}: round {slot.round}, {what}")
+                server = _measure_slot(manifest, slot, settings, measure)
+                store.add_server(record.id, server)
+                _say(progress, f"  {_describe(server)}")
+        except KeyboardInterrupt:
+            store.finish(record.id, status=ABLATION_INTERRUPTED, verdicts=None)
+            raise
+        stored = store.find(plan.name)
+        assert stored is not None
+        result = analyse(stored, plan)
+        store.finish(record.id, status=ABLATION_FINISHED, verdicts=[r.to_dict() for r in result.reports])
+    return result
+
+
+def plan_from_record(record: AblationRecord, *, allow_output_change: bool = False) -> AblationPlan:
+    """The plan a stored ablation was measured with, to its last stored round (for status)."""
+    settings = record.settings
+    return AblationPlan(
+        name=record.name,
+        mode=AblationMode(record.mode),
+        switches=tuple(Switch(**dict(s)) for s in record.switches),
+        rounds=max((s.round for s in record.servers), default=1),
+        block_size=int(settings.get("block_size", DEFAULT_BLOCK_SIZE)),
+        confidence=float(settings.get("confidence", DEFAULT_CONFIDENCE)),
+        prior_spread=float(settings.get("prior_spread", PRIOR_SPREAD)),
+        fidelity_prompts=int(settings.get("fidelity_prompts", 4)),
+        allow_output_change=allow_output_change,
+    )
+
+
+def analyse(record: AblationRecord, plan: AblationPlan) -> AblationResult:
+    """The verdicts of a stored ablation (its servers up to ``plan.rounds``)."""
+    servers = [s for s in record.servers if s.round <= plan.rounds]
+    figures = [
+        SlotFigure(
+            slot=Slot(s.round, s.block, s.arm),
+            tps=s.tps if s.state == "complete" and s.tps else None,
+            failure=s.error_kind,
+        )
+        for s in servers
+    ]
+    effects = tps_effects(
+        figures,
+        plan.switches,
+        plan.mode,
+        block_size=plan.block_size,
+        confidence=plan.confidence,
+        prior=plan.prior_spread,
+    )
+    by_slot = {(s.round, s.block, s.arm): s for s in servers}
+    ppl: dict[int, PairedPpl | None] = {}
+    fidelity: dict[int, FidelityResult | None] = {}
+    for block_index, members in enumerate(blocks(len(plan.switches), plan.block_size)):
+        base = by_slot.get((1, block_index, None))
+        for index in members:
+            arm = by_slot.get((1, block_index, index))
+            fidelity[index] = _fidelity(arm.fidelity) if arm is not None else None
+            if arm is None or base is None:
+                ppl[index] = None
+                continue
+            arm_scores, base_scores = _scores(arm.ppl_scores), _scores(base.ppl_scores)
+            if plan.switches[index].effect_sign(plan.mode) > 0:
+                ppl[index] = paired_log_ppl(arm_scores, base_scores)
+            else:
+                ppl[index] = paired_log_ppl(base_scores, arm_scores)
+    control_server = by_slot.get((2, 0, None))
+    control = _fidelity(control_server.fidelity) if control_server is not None else None
+    reports = report_switches(effects, plan.switches, ppl=ppl, fidelity=fidelity, control=control)
+    return AblationResult(
+        name=record.name,
+        mode=plan.mode,
+        rounds=plan.rounds,
+        servers=len(servers),
+        failed_servers=sum(s.state != "complete" for s in servers),
+        gpu_seconds=sum(s.seconds for s in servers),
+        effects=effects,
+        reports=reports,
+        control=control,
+        allow_output_change=plan.allow_output_change,
+    )
+
+
+def _slot_settings(plan: AblationPlan, slot: Slot, base: EvalSettings, reference: Path) -> EvalSettings:
+    first_base = slot.round == 1 and slot.block == 0 and slot.arm is None
+    compares = (slot.round == 1 and slot.arm is not None) or (slot.round == 2 and slot.block == 0 and slot.arm is None)
+    return dataclasses.replace(
+        base,
+        overrides=plan.overrides(slot),
+        ppl=base.ppl if slot.round == 1 else None,
+        save_reference=reference if first_base else None,
+        reference_prompts=plan.fidelity_prompts,
+        fidelity_reference=reference if compares and reference.is_file() else None,
+        tps_after_failed_gate=True,
+    )
+
+
+def _measure_slot(manifest: Manifest, slot: Slot, settings: EvalSettings, measure: Measure) -> AblationServer:
+    began = time.monotonic()
+    common = {"round": slot.round, "block": slot.block, "arm": slot.arm, "overrides": dict(settings.overrides)}
+    try:
+        result = measure(manifest, settings)
+    except (SweeperError, OSError) as exc:
+        if isinstance(exc, UserInputError):
+            raise
+        log_tail = getattr(exc, "log_tail", "") or ""
+        kind = classify(log_tail, exc, during_start=isinstance(exc, ServerStartError))
+        logger.warning("ablation server (round %d, arm %s) failed: %s", slot.round, slot.arm, exc)
+        return AblationServer(
+            **common,
+            state="failed",
+            error_kind=str(kind.value),
+            error_message=str(exc),
+            log_tail=log_tail or None,
+            seconds=time.monotonic() - began,
+        )
+    tps = result.tps.tps if result.tps is not None else None
+    ok = tps is not None and result.tps is not None and result.tps.ok
+    return AblationServer(
+        **common,
+        state="complete" if ok else "failed",
+        tps=tps if ok else None,
+        ppl=result.ppl.ppl if result.ppl is not None else None,
+        ppl_scores=[s.to_dict() for s in result.ppl.scores] if result.ppl is not None else [],
+        fidelity=result.fidelity.to_dict() if result.fidelity is not None else None,
+        error_kind=None if ok else "measurement",
+        error_message=None if ok else (result.tps.first_error if result.tps else "no TPS measured"),
+        phases={k: float(v) for k, v in result.timings.items()},
+        seconds=time.monotonic() - began,
+    )
+
+
+def _scores(rows: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]:
+    scores = {}
+    for row in rows:
+        nll = row.get("nll")
+        scores[str(row["id"])] = RecordScore(
+            id=str(row["id"]), nll=math.inf if nll is None else float(nll), tokens=int(row["tokens"])
+        )
+    return scores
+
+
+def _fidelity(data: Mapping[str, Any] | None) -> FidelityResult | None:
+    if not data:
+        return None
+    return FidelityResult(
+        compared=int(data["compared"]),
+        identical=int(data["identical"]),
+        divergences=tuple(Divergence(**d) for d in data.get("divergences", ())),
+        duration_s=float(data.get("duration_s", 0.0)),
+    )
+
+
+def _arm_text(plan: AblationPlan, arm: int) -> str:
+    """What the arm's server runs with: ``ENFORCE_EAGER=0`` for a flag the manifest sets to 1."""
+    switch = plan.switches[arm]
+    return f"{switch.key}={switch.arm_value(plan.mode)} (switch {switch.label})"
+
+
+def _describe(server: AblationServer) -> str:
+    if server.state != "complete":
+        return f"failed ({server.error_kind}): {server.error_message}"
+    parts = [f"{server.tps:.1f} tok/s"]
+    if server.ppl is not None:
+        parts.append(f"PPL {server.ppl:.4f}")
+    if server.fidelity:
+        parts.append(f"{server.fidelity['identical']}/{server.fidelity['compared']} identical")
+    return ", ".join(parts) + f" ({server.seconds:.0f} s)"
+
+
+def _say(progress: Callable[[str], None] | None, line: str) -> None:
+    if progress is None:
+        logger.info("%s", line)
+    else:
+        progress(line)

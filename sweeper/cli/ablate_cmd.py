@@ -1,0 +1,167 @@
+"""``sweeper ablate MANIFEST``: which switches of a manifest help, and whether they keep the outputs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from evaluators import PplSettings, TpsSettings
+from storage import DEFAULT_URL
+from sweeper.ablation import (
+    DEFAULT_BLOCK_SIZE,
+    AblationMode,
+    AblationPlan,
+    find_switches,
+    run_ablation,
+    servers_per_round,
+)
+from sweeper.answer import place_manifest
+from sweeper.cli._ablation_view import print_ablation
+from sweeper.errors import UserInputError
+from sweeper.manifest import Manifest, parse_assignments
+from sweeper.measure import EvalSettings
+
+logger = logging.getLogger(__name__)
+
+
+@click.command("ablate")
+@click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False))
+@click.option("--flags", metavar="A,B,...", help="Ablate these env keys as 0/1 flags (default: every 0/1 value).")
+@click.option(
+    "--alternative",
+    "alternatives",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="Compare VALUE with the manifest's own value of KEY (repeatable), e.g. DTYPE=float32.",
+)
+@click.option(
+    "--add-one-in",
+    is_flag=True,
+    help="Start from a base with every switch off and turn each on (default: leave one out of the manifest).",
+)
+@click.option("--rounds", default=2, show_default=True, help="Rounds: a fresh server of every switch and base each.")
+@click.option(
+    "--block-size",
+    default=DEFAULT_BLOCK_SIZE,
+    show_default=True,
+    help="Switches sharing one base server a round.",
+)
+@click.option("--name", metavar="NAME", help="The ablation's name in the database (default: MANIFEST's name).")
+@click.option("--storage", "url", default=DEFAULT_URL, show_default=True, help="SQLAlchemy URL of the database.")
+@click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
+@click.option("--ppl-data", metavar="D", help="PPL records (file or hub id; default: the demo's tuning set).")
+@click.option("--num-prompts", default=8, show_default=True, help="TPS prompts a server.")
+@click.option("--output-len", default=128, show_default=True, help="TPS output tokens a prompt.")
+@click.option("--ppl-records", type=int, help="PPL records a first-round server scores (default: all).")
+@click.option("--fidelity-prompts", default=4, show_default=True, help="Prompts whose greedy tokens are compared.")
+@click.option(
+    "--allow-output-change",
+    is_flag=True,
+    help="Export a switch that helps but changes the outputs or PPL as on (default: off).",
+)
+@click.option(
+    "-o",
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False),
+    help="Write the manifest with every switch set as its verdict says.",
+)
+@click.option("--run-dir", type=click.Path(file_okay=False), default="ablation-runs", show_default=True)
+@click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+def command(
+    manifest_path: str,
+    flags: str | None,
+    alternatives: tuple[str, ...],
+    add_one_in: bool,
+    rounds: int,
+    block_size: int,
+    name: str | None,
+    url: str,
+    prompts: str | None,
+    ppl_data: str | None,
+    num_prompts: int,
+    output_len: int,
+    ppl_records: int | None,
+    fidelity_prompts: int,
+    allow_output_change: bool,
+    export_path: str | None,
+    run_dir: str,
+    ready_timeout: float,
+    as_json: bool,
+) -> None:
+    """Give every switch of MANIFEST a verdict: helps, helps but changes the outputs, no effect,
+    hurts, or fails to start.
+
+    A switch is an env value 0 or 1 (names that hold a count, such as
+    MAX_NUM_SEQS, are left out: name them in --flags), or an alternative
+    value given with --alternative. By default each switch is turned away
+    from the manifest's value in turn (leave-one-out); --add-one-in starts
+    from every switch off instead. Every server is fresh; in each round the
+    switches of a block run beside one base server, every second round in
+    reverse order. Each switch's TPS effect (its value over the other)
+    gets an interval at 95 % for the whole ablation (Bonferroni over the
+    switches), PPL is compared on the same records (paired), and greedy
+    fidelity token for token against the base, whose own second server is
+    the control. Every server is stored as it ends: the same command goes
+    on where an interrupted one stopped, and a larger --rounds adds rounds.
+    """
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    manifest = Manifest.load(manifest_path)
+    flag_list = [f.strip() for f in flags.split(",")] if flags is not None else None
+    switches = find_switches(
+        manifest.env,
+        flags=flag_list,
+        alternatives=parse_assignments(list(alternatives), option="--alternative"),
+        source=f"manifest {manifest_path}",
+    )
+    mode = AblationMode.ADD_ONE_IN if add_one_in else AblationMode.LEAVE_ONE_OUT
+    plan = AblationPlan(
+        name=name or f"{manifest.name}-ablation",
+        mode=mode,
+        switches=switches,
+        rounds=rounds,
+        block_size=block_size,
+        fidelity_prompts=fidelity_prompts,
+        allow_output_change=allow_output_change,
+    )
+    try:
+        tps = TpsSettings(num_prompts=num_prompts, output_len=output_len, warmup_requests=1)
+        ppl = PplSettings(max_records=ppl_records) if ppl_records is not None else PplSettings()
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(str(exc)) from None
+    eval_settings = EvalSettings(prompts=prompts, ppl_data=ppl_data, tps=tps, ppl=ppl, ready_timeout_s=ready_timeout)
+    console = Console(stderr=True, soft_wrap=True)
+    servers = rounds * servers_per_round(len(switches), block_size)
+    console.print(
+        f"ablate {manifest.name}: {len(switches)} switch(es) ({', '.join(s.label for s in switches)}), "
+        f"{mode.value}, {rounds} round(s): {servers} fresh servers"
+    )
+    result = run_ablation(
+        manifest, plan, eval_settings, url=url, workdir=Path(run_dir), progress=lambda line: console.print(line)
+    )
+    exported = None
+    if export_path is not None:
+        output = Path(export_path)
+        env = result.export_env(manifest.redacted())
+        placed, _ = place_manifest(
+            manifest.redacted(),
+            env,
+            output,
+            name=f"{manifest.name}-ablated",
+            description=f"{manifest.description} Switches set by sweeper ablate {plan.name}.".strip(),
+        )
+        exported = placed.save(output)
+    if as_json:
+        data = result.to_dict()
+        data["export"] = str(exported) if exported else None
+        click.echo(json.dumps(data, indent=2))
+        return
+    print_ablation(Console(soft_wrap=True), result)
+    if exported is not None:
+        click.echo(f"exported: {exported}")
