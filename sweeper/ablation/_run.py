@@ -155,8 +155,9 @@ def run_ablation(
     """Measure every slot of ``plan``'s schedule not stored yet, then judge every switch.
 
     ``measure`` (default: ``sweeper.measure.evaluate``, one fresh server a
-    call) is where each server is started and measured. Ctrl-C marks the
-    ablation interrupted (its servers stay) and re-raises.
+    call) is where each server is started and measured. Ctrl-C, or an error
+    that is not a server's, marks the ablation interrupted (its servers
+    stay) and re-raises.
     """
     measure = measure or evaluate
     workdir = Path(workdir)
@@ -188,7 +189,7 @@ def run_ablation(
                 server = _measure_slot(manifest, slot, settings, measure)
                 store.add_server(record.id, server)
                 _say(progress, f"  {_describe(server)}")
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or an error no server caused (bad data, the database)
             store.finish(record.id, status=ABLATION_INTERRUPTED, verdicts=None)
             raise
         stored = store.find(plan.name)
