@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,16 @@ class FidelityResult:
     @property
     def fraction_identical(self) -> float:
         return self.identical / self.compared if self.compared else 0.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FidelityResult:
+        """The result ``to_dict`` wrote (its derived ``fraction_identical`` is recomputed)."""
+        return cls(
+            compared=int(data["compared"]),
+            identical=int(data["identical"]),
+            divergences=tuple(Divergence(**d) for d in data.get("divergences", ())),
+            duration_s=float(data.get("duration_s", 0.0)),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

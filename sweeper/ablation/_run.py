@@ -18,22 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evaluators import (
-    DEFAULT_CONFIDENCE,
-    PRIOR_SPREAD,
-    Divergence,
-    FidelityResult,
-    PairedPpl,
-    RecordScore,
-    paired_log_ppl,
-)
+from evaluators import DEFAULT_CONFIDENCE, PRIOR_SPREAD, FidelityResult, PairedPpl, paired_log_ppl
 from storage import (
     ABLATION_FINISHED,
     ABLATION_INTERRUPTED,
@@ -48,6 +39,7 @@ from sweeper.errors import ServerStartError, SweeperError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalResult, EvalSettings, evaluate
 from sweeper.serving import classify
+from sweeper.study import record_rows
 
 logger = logging.getLogger(__name__)
 
@@ -180,10 +172,9 @@ def run_ablation(
             for position, slot in enumerate(slots, start=1):
                 if (slot.round, slot.block, slot.arm) in done:
                     continue
-                settings = _slot_settings(plan, slot, eval_settings, reference)
                 arm_name = "base" if slot.arm is None else plan.switches[slot.arm].key.lower()
                 log = workdir / f"{stem}-r{slot.round}-b{slot.block}-{arm_name}.log"
-                settings = dataclasses.replace(settings, log_path=log)
+                settings = _slot_settings(plan, slot, eval_settings, reference, log)
                 what = "base" if slot.arm is None else _arm_text(plan, slot.arm)
                 _say(progress, f"server {position}/{len(slots)}: round {slot.round}, {what}")
                 server = _measure_slot(manifest, slot, settings, measure)
@@ -241,17 +232,21 @@ def analyse(record: AblationRecord, plan: AblationPlan) -> AblationResult:
         base = by_slot.get((1, block_index, None))
         for index in members:
             arm = by_slot.get((1, block_index, index))
-            fidelity[index] = _fidelity(arm.fidelity) if arm is not None else None
+            fidelity[index] = FidelityResult.from_dict(arm.fidelity) if arm is not None and arm.fidelity else None
             if arm is None or base is None:
                 ppl[index] = None
                 continue
-            arm_scores, base_scores = _scores(arm.ppl_scores), _scores(base.ppl_scores)
+            arm_scores, base_scores = record_rows(arm.ppl_scores), record_rows(base.ppl_scores)
             if plan.switches[index].effect_sign(plan.mode) > 0:
                 ppl[index] = paired_log_ppl(arm_scores, base_scores)
             else:
                 ppl[index] = paired_log_ppl(base_scores, arm_scores)
     control_server = by_slot.get((2, 0, None))
-    control = _fidelity(control_server.fidelity) if control_server is not None else None
+    control = (
+        FidelityResult.from_dict(control_server.fidelity)
+        if control_server is not None and control_server.fidelity
+        else None
+    )
     reports = report_switches(effects, plan.switches, ppl=ppl, fidelity=fidelity, control=control)
     return AblationResult(
         name=record.name,
@@ -267,7 +262,7 @@ def analyse(record: AblationRecord, plan: AblationPlan) -> AblationResult:
     )
 
 
-def _slot_settings(plan: AblationPlan, slot: Slot, base: EvalSettings, reference: Path) -> EvalSettings:
+def _slot_settings(plan: AblationPlan, slot: Slot, base: EvalSettings, reference: Path, log: Path) -> EvalSettings:
     first_base = slot.round == 1 and slot.block == 0 and slot.arm is None
     compares = (slot.round == 1 and slot.arm is not None) or (slot.round == 2 and slot.block == 0 and slot.arm is None)
     return dataclasses.replace(
@@ -278,6 +273,7 @@ def _slot_settings(plan: AblationPlan, slot: Slot, base: EvalSettings, reference
         reference_prompts=plan.fidelity_prompts,
         fidelity_reference=reference if compares and reference.is_file() else None,
         tps_after_failed_gate=True,
+        log_path=log,
     )
 
 
@@ -307,33 +303,13 @@ def _measure_slot(manifest: Manifest, slot: Slot, settings: EvalSettings, measur
         state="complete" if ok else "failed",
         tps=tps if ok else None,
         ppl=result.ppl.ppl if result.ppl is not None else None,
-        ppl_scores=[s.to_dict() for s in result.ppl.scores] if result.ppl is not None else [],
+        # in the shape of a trial's per-record rows, so that ``record_rows`` pairs them
+        ppl_scores=[{"kind": "ppl", **s.to_dict()} for s in result.ppl.scores] if result.ppl is not None else [],
         fidelity=result.fidelity.to_dict() if result.fidelity is not None else None,
         error_kind=None if ok else "measurement",
         error_message=None if ok else (result.tps.first_error if result.tps else "no TPS measured"),
         phases={k: float(v) for k, v in result.timings.items()},
         seconds=time.monotonic() - began,
-    )
-
-
-def _scores(rows: Sequence[Mapping[str, Any]]) -> dict[str, RecordScore]:
-    scores = {}
-    for row in rows:
-        nll = row.get("nll")
-        scores[str(row["id"])] = RecordScore(
-            id=str(row["id"]), nll=math.inf if nll is None else float(nll), tokens=int(row["tokens"])
-        )
-    return scores
-
-
-def _fidelity(data: Mapping[str, Any] | None) -> FidelityResult | None:
-    if not data:
-        return None
-    return FidelityResult(
-        compared=int(data["compared"]),
-        identical=int(data["identical"]),
-        divergences=tuple(Divergence(**d) for d in data.get("divergences", ())),
-        duration_s=float(data.get("duration_s", 0.0)),
     )
 
 

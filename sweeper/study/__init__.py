@@ -48,6 +48,7 @@ from sweeper.study._gate import (
     measured_uncertainty,
     ppl_statement,
     probability_text,
+    record_rows,
     trial_pass_probability,
     uncertainty_extras,
 )
@@ -69,6 +70,7 @@ from sweeper.study._run import StudyResult, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
 
 __all__ = [
+    "record_rows",
     "CONFIRM_ROLE",
     "Claim",
     "ClaimBasis",

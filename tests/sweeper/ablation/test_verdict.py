@@ -152,3 +152,18 @@ def test_export_sets_helps_on_and_hurts_off_and_leaves_no_effect_as_it_was() -> 
     assert export_value(flag, Verdict.NO_EFFECT) == "0"
     absent = Switch(key="G", subject="1", reference="0", manifest_value=None)
     assert export_value(absent, Verdict.NO_EFFECT) is None
+
+
+def test_a_stored_fidelity_result_reads_back_as_it_was_written() -> None:
+    from evaluators import Divergence
+
+    result = FidelityResult(
+        compared=3,
+        identical=1,
+        divergences=(
+            Divergence(id="p1", position=4, expected=17, actual=9),
+            Divergence(id="p2", position=0, expected=3, actual=None),
+        ),
+        duration_s=0.75,
+    )
+    assert FidelityResult.from_dict(result.to_dict()) == result
