@@ -133,8 +133,9 @@ def tps_effects(
         figure = by_slot.get((round_number, block, arm))
         return figure.tps if figure is not None else None
 
+    block_list = blocks(len(switches), block_size)
     races: list[list[list[float]]] = []
-    for block_index, members in enumerate(blocks(len(switches), block_size)):
+    for block_index, members in enumerate(block_list):
         columns: list[int | None] = [None, *members]
         measured = [c for c in columns if sum(tps(r, block_index, c) is not None for r in rounds) >= 2]
         if None not in measured or len(measured) < 2:
@@ -146,20 +147,18 @@ def tps_effects(
     effects: list[Interval | None] = []
     pair_counts: list[int] = []
     failures: list[tuple[str, ...]] = []
-    for block_index, members in enumerate(blocks(len(switches), block_size)):
+    for block_index, members in enumerate(block_list):
         for index in members:
             pairs = []
+            failed = []
             for r in rounds:
                 arm, base = tps(r, block_index, index), tps(r, block_index, None)
                 if arm is not None and base is not None:
                     pairs.append((arm, base))
-            failures.append(
-                tuple(
-                    f.failure or "failed"
-                    for f in figures
-                    if f.slot.arm == index and f.slot.block == block_index and f.tps is None
-                )
-            )
+                figure = by_slot.get((r, block_index, index))
+                if figure is not None and figure.tps is None:
+                    failed.append(figure.failure or "failed")
+            failures.append(tuple(failed))
             pair_counts.append(len(pairs))
             if not pairs:
                 effects.append(None)
