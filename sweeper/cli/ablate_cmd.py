@@ -72,7 +72,7 @@ logger = logging.getLogger(__name__)
 )
 @click.option("--run-dir", type=click.Path(file_okay=False), default="ablation-runs", show_default=True)
 @click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the verdict lines.")
 def command(
     manifest_path: str,
     flags: str | None,
@@ -148,10 +148,10 @@ def command(
     exported = None
     if export_path is not None:
         output = Path(export_path)
-        env = result.export_env(manifest.redacted())
+        redacted = manifest.redacted()
         placed, _ = place_manifest(
-            manifest.redacted(),
-            env,
+            redacted,
+            result.export_env(redacted),
             output,
             name=f"{manifest.name}-ablated",
             description=f"{manifest.description} Switches set by sweeper ablate {plan.name}.".strip(),
