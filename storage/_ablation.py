@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from errortree import StorageError
 from storage._engine import redact
 from storage._queries import StudyNotFoundError, _existing_database
 from storage._tables import Base, TableStore
-from storage._values import as_utc, json_safe, utc_now
+from storage._values import as_utc, finite_float, json_safe, utc_now
 
 ABLATION_RUNNING = "running"
 ABLATION_FINISHED = "finished"
@@ -178,8 +177,8 @@ class AblationStore(TableStore):
                     arm=server.arm,
                     overrides=dict(server.overrides),
                     state=server.state,
-                    tps=_finite(server.tps),
-                    ppl=_finite(server.ppl),
+                    tps=finite_float(server.tps),
+                    ppl=finite_float(server.ppl),
                     ppl_scores=json_safe([dict(s) for s in server.ppl_scores]),
                     fidelity=json_safe(dict(server.fidelity)) if server.fidelity is not None else None,
                     error_kind=server.error_kind,
@@ -231,10 +230,6 @@ def stored_ablation(url: str | None, name: str) -> AblationRecord:
             return record
         names = store.names()
     raise StudyNotFoundError(f"no ablation {name!r} in {redact(url)} (stored: {', '.join(names) if names else 'none'})")
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is None or math.isfinite(value) else None
 
 
 def _record(row: AblationRow) -> AblationRecord:

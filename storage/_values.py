@@ -28,3 +28,8 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+def finite_float(value: float | None) -> float | None:
+    """Float columns take no NaN/inf on every backend: a non-finite value is stored as None."""
+    return value if value is None or math.isfinite(value) else None

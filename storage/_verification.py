@@ -31,7 +31,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selecti
 from errortree import StorageError
 from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._tables import Base, TableStore
-from storage._values import as_utc, json_safe, utc_now
+from storage._values import as_utc, finite_float, json_safe, utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +66,6 @@ CONTROL_MEASURED = Control.MEASURED
 CONTROL_IS_BASE = Control.IS_BASE
 CONTROL_OFF = Control.OFF
 CONTROLS = tuple(Control)
-
-
-def _finite(value: float | None) -> float | None:
-    """Float columns take no NaN/inf on every backend: an infinite PPL is stored as None."""
-    return value if value is None or math.isfinite(value) else None
 
 
 class VerificationRow(Base):
@@ -316,7 +311,7 @@ class VerificationStore(TableStore):
                     subject=run.subject,
                     state=run.state,
                     tps=run.tps,
-                    ppl=_finite(run.ppl),
+                    ppl=finite_float(run.ppl),
                     ppl_infinite=run.ppl is not None and not math.isfinite(run.ppl),
                     early_stopped=run.early_stopped,
                     error_kind=run.error_kind,
@@ -348,7 +343,7 @@ class VerificationStore(TableStore):
             row.status = status
             row.reason = reason
             row.median_tps = median_tps
-            row.max_ppl = _finite(max_ppl)
+            row.max_ppl = finite_float(max_ppl)
             row.spread = spread
             row.speedup, row.speedup_low, row.speedup_high = speedup or (None, None, None)
             row.speedup_confidence = speedup_confidence if speedup else None
