@@ -15,6 +15,7 @@ from storage._ablation import (
     AblationRecord,
     AblationServer,
     AblationStore,
+    ClosingServer,
     stored_ablation,
 )
 from storage._engine import DEFAULT_URL, normalize_url, optuna_storage, redact
@@ -54,6 +55,7 @@ __all__ = [
     "AblationRecord",
     "AblationServer",
     "AblationStore",
+    "ClosingServer",
     "stored_ablation",
     "BASE",
     "CANDIDATE",

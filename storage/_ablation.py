@@ -2,12 +2,15 @@
 
 ``sweeper_ablations`` has one row per ablation (its name, mode, the
 switches and settings it was started with, the redacted manifest, and the
-verdicts once it ends) and ``sweeper_ablation_servers`` one row per fresh
+verdicts once it ends), ``sweeper_ablation_servers`` one row per fresh
 server of its schedule (round, block, arm, the env overrides, TPS, PPL
-with its per-record scores, greedy fidelity, or how it failed). A server's
+with its per-record scores, greedy fidelity, or how it failed) and
+``sweeper_ablation_closing`` one row per fresh server of the closing race
+(the manifest the verdicts export against the original: which pair, which
+side, the exported changes it was raced for, TPS and fidelity). A server's
 row is written as soon as it ends, so an interrupted ablation keeps every
 server it measured and a later run with the same name goes on from the
-next slot of the schedule.
+next slot of the schedule, or the next server of the closing race.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class AblationRow(Base):
     servers: Mapped[list[AblationServerRow]] = relationship(
         back_populates="ablation", order_by="AblationServerRow.id", cascade="all, delete-orphan"
     )
+    closing: Mapped[list[ClosingServerRow]] = relationship(
+        back_populates="ablation", order_by="ClosingServerRow.id", cascade="all, delete-orphan"
+    )
 
 
 class AblationServerRow(Base):
@@ -74,6 +80,25 @@ class AblationServerRow(Base):
     finished_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
 
     ablation: Mapped[AblationRow] = relationship(back_populates="servers")
+
+
+class ClosingServerRow(Base):
+    __tablename__ = "sweeper_ablation_closing"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ablation_id: Mapped[int] = mapped_column(ForeignKey("sweeper_ablations.id", ondelete="CASCADE"), index=True)
+    changes: Mapped[dict[str, str | None]] = mapped_column(JSON, default=dict)  # exported vs original env
+    pair: Mapped[int] = mapped_column(Integer)
+    side: Mapped[str] = mapped_column(String(16))  # exported | original
+    state: Mapped[str] = mapped_column(String(16))  # complete | failed
+    tps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    fidelity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error_kind: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    error_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    finished_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+    ablation: Mapped[AblationRow] = relationship(back_populates="closing")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -107,6 +132,35 @@ class AblationServer:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ClosingServer:
+    """One fresh server of an ablation's closing race: ``side`` exported or original, in pair ``pair``.
+
+    ``changes`` names the race: the env keys the exported manifest sets
+    otherwise than the original (a value, or None for a key it leaves out).
+    """
+
+    changes: Mapping[str, str | None]
+    pair: int
+    side: str
+    state: str
+    tps: float | None = None
+    fidelity: Mapping[str, Any] | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    seconds: float = 0.0
+    finished_at: datetime.datetime | None = None
+
+    @property
+    def slot(self) -> tuple[int, str]:
+        return (self.pair, self.side)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["finished_at"] = self.finished_at.isoformat() if self.finished_at else None
+        return json_safe(data)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AblationRecord:
     id: int
     name: str
@@ -119,10 +173,17 @@ class AblationRecord:
     started_at: datetime.datetime
     finished_at: datetime.datetime | None
     servers: tuple[AblationServer, ...]
+    closing: tuple[ClosingServer, ...] = ()
 
     @property
     def done_slots(self) -> frozenset[tuple[int, int, int | None]]:
         return frozenset(server.slot for server in self.servers)
+
+    def closing_for(self, changes: Mapping[str, str | None]) -> tuple[ClosingServer, ...]:
+        """The closing race's servers that raced these exported changes (other rows are of an
+        earlier export, before more rounds changed a verdict)."""
+        wanted = dict(changes)
+        return tuple(server for server in self.closing if dict(server.changes) == wanted)
 
 
 class AblationStore(TableStore):
@@ -131,7 +192,7 @@ class AblationStore(TableStore):
     what = "ablation tables"
 
     def tables(self) -> list[sqlalchemy.Table]:
-        return [AblationRow.__table__, AblationServerRow.__table__]
+        return [AblationRow.__table__, AblationServerRow.__table__, ClosingServerRow.__table__]
 
     def start(
         self,
@@ -189,6 +250,26 @@ class AblationStore(TableStore):
                 )
             )
 
+    def add_closing(self, ablation_id: int, server: ClosingServer) -> None:
+        with self._session() as session:
+            row = self._row(session, ablation_id)
+            changes = json_safe(dict(server.changes))
+            if any(c.changes == changes and (c.pair, c.side) == server.slot for c in row.closing):
+                raise StorageError(f"ablation {row.name!r}: closing server {server.slot} is stored already")
+            row.closing.append(
+                ClosingServerRow(
+                    changes=changes,
+                    pair=server.pair,
+                    side=server.side,
+                    state=server.state,
+                    tps=finite_float(server.tps),
+                    fidelity=json_safe(dict(server.fidelity)) if server.fidelity is not None else None,
+                    error_kind=server.error_kind,
+                    error_message=server.error_message,
+                    seconds=server.seconds,
+                )
+            )
+
     def finish(self, ablation_id: int, *, status: str, verdicts: Sequence[Mapping[str, Any]] | None) -> None:
         if status not in ABLATION_STATUSES:
             raise ValueError(f"unknown ablation status {status!r}")
@@ -203,7 +284,11 @@ class AblationStore(TableStore):
             return _record(self._row(session, ablation_id))
 
     def find(self, name: str) -> AblationRecord | None:
-        query = select(AblationRow).where(AblationRow.name == name).options(selectinload(AblationRow.servers))
+        query = (
+            select(AblationRow)
+            .where(AblationRow.name == name)
+            .options(selectinload(AblationRow.servers), selectinload(AblationRow.closing))
+        )
         with self._session() as session:
             row = session.scalars(query).one_or_none()
             return None if row is None else _record(row)
@@ -263,5 +348,20 @@ def _record(row: AblationRow) -> AblationRecord:
                 finished_at=as_utc(s.finished_at),
             )
             for s in row.servers
+        ),
+        closing=tuple(
+            ClosingServer(
+                changes=dict(c.changes),
+                pair=c.pair,
+                side=c.side,
+                state=c.state,
+                tps=c.tps,
+                fidelity=c.fidelity,
+                error_kind=c.error_kind,
+                error_message=c.error_message,
+                seconds=c.seconds,
+                finished_at=as_utc(c.finished_at),
+            )
+            for c in row.closing
         ),
     )

@@ -5,17 +5,35 @@
 shared base, in rounds), ``tps_effects`` and ``report_switches`` the
 figures and the verdicts (``judge``: the one place a switch's verdict is
 decided), ``export_value`` what the exported manifest sets; ``run_ablation`` measures a
-whole ablation server by server (stored, resumable) and ``analyse`` judges
-a stored one.
+whole ablation server by server (stored, resumable), ending with the
+closing race of the exported manifest against the original
+(``closing_race``, ``judge_closing``), and ``analyse`` judges a stored one.
 """
 
 from __future__ import annotations
 
-from sweeper.ablation._run import AblationPlan, AblationResult, analyse, plan_from_record, run_ablation
+from sweeper.ablation._closing import (
+    DEFAULT_CLOSING_PAIRS,
+    EXPORTED,
+    ORIGINAL,
+    ClosingPair,
+    ClosingRace,
+    closing_race,
+    pair_order,
+)
+from sweeper.ablation._run import (
+    AblationPlan,
+    AblationResult,
+    analyse,
+    exported_changes,
+    plan_from_record,
+    run_ablation,
+)
 from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule, servers_per_round
 from sweeper.ablation._switches import AblationArms, AblationMode, Switch, find_switches
 from sweeper.ablation._verdict import (
     PPL_SAME_WITHIN,
+    ClosingVerdict,
     OutputCheck,
     PplCheck,
     SlotFigure,
@@ -25,6 +43,7 @@ from sweeper.ablation._verdict import (
     Verdict,
     export_value,
     judge,
+    judge_closing,
     output_check,
     ppl_check,
     report_switches,
@@ -34,6 +53,16 @@ from sweeper.ablation._verdict import (
 )
 
 __all__ = [
+    "DEFAULT_CLOSING_PAIRS",
+    "EXPORTED",
+    "ORIGINAL",
+    "ClosingPair",
+    "ClosingRace",
+    "ClosingVerdict",
+    "closing_race",
+    "exported_changes",
+    "judge_closing",
+    "pair_order",
     "AblationPlan",
     "AblationResult",
     "analyse",

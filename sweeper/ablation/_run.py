@@ -12,6 +12,10 @@ its own tokens at all. A server's row is stored as soon as it ends
 (``storage.AblationStore``), so a crash or Ctrl-C loses no measured server
 and the same command goes on from the next slot. A server that fails is
 stored as failed with its failure kind and the schedule goes on.
+
+When the verdicts export a manifest other than the original, the
+ablation ends with the closing race of the two (``_closing``), its
+servers stored the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ from storage import (
     AblationRecord,
     AblationServer,
     AblationStore,
+    ClosingServer,
+)
+from sweeper.ablation._closing import (
+    DEFAULT_CLOSING_PAIRS,
+    ClosingRace,
+    closing_race,
+    compares_tokens,
+    pair_order,
 )
 from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule
 from sweeper.ablation._switches import AblationArms, AblationMode, Switch
@@ -59,6 +71,7 @@ class AblationPlan:
     prior_spread: float = PRIOR_SPREAD
     fidelity_prompts: int = 4
     allow_output_change: bool = False
+    closing_pairs: int = DEFAULT_CLOSING_PAIRS  # 0: no closing race
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -71,6 +84,10 @@ class AblationPlan:
             raise UserInputError(f"--confidence must be in (0.5, 1), not {self.confidence}")
         if self.fidelity_prompts < 1:
             raise UserInputError(f"--fidelity-prompts must be at least 1, not {self.fidelity_prompts}")
+        if self.closing_pairs < 0 or self.closing_pairs == 1:
+            raise UserInputError(
+                f"--closing-pairs must be 0 (no closing race) or at least 2 (an interval), not {self.closing_pairs}"
+            )
 
     @property
     def arms(self) -> AblationArms:
@@ -107,17 +124,16 @@ class AblationResult:
     reports: tuple[SwitchReport, ...]
     control: FidelityResult | None
     allow_output_change: bool
+    closing: ClosingRace | None = None  # None: not raced (nothing changed, or not measured yet)
+
+    @property
+    def changes(self) -> dict[str, str]:
+        """What the exported manifest sets otherwise than the original: key -> value."""
+        return exported_changes(self.reports, allow_output_change=self.allow_output_change)
 
     def export_env(self, manifest: Manifest) -> dict[str, str]:
         """The manifest's env with every switch set as its verdict says."""
-        env = dict(manifest.env)
-        for report in self.reports:
-            value = export_value(report.switch, report.verdict, allow_output_change=self.allow_output_change)
-            if value is None:
-                env.pop(report.switch.key, None)
-            else:
-                env[report.switch.key] = value
-        return env
+        return {**manifest.env, **self.changes}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,7 +147,24 @@ class AblationResult:
             "spread": self.effects.spread.to_dict(),
             "control": self.control.to_dict() if self.control else None,
             "switches": [report.to_dict() for report in self.reports],
+            "changes": self.changes,
+            "closing": self.closing.to_dict() if self.closing is not None else None,
         }
+
+
+def exported_changes(reports: tuple[SwitchReport, ...], *, allow_output_change: bool) -> dict[str, str]:
+    """Each switch whose verdict exports another value than the manifest's: key -> that value.
+
+    A value is never taken away: a switch's reference is unset only when
+    the manifest lacks the key (``find_switches``), so an exported "unset"
+    is the manifest's own.
+    """
+    changes = {}
+    for report in reports:
+        value = export_value(report.switch, report.verdict, allow_output_change=allow_output_change)
+        if value is not None and value != report.switch.manifest_value:
+            changes[report.switch.key] = value
+    return changes
 
 
 def run_ablation(
@@ -180,14 +213,70 @@ def run_ablation(
                 server = _measure_slot(manifest, slot, settings, measure)
                 store.add_server(record.id, server)
                 _say(progress, f"  {_describe(server)}")
+            result = analyse(store.record(record.id), plan)
+            if result.changes and plan.closing_pairs:
+                _run_closing(
+                    manifest, plan, result.changes, eval_settings, store, record.id, workdir / stem, measure, progress
+                )
+                result = analyse(store.record(record.id), plan)
+            elif not result.changes:
+                _say(progress, "the verdicts keep the manifest as it is: no closing race")
         except BaseException:  # Ctrl-C, or an error no server caused (bad data, the database)
             store.finish(record.id, status=ABLATION_INTERRUPTED, verdicts=None)
             raise
-        stored = store.find(plan.name)
-        assert stored is not None
-        result = analyse(stored, plan)
         store.finish(record.id, status=ABLATION_FINISHED, verdicts=[r.to_dict() for r in result.reports])
     return result
+
+
+def _run_closing(
+    manifest: Manifest,
+    plan: AblationPlan,
+    changes: dict[str, str],
+    eval_settings: EvalSettings,
+    store: AblationStore,
+    ablation_id: int,
+    stem: Path,
+    measure: Measure,
+    progress: Callable[[str], None] | None,
+) -> None:
+    """The closing race's servers not stored yet, each stored as it ends."""
+    done = {server.slot for server in store.record(ablation_id).closing_for(changes)}
+    reference = stem.with_name(f"{stem.name}.closing-fidelity.json")
+    slots = [(pair, side) for pair in range(1, plan.closing_pairs + 1) for side in pair_order(pair)]
+    text = ", ".join(f"{key}={value}" for key, value in changes.items())
+    stored = f", {len(done)} stored" if done else ""
+    _say(
+        progress,
+        f"closing race: the exported manifest ({text}) against the original, {len(slots)} fresh servers{stored}",
+    )
+    for position, (pair, side) in enumerate(slots, start=1):
+        if (pair, side) in done:
+            continue
+        first_original = (pair, side) == (1, "original")
+        settings = dataclasses.replace(
+            eval_settings,
+            overrides=changes if side == "exported" else {},
+            ppl=None,
+            save_reference=reference if first_original else None,
+            reference_prompts=plan.fidelity_prompts,
+            fidelity_reference=reference if compares_tokens(pair, side) and reference.is_file() else None,
+            log_path=stem.with_name(f"{stem.name}-closing-p{pair}-{side}.log"),
+        )
+        _say(progress, f"closing server {position}/{len(slots)}: pair {pair}, {side}")
+        measured = _measure_slot(manifest, Slot(pair, 0, None), settings, measure)
+        server = ClosingServer(
+            changes=changes,
+            pair=pair,
+            side=side,
+            state=measured.state,
+            tps=measured.tps,
+            fidelity=measured.fidelity,
+            error_kind=measured.error_kind,
+            error_message=measured.error_message,
+            seconds=measured.seconds,
+        )
+        store.add_closing(ablation_id, server)
+        _say(progress, f"  {_describe(measured)}")
 
 
 def plan_from_record(record: AblationRecord, *, allow_output_change: bool = False) -> AblationPlan:
@@ -203,6 +292,7 @@ def plan_from_record(record: AblationRecord, *, allow_output_change: bool = Fals
         prior_spread=float(settings.get("prior_spread", PRIOR_SPREAD)),
         fidelity_prompts=int(settings.get("fidelity_prompts", 4)),
         allow_output_change=allow_output_change,
+        closing_pairs=max(2, *(s.pair for s in record.closing)) if record.closing else 0,
     )
 
 
@@ -248,6 +338,8 @@ def analyse(record: AblationRecord, plan: AblationPlan) -> AblationResult:
         else None
     )
     reports = report_switches(effects, plan.switches, ppl=ppl, fidelity=fidelity, control=control)
+    changes = exported_changes(reports, allow_output_change=plan.allow_output_change)
+    raced = record.closing_for(changes) if changes else ()
     return AblationResult(
         name=record.name,
         mode=plan.mode,
@@ -259,6 +351,7 @@ def analyse(record: AblationRecord, plan: AblationPlan) -> AblationResult:
         reports=reports,
         control=control,
         allow_output_change=plan.allow_output_change,
+        closing=closing_race(raced, changes, confidence=plan.confidence) if raced else None,
     )
 
 

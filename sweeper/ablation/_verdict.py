@@ -23,7 +23,8 @@ not deterministic and fidelity cannot tell a change (PPL still can).
 **The verdict** (``judge``): fails to start, helps (faster, quality
 unchanged), helps but changes the outputs or PPL, hurts (slower), or no
 effect within the noise. ``export_value`` turns a verdict into the value
-the exported manifest sets.
+the exported manifest sets, and ``judge_closing`` decides what the closing
+race of that manifest against the original says (``_closing``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,16 @@ class Verdict(_Word):
     NO_EFFECT = "no effect"  # within the noise
     HURTS = "hurts"  # slower
     FAILS_TO_START = "fails to start"  # the arm's server never measured
+
+
+class ClosingVerdict(_Word):
+    """What the closing race of the exported manifest against the original says."""
+
+    CONFIRMED = "confirmed faster"  # faster at the race's level, the same tokens
+    FASTER_CHANGES_OUTPUT = "faster, changes outputs"  # the switches together moved the tokens
+    NOT_SHOWN = "not shown faster"  # the interval holds 1
+    SLOWER = "slower"
+    UNMEASURED = "unmeasured"  # under two complete pairs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -218,6 +229,19 @@ def judge(speed: Speed, outputs: OutputCheck, ppl: PplCheck) -> Verdict:
         return Verdict.NO_EFFECT
     changed = outputs is OutputCheck.CHANGED or ppl in (PplCheck.HIGHER, PplCheck.LOWER)
     return Verdict.HELPS_CHANGES_OUTPUT if changed else Verdict.HELPS
+
+
+def judge_closing(speed: Speed, outputs: OutputCheck) -> ClosingVerdict:
+    """The one place the closing race's verdict is decided."""
+    if speed is Speed.UNMEASURED:
+        return ClosingVerdict.UNMEASURED
+    if speed is Speed.SLOWER:
+        return ClosingVerdict.SLOWER
+    if speed is Speed.NO_EFFECT:
+        return ClosingVerdict.NOT_SHOWN
+    if outputs is OutputCheck.CHANGED:
+        return ClosingVerdict.FASTER_CHANGES_OUTPUT
+    return ClosingVerdict.CONFIRMED
 
 
 def export_value(switch: Switch, verdict: Verdict, *, allow_output_change: bool = False) -> str | None:

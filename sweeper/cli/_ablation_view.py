@@ -28,6 +28,17 @@ def print_ablation(console: Console, result: AblationResult) -> None:
         f"{result.failed_servers} failed, {result.gpu_seconds / 60:.1f} min",
         highlight=False,
     )
+    console.print(f"closing race: {closing_text(result)}", highlight=False)
+
+
+def closing_text(result: AblationResult) -> str:
+    """What the closing race of the exported manifest against the original says, or why there is none."""
+    if not result.changes:
+        return "none needed, the verdicts keep the manifest as it is"
+    if result.closing is None:
+        changed = ", ".join(f"{key}={value}" for key, value in result.changes.items())
+        return f"not measured yet for the exported manifest ({changed})"
+    return result.closing.describe()
 
 
 def _effect_text(report: SwitchReport) -> str:

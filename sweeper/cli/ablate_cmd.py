@@ -13,6 +13,7 @@ from evaluators import PplSettings, TpsSettings
 from storage import DEFAULT_URL
 from sweeper.ablation import (
     DEFAULT_BLOCK_SIZE,
+    DEFAULT_CLOSING_PAIRS,
     AblationMode,
     AblationPlan,
     find_switches,
@@ -64,6 +65,12 @@ logger = logging.getLogger(__name__)
     help="Export a switch that helps but changes the outputs or PPL as on (default: off).",
 )
 @click.option(
+    "--closing-pairs",
+    default=DEFAULT_CLOSING_PAIRS,
+    show_default=True,
+    help="Pairs of fresh servers racing the exported manifest against the original at the end (0: none).",
+)
+@click.option(
     "-o",
     "--export",
     "export_path",
@@ -89,6 +96,7 @@ def command(
     ppl_records: int | None,
     fidelity_prompts: int,
     allow_output_change: bool,
+    closing_pairs: int,
     export_path: str | None,
     run_dir: str,
     ready_timeout: float,
@@ -107,8 +115,13 @@ def command(
     gets an interval at 95 % for the whole ablation (Bonferroni over the
     switches), PPL is compared on the same records (paired), and greedy
     fidelity token for token against the base, whose own second server is
-    the control. Every server is stored as it ends: the same command goes
-    on where an interrupted one stopped, and a larger --rounds adds rounds.
+    the control. When the verdicts change the manifest (a switch that
+    helps turned on, one that hurts turned off), a closing race measures
+    the exported manifest against the original in --closing-pairs
+    alternating pairs of fresh servers, as the organizers' re-run would,
+    and compares their greedy tokens. Every server is stored as it ends:
+    the same command goes on where an interrupted one stopped, and a
+    larger --rounds adds rounds (or --closing-pairs pairs).
     """
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -129,6 +142,7 @@ def command(
         block_size=block_size,
         fidelity_prompts=fidelity_prompts,
         allow_output_change=allow_output_change,
+        closing_pairs=closing_pairs,
     )
     try:
         tps = TpsSettings(num_prompts=num_prompts, output_len=output_len, warmup_requests=1)
@@ -141,6 +155,7 @@ def command(
     console.print(
         f"ablate {manifest.name}: {len(switches)} switch(es) ({', '.join(s.label for s in switches)}), "
         f"{mode.value}, {rounds} round(s): {servers} fresh servers"
+        + (f", then up to {2 * closing_pairs} for the closing race" if closing_pairs else "")
     )
     result = run_ablation(
         manifest, plan, eval_settings, url=url, workdir=Path(run_dir), progress=lambda line: console.print(line)

@@ -44,6 +44,7 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
         rounds=1,
         block_size=2,
         fidelity_prompts=3,
+        closing_pairs=0,  # the closing race on real vLLM has a test of its own
     )
     settings = EvalSettings(tps=TPS, ppl=PplSettings(max_records=8), ready_timeout_s=600.0)
     url = f"sqlite:///{tmp_path / 'ablation.db'}"
@@ -87,7 +88,7 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
             "ablate", str(demo.manifest), "--flags", "ENABLE_PREFIX_CACHING", "--alternative", "SLIDING_WINDOW=8",
             "--rounds", "1", "--block-size", "2", "--fidelity-prompts", "3", "--ppl-records", "8",
             "--num-prompts", "4", "--output-len", "32", "--name", "demo-ablation", "--storage", url,
-            "--run-dir", str(tmp_path / "runs"), "-o", str(out), "--json",
+            "--run-dir", str(tmp_path / "runs"), "-o", str(out), "--closing-pairs", "0", "--json",
         ],
     )  # fmt: skip
     assert cli.exit_code == 0, cli.output
