@@ -807,6 +807,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bridge-s", type=float)
     parser.add_argument("--run-s", type=float, help="one TPS run")
     parser.add_argument("--rounds", type=int, help="race rounds (default: as sweeper run sets them)")
+    parser.add_argument(
+        "--prior-spread", type=float, help="the spread prior, as sweeper run's --noise (setting's default)"
+    )
     parser.add_argument("--warm-k", type=int, default=3, help="warm-pair: rounds per set of live servers")
     parser.add_argument("--base-every", type=int, default=4, help="pooled-base: a base server every this many")
     args = parser.parse_args(argv)
@@ -842,7 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     rounds = setting.rounds if args.rounds is None else args.rounds
-    setting = dataclasses.replace(setting, noise=noise, phases=phases, rounds=rounds)
+    prior = setting.prior_spread if args.prior_spread is None else args.prior_spread
+    setting = dataclasses.replace(setting, noise=noise, phases=phases, rounds=rounds, prior_spread=prior)
     try:
         designs = [
             parse_design(d, warm_k=args.warm_k, base_every=args.base_every) for d in args.designs.split(",") if d

@@ -34,6 +34,7 @@ ABLATION_RUNNING = "running"
 ABLATION_FINISHED = "finished"
 ABLATION_INTERRUPTED = "interrupted"
 ABLATION_STATUSES = (ABLATION_RUNNING, ABLATION_FINISHED, ABLATION_INTERRUPTED)
+RUN_OPTIONS = "run_options"  # the key in an ablation's settings that a resumed run may change
 
 
 class AblationRow(Base):
@@ -202,15 +203,20 @@ class AblationStore(TableStore):
         manifest: Mapping[str, Any],
         switches: Sequence[Mapping[str, Any]],
         settings: Mapping[str, Any],
+        run_options: Mapping[str, Any] | None = None,
     ) -> AblationRecord:
         """Open ablation ``name``: a new one, or the stored one when it was started with the same
         mode, switches and settings (its servers stay; its status goes back to running).
-        The same name with anything else is a ``StorageError`` naming what differs."""
+        The same name with anything else is a ``StorageError`` naming what differs.
+        ``run_options`` (how its verdicts are read, such as whether an output change may be
+        exported) are stored under ``settings["run_options"]``, this run's replacing the last."""
         wanted = {"mode": mode, "switches": json_safe(list(switches)), "settings": json_safe(dict(settings))}
+        options = json_safe(dict(run_options or {}))
         with self._session() as session:
             row = session.scalars(select(AblationRow).where(AblationRow.name == name)).one_or_none()
             if row is not None:
-                stored = {"mode": row.mode, "switches": row.switches, "settings": row.settings}
+                compared = {k: v for k, v in row.settings.items() if k != RUN_OPTIONS}
+                stored = {"mode": row.mode, "switches": row.switches, "settings": compared}
                 differ = [key for key in wanted if stored[key] != wanted[key]]
                 if differ:
                     raise StorageError(
@@ -219,7 +225,9 @@ class AblationStore(TableStore):
                     )
                 row.status = ABLATION_RUNNING
                 row.finished_at = None
+                row.settings = {**compared, RUN_OPTIONS: options}
             else:
+                wanted["settings"] = {**wanted["settings"], RUN_OPTIONS: options}
                 row = AblationRow(name=name, status=ABLATION_RUNNING, manifest=json_safe(dict(manifest)), **wanted)
                 session.add(row)
             session.flush()

@@ -25,12 +25,22 @@ from sweeper.ablation._run import (
     AblationPlan,
     AblationResult,
     analyse,
+    close_ablation,
     exported_changes,
     plan_from_record,
     run_ablation,
 )
 from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule, servers_per_round
 from sweeper.ablation._switches import AblationArms, AblationMode, Switch, find_switches
+from sweeper.ablation._text import (
+    changes_text,
+    closing_text,
+    effect_text,
+    failures_text,
+    outputs_text,
+    ppl_text,
+    study_wide_level,
+)
 from sweeper.ablation._verdict import (
     PPL_SAME_WITHIN,
     ClosingVerdict,
@@ -53,12 +63,20 @@ from sweeper.ablation._verdict import (
 )
 
 __all__ = [
+    "changes_text",
+    "closing_text",
+    "effect_text",
+    "failures_text",
+    "outputs_text",
+    "ppl_text",
+    "study_wide_level",
     "DEFAULT_CLOSING_PAIRS",
     "EXPORTED",
     "ORIGINAL",
     "ClosingPair",
     "ClosingRace",
     "ClosingVerdict",
+    "close_ablation",
     "closing_race",
     "exported_changes",
     "judge_closing",

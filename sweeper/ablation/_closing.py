@@ -31,6 +31,11 @@ EXPORTED, ORIGINAL = "exported", "original"
 DEFAULT_CLOSING_PAIRS = 3
 
 
+def changes_text(changes: Mapping[str, str]) -> str:
+    """``ENFORCE_EAGER=0, FOO=1``: what the exported manifest sets otherwise than the original."""
+    return ", ".join(f"{key}={value}" for key, value in changes.items())
+
+
 def pair_order(pair: int) -> tuple[str, str]:
     """Who runs first in ``pair`` (from 1): the original in odd pairs, the exported manifest in even."""
     return (ORIGINAL, EXPORTED) if pair % 2 == 1 else (EXPORTED, ORIGINAL)
@@ -75,8 +80,7 @@ class ClosingRace:
         return math.exp(statistics.fmean(math.log(p.ratio) for p in self.pairs))
 
     def describe(self) -> str:
-        changed = ", ".join(f"{key}={value}" for key, value in self.changes.items())
-        head = f"exported ({changed}) against the original: {self.verdict.value}"
+        head = f"exported ({changes_text(self.changes)}) against the original: {self.verdict.value}"
         if self.ratio is None:
             return f"{head}; no complete pair ({self.failed_servers} of {self.servers} servers failed)"
         figures = f"{self.ratio - 1:+.1%} over {len(self.pairs)} pair(s) in fresh servers"

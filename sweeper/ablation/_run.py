@@ -40,6 +40,7 @@ from storage import (
 from sweeper.ablation._closing import (
     DEFAULT_CLOSING_PAIRS,
     ClosingRace,
+    changes_text,
     closing_race,
     compares_tokens,
     pair_order,
@@ -197,6 +198,7 @@ def run_ablation(
             manifest=manifest.redacted().to_dict(),
             switches=[dataclasses.asdict(s) for s in plan.switches],
             settings=plan.stored_settings(eval_settings),
+            run_options={"allow_output_change": plan.allow_output_change},
         )
         done = record.done_slots
         if done:
@@ -228,6 +230,35 @@ def run_ablation(
     return result
 
 
+def close_ablation(
+    manifest: Manifest,
+    plan: AblationPlan,
+    changes: dict[str, str],
+    eval_settings: EvalSettings,
+    *,
+    url: str,
+    workdir: str | Path,
+    measure: Measure | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ClosingRace:
+    """Race ``changes`` (the exported manifest: ``manifest`` with them) against ``manifest`` for
+    stored ablation ``plan.name``, in ``plan.closing_pairs`` pairs of fresh servers; the servers
+    already stored for these changes are not measured again. ``run_ablation`` ends with this for
+    the changes its verdicts export."""
+    if not changes or plan.closing_pairs < 2:
+        raise UserInputError("a closing race needs changes to race and --closing-pairs of at least 2")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem = workdir / re.sub(r"[^A-Za-z0-9._-]+", "_", plan.name)
+    with AblationStore(url) as store:
+        record = store.find(plan.name)
+        if record is None:
+            raise UserInputError(f"no ablation {plan.name!r} is stored to close")
+        _run_closing(manifest, plan, changes, eval_settings, store, record.id, stem, measure or evaluate, progress)
+        raced = store.record(record.id).closing_for(changes)
+    return closing_race(raced, changes, confidence=plan.confidence)
+
+
 def _run_closing(
     manifest: Manifest,
     plan: AblationPlan,
@@ -243,7 +274,7 @@ def _run_closing(
     done = {server.slot for server in store.record(ablation_id).closing_for(changes)}
     reference = stem.with_name(f"{stem.name}.closing-fidelity.json")
     slots = [(pair, side) for pair in range(1, plan.closing_pairs + 1) for side in pair_order(pair)]
-    text = ", ".join(f"{key}={value}" for key, value in changes.items())
+    text = changes_text(changes)
     stored = f", {len(done)} stored" if done else ""
     _say(
         progress,
@@ -279,9 +310,10 @@ def _run_closing(
         _say(progress, f"  {_describe(measured)}")
 
 
-def plan_from_record(record: AblationRecord, *, allow_output_change: bool = False) -> AblationPlan:
+def plan_from_record(record: AblationRecord) -> AblationPlan:
     """The plan a stored ablation was measured with, to its last stored round (for status)."""
     settings = record.settings
+    options = settings.get("run_options") or {}
     return AblationPlan(
         name=record.name,
         mode=AblationMode(record.mode),
@@ -291,7 +323,7 @@ def plan_from_record(record: AblationRecord, *, allow_output_change: bool = Fals
         confidence=float(settings.get("confidence", DEFAULT_CONFIDENCE)),
         prior_spread=float(settings.get("prior_spread", PRIOR_SPREAD)),
         fidelity_prompts=int(settings.get("fidelity_prompts", 4)),
-        allow_output_change=allow_output_change,
+        allow_output_change=bool(options.get("allow_output_change", False)),
         closing_pairs=max(2, *(s.pair for s in record.closing)) if record.closing else 0,
     )
 

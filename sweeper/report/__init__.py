@@ -9,8 +9,13 @@
     trials.csv      one row per trial
     summary.md      the winner, its manifest changes, verification, time by phase
 
+``build_ablation_report(storage, name, out_dir)`` does the same for an
+ablation (``sweeper ablate``): ablation.html, effects.png, switches.csv,
+servers.csv and summary.md (see ``_ablation``).
+
 Modules: ``_data`` reads the study into ``ReportData``; ``_plotly`` and
-``_png`` draw from it; ``_files`` and ``_page`` write the tables and the page.
+``_png`` draw from it; ``_files`` and ``_page`` write the tables and the page;
+``_html`` is the page shell both reports share; ``_ablation`` is the ablation's report.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 from pathlib import Path
 
 from sweeper.manifest import Manifest
+from sweeper.report._ablation import AblationReportData, AblationReportFiles, build_ablation_report
 from sweeper.report._data import ReportData, assemble_report_data
 from sweeper.report._files import summary_markdown, trials_csv, write_text
 
@@ -85,4 +91,12 @@ def build_report(
     return ReportFiles(out_dir=out, files=files, data=data, messages=tuple(data.messages()))
 
 
-__all__ = ["ReportData", "ReportFiles", "assemble_report_data", "build_report"]
+__all__ = [
+    "AblationReportData",
+    "AblationReportFiles",
+    "ReportData",
+    "ReportFiles",
+    "assemble_report_data",
+    "build_ablation_report",
+    "build_report",
+]

@@ -85,7 +85,9 @@ def _cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a markdown table (a ``|`` in a cell is escaped, a line break becomes a space)."""
+
     def clean(cell: str) -> str:
         return str(cell).replace("|", "\\|").replace("\n", " ")
 
@@ -127,7 +129,7 @@ def summary_markdown(data: ReportData) -> str:
         lines += ["", "### How its manifest differs from the base", ""]
         if data.env_changes:
             base = f" `{data.base_name}`" if data.base_name else ""
-            lines += _table(
+            lines += markdown_table(
                 ["env", f"base{base}", "winner"],
                 [
                     [f"`{c.key}`", f"`{c.base}`" if c.base is not None else data.unset_label, f"`{c.answer}`"]
@@ -139,7 +141,7 @@ def summary_markdown(data: ReportData) -> str:
         lines.append("")
     lines += ["## Verification on held-out data", ""]
     if data.verifications:
-        lines += _table(
+        lines += markdown_table(
             [
                 "trial",
                 "status",
@@ -168,7 +170,7 @@ def summary_markdown(data: ReportData) -> str:
         lines.append(f"No trial verified yet: run `{verify_command(data.study_name, data.storage)}`.")
     lines += ["", "## Pareto front (gate-passing configurations)", ""]
     if data.configurations:
-        lines += _table(
+        lines += markdown_table(
             ["trial", "TPS", "interval", "servers", "PPL", *data.param_names],
             [
                 [
@@ -183,7 +185,7 @@ def summary_markdown(data: ReportData) -> str:
             ],
         )
     elif data.pareto:  # no standing: each trial's own reading
-        lines += _table(
+        lines += markdown_table(
             ["trial", "TPS", "PPL", *data.param_names],
             [
                 [
@@ -200,7 +202,7 @@ def summary_markdown(data: ReportData) -> str:
     lines += ["", "## Where the time went", ""]
     if data.time.phases:
         lines += [phase_headline(data.time) + ".", ""]
-        lines += _table(
+        lines += markdown_table(
             ["phase", "time", "share", "per server"],
             phase_rows(data.time) + [["**total**", duration_text(data.time.total_s), "100%", ""]],
         )
@@ -210,7 +212,7 @@ def summary_markdown(data: ReportData) -> str:
     if data.importance:
         lines += ["On measured values only: a TPS imputed for a trial stopped early or refused is left out.", ""]
         targets = list(data.importance)
-        lines += _table(
+        lines += markdown_table(
             ["parameter", *(f"for {t.upper()}" for t in targets)],
             [[n, *(f"{data.importance[t].get(n, 0.0):.3f}" for t in targets)] for n in data.param_names],
         )

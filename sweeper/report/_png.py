@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.axes import Axes
@@ -53,7 +54,8 @@ DPI = 110
 BOX = {"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
 
 
-def _new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
+def new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
+    """A figure on its own Agg canvas (no pyplot: nothing global changes)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -122,7 +124,7 @@ def _place_labels(
 
 
 def pareto_figure(data: ReportData) -> Figure:
-    fig = _new_figure(9.0, 5.6)
+    fig = new_figure(9.0, 5.6)
     ax = fig.add_subplot()
     configs = data.configurations
     drawn = {n for c in configs for n in c.numbers}
@@ -227,14 +229,25 @@ def pareto_figure(data: ReportData) -> Figure:
         title += f"\n{len(configs)} gate-passing configurations at their estimates, bars: {configs[0].level} intervals"
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _legend_below(ax)
+    legend_below(ax)
     _place_labels(ax, labels, pareto_obstacles(data))  # last: once everything else is drawn
     return fig
 
 
-def _legend_below(ax: Axes) -> None:
-    """The legend under the axes, off the data."""
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+def legend_below(ax: Axes, order: Sequence[str] = ()) -> None:
+    """The legend under the axes, off the data; the labels named in ``order`` first, in that order."""
+    handles, labels = ax.get_legend_handles_labels()
+    rank = {label: index for index, label in enumerate(order)}
+    pairs = sorted(zip(handles, labels), key=lambda pair: rank.get(pair[1], len(rank)))
+    ax.legend(
+        [h for h, _ in pairs],
+        [label for _, label in pairs],
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=2,
+        frameon=False,
+    )
 
 
 def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
@@ -259,7 +272,7 @@ def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
 
 
 def history_figure(data: ReportData) -> Figure:
-    fig = _new_figure(10.0, 6.0)
+    fig = new_figure(10.0, 6.0)
     ax = fig.add_subplot()
     answer, base = data.answer_configuration, data.base_configuration
     if answer is None and base is None:  # no standing: the best reading so far
@@ -306,7 +319,7 @@ def history_figure(data: ReportData) -> Figure:
     ax.set_xlabel("trial number")
     ax.set_ylabel("TPS")
     ax.grid(alpha=0.3)
-    _legend_below(ax)
+    legend_below(ax)
     for text, y, color, above in history_labels(data, sep="\n"):
         # in the right margin, level with its line: off the data
         ax.annotate(
@@ -329,7 +342,7 @@ _MARKERS = {"circle-open": "o", "square-open": "s", "diamond-open": "D"}  # plot
 
 
 def slice_figure(data: ReportData, name: str) -> Figure:
-    fig = _new_figure(6.0, 4.2)
+    fig = new_figure(6.0, 4.2)
     ax = fig.add_subplot()
     for category, imputed, points in slice_groups(data, name):
         ax.scatter(
@@ -354,7 +367,7 @@ def slice_figure(data: ReportData, name: str) -> Figure:
 
 def importance_figure(data: ReportData) -> Figure:
     names = list(data.param_names)
-    fig = _new_figure(7.0, 1.2 + 0.5 * max(1, len(names)))
+    fig = new_figure(7.0, 1.2 + 0.5 * max(1, len(names)))
     ax = fig.add_subplot()
     if data.importance and names:
         height = 0.38
@@ -384,7 +397,8 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name) or "parameter"
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_png(fig: Figure, path: Path) -> Path:
+    """Atomically: the file is the old one or the whole new one."""
     tmp = path.with_name(f".{path.name}.tmp")
     fig.savefig(tmp, format="png")
     os.replace(tmp, path)
@@ -394,11 +408,11 @@ def _save(fig: Figure, path: Path) -> Path:
 def write_pngs(data: ReportData, out_dir: Path) -> dict[str, Path]:
     """pareto.png, history.png, importance.png and slice-<param>.png; returns them by stem."""
     written = {
-        "pareto": _save(pareto_figure(data), out_dir / "pareto.png"),
-        "history": _save(history_figure(data), out_dir / "history.png"),
-        "importance": _save(importance_figure(data), out_dir / "importance.png"),
+        "pareto": save_png(pareto_figure(data), out_dir / "pareto.png"),
+        "history": save_png(history_figure(data), out_dir / "history.png"),
+        "importance": save_png(importance_figure(data), out_dir / "importance.png"),
     }
     for name in data.param_names:
         stem = f"slice-{_slug(name)}"
-        written[stem] = _save(slice_figure(data, name), out_dir / f"{stem}.png")
+        written[stem] = save_png(slice_figure(data, name), out_dir / f"{stem}.png")
     return written

@@ -7,10 +7,16 @@ back: other greedy tokens and a PPL about 2.3 times as high, docs/tiny-model.md)
 PPL rows and fidelity are stored; the paired PPL ratio is recomputed here from those rows. The
 same ablation run again adds no server (every slot is stored) and reads the same verdicts, and
 ``sweeper ablate --json`` and ``-o`` print and export them.
+
+The closing race on real servers: the window of 8, raced as if it were exported, against the
+manifest in 2 pairs of fresh servers (4 servers): its first server's tokens differ from the
+original's, the original's second server reproduces them (the control), and the pairs' TPS are
+the stored servers'.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -19,7 +25,17 @@ from click.testing import CliRunner
 
 from evaluators import PplSettings, TpsSettings
 from storage import ABLATION_FINISHED, AblationStore
-from sweeper.ablation import AblationMode, AblationPlan, OutputCheck, PplCheck, Verdict, find_switches, run_ablation
+from sweeper.ablation import (
+    AblationMode,
+    AblationPlan,
+    ClosingVerdict,
+    OutputCheck,
+    PplCheck,
+    Verdict,
+    close_ablation,
+    find_switches,
+    run_ablation,
+)
 from sweeper.cli import app
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings
@@ -102,3 +118,19 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
     assert shown.exit_code == 0, shown.output
     assert "finished, 3 of 3 servers" in shown.stdout
     assert "SLIDING_WINDOW=8 vs 32:" in shown.stdout and "3 identical: changed tokens" in shown.stdout
+
+    # the closing race on real servers, of a change that is known to move the tokens
+    closing_plan = dataclasses.replace(plan, closing_pairs=2)
+    race = close_ablation(
+        demo_manifest, closing_plan, {"SLIDING_WINDOW": "8"}, settings, url=url, workdir=tmp_path / "runs"
+    )
+    assert race.outputs is OutputCheck.CHANGED and race.fidelity.identical < race.fidelity.compared == 3
+    assert race.control.identical == race.control.compared == 3
+    assert race.verdict is not ClosingVerdict.CONFIRMED and len(race.pairs) == 2
+    with AblationStore(url) as store:
+        closing = store.find("demo-ablation").closing
+    assert [(c.pair, c.side) for c in closing] == [(1, "original"), (1, "exported"), (2, "exported"), (2, "original")]
+    tps = {(c.pair, c.side): c.tps for c in closing}
+    assert [p.ratio for p in race.pairs] == pytest.approx(
+        [tps[(1, "exported")] / tps[(1, "original")], tps[(2, "exported")] / tps[(2, "original")]], rel=1e-12
+    )

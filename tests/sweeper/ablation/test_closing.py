@@ -112,10 +112,11 @@ def test_pairs_alternate_and_the_original_opens() -> None:
 
 class Scripted:
     """Stands in for fresh servers: TPS 200 with FOO=1 and 100 without (``fast`` picks which side is
-    faster), a small jitter by call; records each call's settings; raises Ctrl-C at call ``stop``."""
+    faster), a small jitter by call; with ``changes_tokens`` FOO=1 changes one of two greedy
+    outputs; records each call's settings; raises Ctrl-C at call ``stop``."""
 
-    def __init__(self, *, fast: str = "1", stop: int | None = None) -> None:
-        self.fast, self.stop, self.calls = fast, stop, []
+    def __init__(self, *, fast: str = "1", stop: int | None = None, changes_tokens: bool = False) -> None:
+        self.fast, self.stop, self.calls, self.changes_tokens = fast, stop, [], changes_tokens
 
     def __call__(self, manifest, settings: EvalSettings) -> EvalResult:
         self.calls.append(settings)
@@ -124,7 +125,12 @@ class Scripted:
         if settings.save_reference is not None:
             settings.save_reference.write_text("{}")
         tps = (200.0 if settings.overrides.get("FOO", "unset") == self.fast else 100.0) * (1 + 0.01 * len(self.calls))
-        fidelity = FidelityResult(compared=2, identical=2, divergences=(), duration_s=0.1) if settings.fidelity_reference is not None else None
+        identical = 1 if self.changes_tokens and settings.overrides.get("FOO") == "1" else 2
+        fidelity = (
+            FidelityResult(compared=2, identical=identical, divergences=(), duration_s=0.1)
+            if settings.fidelity_reference is not None
+            else None
+        )
         return EvalResult(
             manifest=manifest.name,
             overrides=dict(settings.overrides),
@@ -218,3 +224,21 @@ def test_one_closing_pair_is_refused_before_any_server(demo, tmp_path) -> None:
     assert isinstance(error, UserInputError) and error.exit_code == 2
     assert "--closing-pairs must be 0 (no closing race) or at least 2" in str(error)
     assert not (tmp_path / "a.db").exists()
+
+
+def test_an_output_change_raced_with_allow_output_change_is_read_back_so(demo_manifest, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    plan = _plan(demo_manifest, allow_output_change=True)
+    result = run_ablation(
+        demo_manifest, plan, SETTINGS, url=url, workdir=tmp_path, measure=Scripted(changes_tokens=True)
+    )
+    assert [r.verdict for r in result.reports] == [Verdict.HELPS_CHANGES_OUTPUT] and result.changes == {"FOO": "1"}
+    assert result.closing.verdict is ClosingVerdict.FASTER_CHANGES_OUTPUT
+    record = stored_ablation(url, "closing")
+    assert plan_from_record(record).allow_output_change is True
+    assert analyse(record, plan_from_record(record)).closing.to_dict() == result.closing.to_dict()
+    # the same ablation read without the flag: nothing to export, so no race to show; the servers stay
+    measure = Scripted(changes_tokens=True)
+    again = run_ablation(demo_manifest, _plan(demo_manifest), SETTINGS, url=url, workdir=tmp_path, measure=measure)
+    assert measure.calls == [] and again.changes == {} and again.closing is None
+    assert plan_from_record(stored_ablation(url, "closing")).allow_output_change is False

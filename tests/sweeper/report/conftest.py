@@ -1,9 +1,13 @@
-"""Fixtures of the report's tests: a stored study shaped like the CPU demo's (see demo_like.py)."""
+"""Fixtures of the report's tests: a stored study shaped like the CPU demo's (see demo_like.py), and
+headless Chromium with no network, to open the pages the reports write."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,3 +27,47 @@ def _load_demo_like():
 @pytest.fixture(scope="session")
 def demo_like():
     return _load_demo_like()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    # no network at all: every request goes to a proxy that is not there
+    "--proxy-server=http://127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+]
+
+Chromium = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Chromium:
+    """``chromium(page, profile, *args)``: headless Chromium on ``page`` with no network (the test
+    is skipped where it is not installed)."""
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (scripts/install_chromium.sh)")
+
+    def run(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                CHROMIUM,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=20000",
+                *args,
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    return run

@@ -6,9 +6,6 @@ import csv
 import io
 import math
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from scipy import stats
@@ -16,21 +13,6 @@ from scipy import stats
 from sweeper.answer import verify_study
 from sweeper.errors import StudyError
 from sweeper.report import _plotly, _png, assemble_report_data, build_report
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    # no network at all: every request goes to a proxy that is not there
-    "--proxy-server=http://127.0.0.1:9",
-    "--proxy-bypass-list=<-loopback>",
-]
 
 
 @pytest.fixture(scope="module")
@@ -241,18 +223,7 @@ def test_an_empty_study_gets_no_report(synthetic, tmp_path) -> None:
 # -- a real browser ----------------------------------------------------------------------------
 
 
-def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", *args, page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install_chromium.sh)")
-def test_report_html_renders_in_headless_chromium(report, tmp_path) -> None:
+def test_report_html_renders_in_headless_chromium(report, tmp_path, chromium) -> None:
     page = report.page
     dom = chromium(page, tmp_path / "profile-dom", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
