@@ -93,8 +93,10 @@ class ClosingRace:
         tokens = self.outputs.value
         if self.fidelity is not None:
             tokens = f"{self.fidelity.identical}/{self.fidelity.compared} identical: {tokens}"
-        failed = f", {self.failed_servers} failed server(s)" if self.failed_servers else ""
-        return f"{head}; {figures}; outputs {tokens}{failed}"
+        if self.control is not None:
+            tokens += f" (the original against itself: {self.control.identical}/{self.control.compared})"
+        failed = f", {self.failed_servers} failed" if self.failed_servers else ""
+        return f"{head}; {figures}; outputs {tokens}; {self.servers} servers{failed}, {self.seconds / 60:.1f} min"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -329,7 +329,8 @@ def effects_png(data: AblationReportData) -> Figure:
 
     reports = data.result.reports
     rows = {row_label(r): index for index, r in enumerate(reports)}
-    fig = new_figure(9.0, 2.4 + 0.5 * len(reports))
+    height = 2.8 + 0.5 * len(reports)
+    fig = new_figure(9.0, height)
     ax = fig.add_subplot()
     for verdict in Verdict:
         chosen = [r for r in reports if r.verdict is verdict]
@@ -374,7 +375,9 @@ def effects_png(data: AblationReportData) -> Figure:
     ax.set_xlabel("TPS effect (%): the subject value's TPS over the reference value's")
     ax.set_title(_title(data, "\n"), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    legend_below(ax, order=[label for verdict in Verdict for label in (verdict.value, _unmeasured_name(verdict))])
+    order = [label for verdict in Verdict for label in (verdict.value, _unmeasured_name(verdict))]
+    # under the tick labels and the axis title, which take about 0.6 inch whatever the axes' height
+    legend_below(ax, order=order, below=-0.6 / (0.6 * height))
     return fig
 
 

@@ -234,8 +234,9 @@ def pareto_figure(data: ReportData) -> Figure:
     return fig
 
 
-def legend_below(ax: Axes, order: Sequence[str] = ()) -> None:
-    """The legend under the axes, off the data; the labels named in ``order`` first, in that order."""
+def legend_below(ax: Axes, order: Sequence[str] = (), *, below: float = -0.13) -> None:
+    """The legend under the axes, off the data; the labels named in ``order`` first, in that order.
+    ``below``: its top edge, in axes heights under the axes' bottom (lower for a short axes)."""
     handles, labels = ax.get_legend_handles_labels()
     rank = {label: index for index, label in enumerate(order)}
     pairs = sorted(zip(handles, labels), key=lambda pair: rank.get(pair[1], len(rank)))
@@ -244,7 +245,7 @@ def legend_below(ax: Axes, order: Sequence[str] = ()) -> None:
         [label for _, label in pairs],
         fontsize=8,
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.13),
+        bbox_to_anchor=(0.5, below),
         ncol=2,
         frameon=False,
     )

@@ -62,6 +62,7 @@ def test_the_race_reads_a_paired_t_interval_of_its_own_pairs() -> None:
     assert race.verdict is ClosingVerdict.CONFIRMED and race.outputs is OutputCheck.NOT_MEASURED
     assert race.servers == 6 and race.failed_servers == 0 and race.seconds == 60.0
     assert "confirmed faster" in race.describe() and "FOO=1" in race.describe() and "2 df" in race.describe()
+    assert race.describe().endswith("; 6 servers, 1.0 min")
 
 
 def test_a_pair_with_a_failed_server_is_left_out_and_one_pair_is_unmeasured() -> None:
@@ -70,7 +71,7 @@ def test_a_pair_with_a_failed_server_is_left_out_and_one_pair_is_unmeasured() ->
     race = closing_race(servers, {"FOO": "1"})
     assert [p.pair for p in race.pairs] == [1] and race.speedup is None
     assert race.verdict is ClosingVerdict.UNMEASURED and race.failed_servers == 1
-    assert "1 failed server" in race.describe()
+    assert "4 servers, 1 failed, 0.7 min" in race.describe()
 
 
 def test_changed_tokens_in_the_exported_manifest_are_named() -> None:
