@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -248,6 +249,16 @@ def _title(data: AblationReportData, sep: str) -> str:
     )
 
 
+def _by_verdict(
+    reports: tuple[SwitchReport, ...],
+) -> Iterator[tuple[Verdict, str, list[SwitchReport], list[SwitchReport]]]:
+    """Each verdict with its colour, its switches with a TPS effect and those without (one trace each)."""
+    for verdict in Verdict:
+        chosen = [r for r in reports if r.verdict is verdict]
+        measured = [r for r in chosen if r.tps_effect is not None]
+        yield verdict, VERDICT_COLORS[verdict], measured, [r for r in chosen if r.tps_effect is None]
+
+
 def effects_figure(data: AblationReportData) -> go.Figure:
     """The forest plot: a point and an interval per switch, coloured by verdict, a line at 0 %."""
     import plotly.graph_objects as go
@@ -255,11 +266,7 @@ def effects_figure(data: AblationReportData) -> go.Figure:
     reports = data.result.reports
     labels = [row_label(r) for r in reports]
     fig = go.Figure()
-    for verdict in Verdict:
-        chosen = [r for r in reports if r.verdict is verdict]
-        measured = [r for r in chosen if r.tps_effect is not None]
-        unmeasured = [r for r in chosen if r.tps_effect is None]
-        color = VERDICT_COLORS[verdict]
+    for verdict, color, measured, unmeasured in _by_verdict(reports):
         if measured:
             effects = [r.tps_effect for r in measured]
             fig.add_trace(
@@ -332,11 +339,7 @@ def effects_png(data: AblationReportData) -> Figure:
     height = 2.8 + 0.5 * len(reports)
     fig = new_figure(9.0, height)
     ax = fig.add_subplot()
-    for verdict in Verdict:
-        chosen = [r for r in reports if r.verdict is verdict]
-        measured = [r for r in chosen if r.tps_effect is not None]
-        unmeasured = [r for r in chosen if r.tps_effect is None]
-        color = VERDICT_COLORS[verdict]
+    for verdict, color, measured, unmeasured in _by_verdict(reports):
         if measured:
             effects = [r.tps_effect for r in measured]
             ax.errorbar(
