@@ -223,6 +223,8 @@ def run_ablation(
                 result = analyse(store.record(record.id), plan)
             elif not result.changes:
                 _say(progress, "the verdicts keep the manifest as it is: no closing race")
+            else:
+                _say(progress, f"no closing race (--closing-pairs 0) for the exported {changes_text(result.changes)}")
         except BaseException:  # Ctrl-C, or an error no server caused (bad data, the database)
             store.finish(record.id, status=ABLATION_INTERRUPTED, verdicts=None)
             raise
