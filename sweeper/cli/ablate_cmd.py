@@ -121,7 +121,8 @@ def command(
     alternating pairs of fresh servers, as the organizers' re-run would,
     and compares their greedy tokens. Every server is stored as it ends:
     the same command goes on where an interrupted one stopped, and a
-    larger --rounds adds rounds (or --closing-pairs pairs).
+    larger --rounds adds rounds (or --closing-pairs pairs). `sweeper status
+    --ablation NAME` and `sweeper report --ablation NAME` show it later.
     """
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)
