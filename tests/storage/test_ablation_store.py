@@ -7,7 +7,7 @@ import math
 import pytest
 
 from errortree import StorageError
-from storage import ABLATION_FINISHED, ABLATION_RUNNING, AblationServer, AblationStore
+from storage import ABLATION_FINISHED, ABLATION_RUNNING, AblationServer, AblationStore, ClosingServer
 
 SWITCHES = [{"key": "ENFORCE_EAGER", "subject": "1", "reference": "0", "manifest_value": "1"}]
 SETTINGS = {"rounds": 2, "block_size": 4, "confidence": 0.95}
@@ -53,6 +53,38 @@ def test_an_ablation_round_trips_and_resumes(storage_url: str) -> None:
         assert done.status == ABLATION_FINISHED and done.verdicts[0]["verdict"] == "hurts"
         assert done.finished_at is not None and store.names() == ["abl"]
         assert store.find("other") is None
+
+
+def test_the_closing_race_and_the_run_options_round_trip(storage_url: str) -> None:
+    fidelity = {"compared": 4, "identical": 3, "divergences": [], "duration_s": 0.5}
+    with AblationStore(storage_url) as store:
+        record = store.start(
+            name="abl", mode="leave-one-out", manifest={}, switches=SWITCHES, settings=SETTINGS,
+            run_options={"allow_output_change": True},
+        )  # fmt: skip
+        store.add_closing(
+            record.id,
+            ClosingServer(changes={"ENFORCE_EAGER": "0"}, pair=1, side="exported", state="complete", tps=880.5,
+                          fidelity=fidelity, seconds=48.0),
+        )  # fmt: skip
+        store.add_closing(
+            record.id,
+            ClosingServer(changes={"ENFORCE_EAGER": "0"}, pair=1, side="original", state="failed",
+                          error_kind="oom", error_message="out of memory", tps=math.nan),
+        )  # fmt: skip
+        assert store.record(record.id).settings["run_options"] == {"allow_output_change": True}
+    with AblationStore(storage_url) as store:  # resumed without the option: the settings still match
+        again = store.start(name="abl", mode="leave-one-out", manifest={}, switches=SWITCHES, settings=SETTINGS)
+        assert again.settings == {**SETTINGS, "run_options": {}}
+        exported, original = again.closing_for({"ENFORCE_EAGER": "0"})
+        assert (exported.slot, exported.tps, dict(exported.fidelity), exported.seconds) == (
+            (1, "exported"),
+            880.5,
+            fidelity,
+            48.0,
+        )
+        assert (original.state, original.tps, original.error_kind) == ("failed", None, "oom")
+        assert again.closing_for({"ENFORCE_EAGER": "1"}) == ()
 
 
 def test_the_same_name_with_other_switches_is_refused(tmp_path) -> None:
