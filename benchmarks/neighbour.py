@@ -61,14 +61,14 @@ class Records:
         print(json.dumps(line), flush=True)
 
 
-def _measure(server: ServerProcess, data: Any, settings: EvalSettings, runs: int, write: Any, **where: Any) -> None:
+def _measure(process: ServerProcess, data: Any, settings: EvalSettings, runs: int, write: Any, **where: Any) -> None:
     """The bridge once, then ``runs`` TPS runs, each written as it ends."""
     bridge = dataclasses.replace(settings, tps=None)
-    measure_server(server.base_url, server.served_model_name, data, bridge, warmup=bridge.warmup)
+    measure_server(process.base_url, process.served_model_name, data, bridge, warmup=bridge.warmup)
     timed = dataclasses.replace(settings, warmup=WarmupSettings(enabled=False))
     for run in range(1, runs + 1):
         at = time.monotonic()
-        result = measure_server(server.base_url, server.served_model_name, data, timed, warmup=timed.warmup)
+        result = measure_server(process.base_url, process.served_model_name, data, timed, warmup=timed.warmup)
         tps = result.tps
         write(
             "run",
