@@ -27,6 +27,7 @@ from sweeper.ablation._run import (
     analyse,
     close_ablation,
     exported_changes,
+    follow_up_switches,
     plan_from_record,
     run_ablation,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "close_ablation",
     "closing_race",
     "exported_changes",
+    "follow_up_switches",
     "judge_closing",
     "pair_order",
     "AblationPlan",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -151,6 +152,20 @@ class AblationResult:
             "changes": self.changes,
             "closing": self.closing.to_dict() if self.closing is not None else None,
         }
+
+
+def follow_up_switches(result: AblationResult, keep: int) -> tuple[Switch, ...]:
+    """The ``keep`` switches whose TPS effect read farthest from 1 (in either direction), in the
+    ablation's order: what a second stage re-measures in fresh servers. Only the first stage's
+    figures choose; only the second stage's may judge the chosen, so the reading that chose them
+    is not counted twice. A switch with no effect measured (its arm never ran) is not chosen."""
+    if keep < 1:
+        raise UserInputError(f"--keep must be at least 1, not {keep}")
+    measured = [(index, r) for index, r in enumerate(result.reports) if r.tps_effect is not None]
+    if not measured:
+        raise UserInputError(f"ablation {result.name!r} has no switch with a TPS effect to follow up")
+    farthest = sorted(measured, key=lambda item: (-abs(math.log(item[1].tps_effect.value)), item[0]))[:keep]
+    return tuple(report.switch for _, report in sorted(farthest, key=lambda item: item[0]))
 
 
 def exported_changes(reports: tuple[SwitchReport, ...], *, allow_output_change: bool) -> dict[str, str]:

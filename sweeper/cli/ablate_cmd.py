@@ -9,14 +9,19 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from evaluators import PplSettings, TpsSettings
-from storage import DEFAULT_URL
+from evaluators import DEFAULT_CONFIDENCE, PplSettings, TpsSettings
+from storage import DEFAULT_URL, stored_ablation
 from sweeper.ablation import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_CLOSING_PAIRS,
     AblationMode,
     AblationPlan,
+    Switch,
+    analyse,
+    effect_text,
     find_switches,
+    follow_up_switches,
+    plan_from_record,
     run_ablation,
     servers_per_round,
 )
@@ -44,6 +49,13 @@ logger = logging.getLogger(__name__)
     is_flag=True,
     help="Start from a base with every switch off and turn each on (default: leave one out of the manifest).",
 )
+@click.option(
+    "--follow-up",
+    metavar="NAME",
+    help="A second stage: re-measure the --keep switches of stored ablation NAME that read farthest from 1, "
+    "judged on the new servers alone (its switches and mode; not with --flags, --alternative, --add-one-in).",
+)
+@click.option("--keep", default=3, show_default=True, help="Switches a --follow-up re-measures.")
 @click.option("--rounds", default=2, show_default=True, help="Rounds: a fresh server of every switch and base each.")
 @click.option(
     "--block-size",
@@ -51,7 +63,17 @@ logger = logging.getLogger(__name__)
     show_default=True,
     help="Switches sharing one base server a round.",
 )
-@click.option("--name", metavar="NAME", help="The ablation's name in the database (default: MANIFEST's name).")
+@click.option(
+    "--confidence",
+    default=DEFAULT_CONFIDENCE,
+    show_default=True,
+    help="The whole ablation's level: each switch's interval is at 1 - (1 - this) / switches.",
+)
+@click.option(
+    "--name",
+    metavar="NAME",
+    help="The ablation's name in the database (default: MANIFEST's name, or NAME-follow-up).",
+)
 @click.option("--storage", "url", default=DEFAULT_URL, show_default=True, help="SQLAlchemy URL of the database.")
 @click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
 @click.option("--ppl-data", metavar="D", help="PPL records (file or hub id; default: the demo's tuning set).")
@@ -85,7 +107,10 @@ def command(
     flags: str | None,
     alternatives: tuple[str, ...],
     add_one_in: bool,
+    follow_up: str | None,
+    keep: int,
     rounds: int,
+    confidence: float,
     block_size: int,
     name: str | None,
     url: str,
@@ -127,16 +152,26 @@ def command(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)
     manifest = Manifest.load(manifest_path)
-    flag_list = [f.strip() for f in flags.split(",")] if flags is not None else None
-    switches = find_switches(
-        manifest.env,
-        flags=flag_list,
-        alternatives=parse_assignments(list(alternatives), option="--alternative"),
-        source=f"manifest {manifest_path}",
-    )
-    mode = AblationMode.ADD_ONE_IN if add_one_in else AblationMode.LEAVE_ONE_OUT
+    console = Console(stderr=True, soft_wrap=True)
+    if follow_up is not None:
+        if flags is not None or alternatives or add_one_in:
+            raise UserInputError(
+                "--follow-up takes the stored ablation's switches and mode: leave out --flags, --alternative "
+                "and --add-one-in"
+            )
+        switches, mode = _follow_up(follow_up, keep, manifest, url, console)
+    else:
+        flag_list = [f.strip() for f in flags.split(",")] if flags is not None else None
+        switches = find_switches(
+            manifest.env,
+            flags=flag_list,
+            alternatives=parse_assignments(list(alternatives), option="--alternative"),
+            source=f"manifest {manifest_path}",
+        )
+        mode = AblationMode.ADD_ONE_IN if add_one_in else AblationMode.LEAVE_ONE_OUT
     plan = AblationPlan(
-        name=name or f"{manifest.name}-ablation",
+        name=name or (f"{follow_up}-follow-up" if follow_up else f"{manifest.name}-ablation"),
+        confidence=confidence,
         mode=mode,
         switches=switches,
         rounds=rounds,
@@ -151,7 +186,6 @@ def command(
     except (ValueError, TypeError) as exc:
         raise UserInputError(str(exc)) from None
     eval_settings = EvalSettings(prompts=prompts, ppl_data=ppl_data, tps=tps, ppl=ppl, ready_timeout_s=ready_timeout)
-    console = Console(stderr=True, soft_wrap=True)
     servers = rounds * servers_per_round(len(switches), block_size)
     console.print(
         f"ablate {manifest.name}: {len(switches)} switch(es) ({', '.join(s.label for s in switches)}), "
@@ -181,3 +215,24 @@ def command(
     print_ablation(Console(soft_wrap=True), result)
     if exported is not None:
         click.echo(f"exported: {exported}")
+
+
+def _follow_up(
+    name: str, keep: int, manifest: Manifest, url: str, console: Console
+) -> tuple[tuple[Switch, ...], AblationMode]:
+    """The switches of stored ablation ``name`` that a second stage re-measures, and its mode."""
+    record = stored_ablation(url, name)
+    ablated = record.manifest.get("name")
+    if ablated != manifest.name:
+        raise UserInputError(f"--follow-up {name}: that ablation measured manifest {ablated!r}, not {manifest.name!r}")
+    first = analyse(record, plan_from_record(record))
+    switches = follow_up_switches(first, keep)
+    readings = {r.switch.key: r for r in first.reports}
+    console.print(
+        f"follow-up of {name} ({record.status}): the {len(switches)} switch(es) that read farthest from 1, "
+        "judged on the new servers alone:",
+        highlight=False,
+    )
+    for switch in switches:
+        console.print(f"  {switch.label}: {effect_text(readings[switch.key].tps_effect)} in {name}", highlight=False)
+    return switches, AblationMode(record.mode)
