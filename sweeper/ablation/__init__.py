@@ -24,10 +24,12 @@ from sweeper.ablation._closing import (
 from sweeper.ablation._run import (
     AblationPlan,
     AblationResult,
+    StoredAblation,
     analyse,
     close_ablation,
     exported_changes,
     follow_up_switches,
+    judge_stored,
     plan_from_record,
     run_ablation,
 )
@@ -81,6 +83,8 @@ __all__ = [
     "closing_race",
     "exported_changes",
     "follow_up_switches",
+    "judge_stored",
+    "StoredAblation",
     "judge_closing",
     "pair_order",
     "AblationPlan",

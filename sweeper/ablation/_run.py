@@ -345,6 +345,24 @@ def plan_from_record(record: AblationRecord) -> AblationPlan:
     )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredAblation:
+    """A stored ablation judged as it stands: its plan to the last stored round, its verdicts, and
+    how many servers that plan's schedule holds (what ``status`` and ``report`` show)."""
+
+    record: AblationRecord
+    plan: AblationPlan
+    result: AblationResult
+    planned_servers: int
+
+
+def judge_stored(record: AblationRecord) -> StoredAblation:
+    """``record`` judged from the servers stored so far (a running or interrupted one's too)."""
+    plan = plan_from_record(record)
+    planned = len(schedule(len(plan.switches), rounds=plan.rounds, block_size=plan.block_size))
+    return StoredAblation(record=record, plan=plan, result=analyse(record, plan), planned_servers=planned)
+
+
 def analyse(record: AblationRecord, plan: AblationPlan) -> AblationResult:
     """The verdicts of a stored ablation (its servers up to ``plan.rounds``)."""
     servers = [s for s in record.servers if s.round <= plan.rounds]

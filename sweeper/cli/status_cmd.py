@@ -410,13 +410,12 @@ def command(
 
 def show_ablation(console: Console, storage: str, name: str, *, as_json: bool) -> None:
     """An ablation's servers so far and the verdicts they give (``sweeper status --ablation``)."""
-    from sweeper.ablation import analyse, plan_from_record, schedule
+    from sweeper.ablation import judge_stored
     from sweeper.cli._ablation_view import print_ablation
 
     record = stored_ablation(storage, name)
-    plan = plan_from_record(record)
-    result = analyse(record, plan)
-    planned = len(schedule(len(plan.switches), rounds=plan.rounds, block_size=plan.block_size))
+    stored = judge_stored(record)
+    plan, result, planned = stored.plan, stored.result, stored.planned_servers
     if as_json:
         data = result.to_dict()
         data.update(status=record.status, planned_servers=planned, verdicts_stored=record.verdicts is not None)

@@ -48,14 +48,12 @@ from sweeper.ablation import (
     ClosingRace,
     SwitchReport,
     Verdict,
-    analyse,
     closing_text,
     effect_text,
     failures_text,
+    judge_stored,
     outputs_text,
-    plan_from_record,
     ppl_text,
-    schedule,
 )
 from sweeper.errors import StudyError
 from sweeper.report._files import markdown_table, write_text
@@ -176,11 +174,13 @@ def read_ablation(storage: str | None, name: str) -> AblationReportData:
             f"ablation {name!r} ({record.status}) has no servers stored yet: nothing to report "
             "(run 'sweeper ablate' first)"
         )
-    plan = plan_from_record(record)
-    result = analyse(record, plan)
-    planned = len(schedule(len(plan.switches), rounds=plan.rounds, block_size=plan.block_size))
+    stored = judge_stored(record)
     return AblationReportData(
-        record=record, plan=plan, result=result, storage=redact(normalize_url(storage)), planned_servers=planned
+        record=record,
+        plan=stored.plan,
+        result=stored.result,
+        storage=redact(normalize_url(storage)),
+        planned_servers=stored.planned_servers,
     )
 
 
