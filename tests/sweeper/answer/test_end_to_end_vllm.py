@@ -7,8 +7,11 @@ tokens). On the
 2-core machine the same work runs at a speed that differs by up to 12 % from one server
 start to the next, even when quiet (docs/verify-report-export.md: three verification
 servers at 90.9, 96.8 and 114.4 tok/s with identical draft and acceptance counts), so
-the test's TPS tolerance (TOLERANCE, 50 %) only catches a figure that does not flow
-through the chain. That the eval of the export did the same work as the verification
+the test's TPS tolerance is the widest the verifier takes (TOLERANCE, 95 %): a held-out
+server once read 50.4 % above the tuned figure there. That the figure flows through the
+chain is checked by recomputing the deviation the verdict states from the stored figures;
+the tolerance's refusal is tested on scripted figures (test_verify.py,
+test_answer_commands.py). That the eval of the export did the same work as the verification
 is checked exactly instead: greedy decoding makes the speculative-decoding counters
 (drafts, accepted tokens) identical. The product's default tolerance (5 %) is for
 dedicated machines and longer measurements. PPL is greedy and deterministic: it must
@@ -47,7 +50,7 @@ from sweeper.study import StudyRecipe, plan_from_manifest, run_study, save_recip
 pytestmark = pytest.mark.server
 
 NUM_PROMPTS, OUTPUT_LEN, WARMUP_REQUESTS, WARMUP_PROMPTS, PPL_RECORDS = 8, 128, 1, 4, 8
-TOLERANCE = 0.5  # 0.35 failed once in CI-like: a single held-out server read 41 % below the tuned figure
+TOLERANCE = 0.95  # one server a side on two shared cores: 41 % below and 50.4 % above have been read
 STATEMENT = re.compile(  # the PPL itself is left out where the text has just said it (export)
     r"(?:PPL (?P<ppl>[\d.]+) \()?95 % interval (?P<low>[\d.]+)-(?P<high>[\d.]+) over (?P<m>\d+) "
     r"records\)?; on (?P<k>\d+) new records of this kind, under (?P<cap>[\d.]+) with probability "
@@ -194,6 +197,13 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert other.speedup == pytest.approx(ratio)
     assert (other.speedup_low, other.speedup_high) == pytest.approx((ratio * math.exp(-half), ratio * math.exp(half)))
     assert f"held-out speedup over the base: {(ratio - 1) * 100:+.1f} %" in other.reason
+    # the reproduction the verdict states: the held-out figure against the stored tuned figure
+    assert other.median_tps == pytest.approx(candidate_run.tps)
+    assert other.tuned_tps == pytest.approx(trials[1].tps)
+    deviation = (candidate_run.tps - trials[1].tps) / trials[1].tps
+    assert f"median TPS {candidate_run.tps:.2f} is within 95% of the tuned {trials[1].tps:.2f} ({deviation:+.1%})" in (
+        other.reason
+    )
 
     verification = by_trial[result.status.best.number]
     winner = result.status.best
