@@ -227,7 +227,7 @@ def run_ablation(
                 settings = _slot_settings(plan, slot, eval_settings, reference, log)
                 what = "base" if slot.arm is None else _arm_text(plan, slot.arm)
                 _say(progress, f"server {position}/{len(slots)}: round {slot.round}, {what}")
-                server = _measure_slot(manifest, slot, settings, measure)
+                server = _measure_slot(manifest, slot, settings, measure, where=f"round {slot.round}, {what}")
                 store.add_server(record.id, server)
                 _say(progress, f"  {_describe(server)}")
             result = analyse(store.record(record.id), plan)
@@ -311,7 +311,7 @@ def _run_closing(
             log_path=stem.with_name(f"{stem.name}-closing-p{pair}-{side}.log"),
         )
         _say(progress, f"closing server {position}/{len(slots)}: pair {pair}, {side}")
-        measured = _measure_slot(manifest, Slot(pair, 0, None), settings, measure)
+        measured = _measure_slot(manifest, Slot(pair, 0, None), settings, measure, where=f"closing pair {pair}, {side}")
         server = ClosingServer(
             changes=changes,
             pair=pair,
@@ -437,7 +437,11 @@ def _slot_settings(plan: AblationPlan, slot: Slot, base: EvalSettings, reference
     )
 
 
-def _measure_slot(manifest: Manifest, slot: Slot, settings: EvalSettings, measure: Measure) -> AblationServer:
+def _measure_slot(
+    manifest: Manifest, slot: Slot, settings: EvalSettings, measure: Measure, *, where: str
+) -> AblationServer:
+    """One server's figures; ``where`` names it in the warning a failed start logs
+    ("round 2, ENFORCE_EAGER=0 (switch ...)", "closing pair 1, exported")."""
     began = time.monotonic()
     common = {"round": slot.round, "block": slot.block, "arm": slot.arm, "overrides": dict(settings.overrides)}
     try:
@@ -447,7 +451,7 @@ def _measure_slot(manifest: Manifest, slot: Slot, settings: EvalSettings, measur
             raise
         log_tail = getattr(exc, "log_tail", "") or ""
         kind = classify(log_tail, exc, during_start=isinstance(exc, ServerStartError))
-        logger.warning("ablation server (round %d, arm %s) failed: %s", slot.round, slot.arm, exc)
+        logger.warning("ablation server (%s) failed: %s", where, exc)
         return AblationServer(
             **common,
             state="failed",

@@ -35,7 +35,7 @@ from sweeper.ablation import (
     run_ablation,
 )
 from sweeper.cli import app
-from sweeper.errors import UserInputError
+from sweeper.errors import ServerStartError, UserInputError
 from sweeper.measure import EvalResult, EvalSettings
 
 TPS = TpsSettings(num_prompts=2, output_len=8)
@@ -114,15 +114,20 @@ def test_pairs_alternate_and_the_original_opens() -> None:
 class Scripted:
     """Stands in for fresh servers: TPS 200 with FOO=1 and 100 without (``fast`` picks which side is
     faster), a small jitter by call; with ``changes_tokens`` FOO=1 changes one of two greedy
-    outputs; records each call's settings; raises Ctrl-C at call ``stop``."""
+    outputs; records each call's settings; raises Ctrl-C at call ``stop`` and a failed start
+    (the server's exit, which no healthy server gives on demand) at call ``fail``."""
 
-    def __init__(self, *, fast: str = "1", stop: int | None = None, changes_tokens: bool = False) -> None:
-        self.fast, self.stop, self.calls, self.changes_tokens = fast, stop, [], changes_tokens
+    def __init__(
+        self, *, fast: str = "1", stop: int | None = None, fail: int | None = None, changes_tokens: bool = False
+    ) -> None:
+        self.fast, self.stop, self.fail, self.calls, self.changes_tokens = fast, stop, fail, [], changes_tokens
 
     def __call__(self, manifest, settings: EvalSettings) -> EvalResult:
         self.calls.append(settings)
         if self.stop is not None and len(self.calls) == self.stop:
             raise KeyboardInterrupt
+        if self.fail is not None and len(self.calls) == self.fail:
+            raise ServerStartError("server exited with code 1 before it was ready", log_tail="CUDA error")
         if settings.save_reference is not None:
             settings.save_reference.write_text("{}")
         tps = (200.0 if settings.overrides.get("FOO", "unset") == self.fast else 100.0) * (1 + 0.01 * len(self.calls))
@@ -193,6 +198,37 @@ def test_an_interrupted_race_goes_on_from_the_next_server(demo_manifest, tmp_pat
     assert [dict(c.overrides) for c in measure.calls] == [{"FOO": "1"}, {}]  # only pair 2
     assert len(result.closing.pairs) == 2 and stored_ablation(url, "closing").status == ABLATION_FINISHED
     assert any("4 fresh servers, 2 stored" in line for line in lines)
+
+
+def test_a_failed_closing_server_is_named_by_its_pair_and_side(demo_manifest, tmp_path, caplog) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with caplog.at_level("WARNING", logger="sweeper.ablation._run"):  # call 6: pair 1's exported server
+        result = run_ablation(
+            demo_manifest, _plan(demo_manifest), SETTINGS, url=url, workdir=tmp_path, measure=Scripted(fail=6)
+        )
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "ablation server (closing pair 1, exported) failed: server exited with code 1 before it was ready"
+    ]
+    stored = stored_ablation(url, "closing").closing
+    assert [(c.pair, c.side, c.state) for c in stored] == [
+        (1, "original", "complete"),
+        (1, "exported", "failed"),
+        (2, "exported", "complete"),
+        (2, "original", "complete"),
+    ]
+    assert [p.pair for p in result.closing.pairs] == [2] and result.closing.failed_servers == 1
+    assert result.closing.verdict is ClosingVerdict.UNMEASURED
+
+
+def test_a_failed_round_server_is_named_by_its_round_and_setting(demo_manifest, tmp_path, caplog) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with caplog.at_level("WARNING", logger="sweeper.ablation._run"):
+        run_ablation(demo_manifest, _plan(demo_manifest), SETTINGS, url=url, workdir=tmp_path, measure=Scripted(fail=1))
+    (first,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert first.startswith("ablation server (round 1, ") and first.endswith(
+        "failed: server exited with code 1 before it was ready"
+    )
 
 
 def test_verdicts_that_keep_the_manifest_start_no_race(demo_manifest, tmp_path) -> None:
