@@ -32,6 +32,7 @@ This module is the one home of the statistics: Student's t (``t_quantile``,
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import random
 import statistics
@@ -177,6 +178,70 @@ def pooled_spread(groups: Sequence[Sequence[float]], *, prior: float, prior_df: 
             f" and a prior of {prior:.3f} weighted as {prior_df:g}"
         ),
     )
+
+
+class PriorFit(enum.Enum):
+    """How a study's repeats stand against the prior spread it was given (``prior_fit``)."""
+
+    FITS = "fits"  # the repeats' spread is one the prior could have produced
+    HOST_NOISIER = "noisier"  # well above the prior: the intervals lean on a prior too narrow
+    HOST_QUIETER = "quieter"  # well below: the prior keeps intervals wider than this host needs
+
+
+PRIOR_FIT_CONFIDENCE = 0.99
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PriorCheck:
+    """The repeats' own spread (SD of log TPS on ``df`` degrees of freedom, no prior in it)
+    against ``prior``, with the verdict of a two-sided chi-square test at ``confidence``."""
+
+    fit: PriorFit
+    measured: float
+    df: int
+    prior: float
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "fit": self.fit.value, "text": self.describe()}
+
+    def describe(self) -> str:
+        """'' when the repeats fit the prior; else the sentence that says what to pass next time."""
+        if self.fit is PriorFit.FITS:
+            return ""
+        side = "above" if self.fit is PriorFit.HOST_NOISIER else "below"
+        return (
+            f"the repeats alone show {self.measured:.1%} on {self.df} df, {side} the prior of "
+            f"{self.prior:.1%} (chi-square, {self.confidence:.0%}): a study on this host should pass "
+            f"--noise {self.measured:.2f}"
+        )
+
+
+def prior_fit(
+    groups: Sequence[Sequence[float]], *, prior: float, confidence: float = PRIOR_FIT_CONFIDENCE
+) -> PriorCheck | None:
+    """Whether the spread of log TPS over ``groups`` (each: one configuration's figures) could
+    come from a between-server SD of ``prior``: the pooled sum of squares over prior**2 is
+    chi-square on the repeats' degrees of freedom if it could. None: no configuration was
+    measured twice."""
+    _check_confidence(confidence)
+    if not prior > 0:
+        raise MeasurementError(f"prior_fit: prior must be > 0, not {prior}")
+    measured = pooled_spread(groups, prior=prior, prior_df=0.0) if any(len(g) >= 2 for g in groups) else None
+    if measured is None:
+        return None
+    from scipy.stats import chi2
+
+    df = measured.measured_df
+    statistic = measured.relative**2 * df / prior**2
+    alpha = 1.0 - confidence
+    if statistic > chi2.ppf(1.0 - alpha / 2.0, df):
+        fit = PriorFit.HOST_NOISIER
+    elif statistic < chi2.ppf(alpha / 2.0, df):
+        fit = PriorFit.HOST_QUIETER
+    else:
+        fit = PriorFit.FITS
+    return PriorCheck(fit=fit, measured=measured.relative, df=df, prior=prior, confidence=confidence)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -61,10 +61,12 @@ from evaluators import (
     DEFAULT_CONFIDENCE,
     PRIOR_SPREAD,
     Interval,
+    PriorCheck,
     Spread,
     blocked_spread,
     paired_speedup_interval,
     pooled_spread,
+    prior_fit,
     speedup_interval,
     tps_interval,
 )
@@ -315,6 +317,8 @@ class Standing:
     basis: ClaimBasis | None = None  # what the claim over the base rests on (races on)
     # the base manifest's own trial was measured over the PPL cap (so ``base`` is None)
     base_over_cap: bool = False
+    # the study's repeats against the prior spread it was given (None: nothing measured twice)
+    prior_check: PriorCheck | None = None
 
     @property
     def speedup(self) -> Interval | None:
@@ -480,6 +484,7 @@ class Standing:
             "base": self._config_dict(self.base),
             "speedup": speedup.to_dict() if speedup is not None else None,
             "spread": self.spread.to_dict(),
+            "prior_check": self.prior_check.to_dict() if self.prior_check is not None else None,
             "basis": self.basis.to_dict() if self.basis is not None else None,
             "settings": self.settings.to_settings(),
             "decisions": [
@@ -845,6 +850,7 @@ def standing(records: Iterable[TrialRecord], settings: ConfirmSettings) -> Stand
         race=race,
         basis=basis,
         base_over_cap=base is None and _base_over_cap(replay.records),
+        prior_check=prior_fit(replay.figures_until(None), prior=settings.prior_spread),
     )
 
 

@@ -9,7 +9,14 @@ import statistics
 import numpy as np
 import pytest
 
-from evaluators.intervals import pooled_spread, repeat_interval, request_interval, speedup_interval
+from evaluators.intervals import (
+    PriorFit,
+    pooled_spread,
+    prior_fit,
+    repeat_interval,
+    request_interval,
+    speedup_interval,
+)
 from sweeper.errors import MeasurementError
 
 
@@ -112,6 +119,47 @@ def test_pooled_spread_refuses_nonsense() -> None:
         pooled_spread([[1.0, -2.0]], prior=0.1)
     with pytest.raises(MeasurementError, match="no repeats"):
         pooled_spread([[1.0]], prior=0.1, prior_df=0.0)
+
+
+# the GPU demo's readings on a noisy H100 lease (2026-12-06): the base, then the answer, in fresh servers
+NOISY_LEASE = [(634.7, 548.1, 457.4), (1172.2, 751.8, 890.7)]
+
+
+def test_prior_fit_is_a_two_sided_chi_square_test_of_the_repeats_against_the_prior() -> None:
+    from scipy import stats
+
+    logs = [np.log(np.array(g)) for g in NOISY_LEASE]
+    rss, df = sum(float(((x - x.mean()) ** 2).sum()) for x in logs), 4
+    for prior in (0.02, 0.13, 1.0):
+        check = prior_fit(NOISY_LEASE, prior=prior)
+        p_upper = stats.chi2.sf(rss / prior**2, df)  # written out: the chance of so much spread
+        p_lower = stats.chi2.cdf(rss / prior**2, df)
+        want = PriorFit.HOST_NOISIER if p_upper < 0.005 else PriorFit.HOST_QUIETER if p_lower < 0.005 else PriorFit.FITS
+        assert check.fit is want and check.df == df
+        assert check.measured == pytest.approx(math.sqrt(rss / df), rel=1e-12)
+    # the lease's 19.6 % is no spread a prior of 2 % gives; 13 % could; a prior of 100 % is too wide for it
+    assert [prior_fit(NOISY_LEASE, prior=p).fit for p in (0.02, 0.13, 1.0)] == [
+        PriorFit.HOST_NOISIER,
+        PriorFit.FITS,
+        PriorFit.HOST_QUIETER,
+    ]
+    assert prior_fit(NOISY_LEASE, prior=0.02).describe() == (
+        "the repeats alone show 19.6% on 4 df, above the prior of 2.0% (chi-square, 99%): "
+        "a study on this host should pass --noise 0.20"
+    )
+    assert prior_fit(NOISY_LEASE, prior=0.13).describe() == ""
+    assert prior_fit([(100.0,), (120.0,)], prior=0.1) is None  # nothing measured twice
+
+
+def test_prior_fit_calls_a_true_prior_wrong_about_1_percent_of_the_time() -> None:
+    rng = random.Random(7)
+    prior, studies = 0.05, 4000
+    wrong = 0
+    for _ in range(studies):  # 3 configurations, 3 fresh servers each, spread exactly the prior
+        groups = [[100.0 * (1 + c) * math.exp(rng.gauss(0.0, prior)) for _ in range(3)] for c in range(3)]
+        wrong += prior_fit(groups, prior=prior).fit is not PriorFit.FITS
+    # binomial(4000, 0.01): 40 expected, 99.9 % of draws within 21-62
+    assert 21 <= wrong <= 62, wrong
 
 
 def test_speedup_interval_matches_a_two_sample_t_interval_on_logs() -> None:

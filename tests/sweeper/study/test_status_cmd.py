@@ -205,3 +205,24 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
     assert _trial_table("trials", (quadrature,), settings).caption.endswith(
         "under the cap, the baseline's record noise included"
     )
+
+
+def test_status_says_when_the_repeats_outvote_a_narrow_noise_prior() -> None:
+    from test_confirm import BASE, record
+
+    from sweeper.cli.status_cmd import standing_lines
+    from sweeper.study import ConfirmSettings, confirmation_role, standing
+
+    # the GPU demo's readings on a noisy H100 lease (2026-12-06), run with --noise 0.02
+    records = [record(0, BASE, 634.7, role="baseline"), record(1, {"c": 1}, 1172.2)]
+    for n, (a, b) in enumerate(((751.8, 548.1), (890.7, 457.4)), start=1):
+        role = confirmation_role(1, n)
+        records += [record(2 * n, {"c": 1}, a, role=role), record(2 * n + 1, BASE, b, role=role)]
+    narrow = standing_lines(standing(records, ConfirmSettings(rounds=2, prior_spread=0.02)))
+    assert [line for line in narrow if line.startswith("noise prior: ")] == [
+        "noise prior: the repeats alone show 19.6% on 4 df, above the prior of 2.0% (chi-square, 99%): "
+        "a study on this host should pass --noise 0.20"
+    ]
+    wide = standing(records, ConfirmSettings(rounds=2, prior_spread=0.13))
+    assert not [line for line in standing_lines(wide) if line.startswith("noise prior: ")]
+    assert wide.to_dict()["prior_check"]["fit"] == "fits"
