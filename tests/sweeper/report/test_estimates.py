@@ -58,7 +58,7 @@ class RaceStudy:
     readings: dict[int, list[float]]  # what each configuration's servers read, in order
 
 
-def race_study(folder: Path, figures: dict[int, list[float]]) -> RaceStudy:
+def race_study(folder: Path, figures: dict[int, list[float]], confirm: ConfirmSettings = RACING) -> RaceStudy:
     """The base, c=1..4 enqueued, and the race of c=1 against the base that follows."""
     left = {c: list(values) for c, values in figures.items()}
     used: dict[int, list[float]] = {c: [] for c in figures}
@@ -83,7 +83,7 @@ def race_study(folder: Path, figures: dict[int, list[float]]) -> RaceStudy:
         seed=0,
         enqueue=[{"c": c} for c in (1, 2, 3, 4)],
         enqueue_base=True,
-        confirm=RACING,
+        confirm=confirm,
         handle_signals=False,
     )
     return RaceStudy(url=url, readings=used)
@@ -342,3 +342,19 @@ def test_the_race_study_gets_a_whole_report(base_wins, tmp_path) -> None:
     written = build_report(base_wins.storage, "race", tmp_path / "out")
     assert {"pareto.png", "history.png", "pareto.html", "report.html"} <= set(written.files)
     assert "one server's reading" in (tmp_path / "out" / "pareto.html").read_text()
+
+
+def test_the_noise_line_says_when_the_repeats_outvote_a_narrow_prior(base_wins, tmp_path) -> None:
+    # the repeats' own spread, written out: log TPS around each configuration's mean, pooled
+    groups = [BASE_WINS[0], BASE_WINS[1]]
+    rss = sum(sum((math.log(v) - statistics.fmean(map(math.log, g))) ** 2 for v in g) for g in groups)
+    measured = math.sqrt(rss / 4)
+    assert stats.chi2.sf(rss / PRIOR**2, 4) > 0.005 and stats.chi2.cdf(rss / PRIOR**2, 4) > 0.005
+    assert base_wins.noise_line().endswith(" race(s)")  # the 10 % prior fits these repeats
+    narrow = ConfirmSettings(rounds=2, prior_spread=0.02, prior_df=PRIOR_DF)
+    assert stats.chi2.sf(rss / 0.02**2, 4) < 0.005
+    data = assemble_report_data(race_study(tmp_path, BASE_WINS, narrow).url, "race")
+    assert data.noise_line().endswith(
+        f"; the repeats alone show {measured:.1%} on 4 df, above the prior of 2.0% (chi-square, 99%): "
+        f"a study on this host should pass --noise {measured:.2f}"
+    )
