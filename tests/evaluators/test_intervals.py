@@ -148,6 +148,18 @@ def test_prior_fit_is_a_two_sided_chi_square_test_of_the_repeats_against_the_pri
         "a study on this host should pass --noise 0.20"
     )
     assert prior_fit(NOISY_LEASE, prior=0.13).describe() == ""
+    # a host quieter than the prior: lowered only to the measured spread's one-sided 95 % upper bound
+    quiet = [(900.0, 905.0, 898.0), (1200.0, 1190.0)]
+    q_logs = [np.log(np.array(g)) for g in quiet]
+    q_rss = sum(float(((x - x.mean()) ** 2).sum()) for x in q_logs)
+    upper = math.sqrt(q_rss / stats.chi2.ppf(0.05, 3))
+    check = prior_fit(quiet, prior=0.13)
+    assert check.fit is PriorFit.HOST_QUIETER and check.suggested == pytest.approx(upper, rel=1e-12)
+    assert check.describe() == (
+        f"the repeats alone show {math.sqrt(q_rss / 3):.1%} on 3 df, below the prior of 13.0% (chi-square, 99%): "
+        f"a study on this host may pass --noise {upper:.2f} (their 95 % upper bound)"
+    )
+    assert prior_fit([(100.0, 100.0)], prior=0.5).suggested == 0.01  # never a --noise of 0.00
     assert prior_fit([(100.0,), (120.0,)], prior=0.1) is None  # nothing measured twice
 
 
