@@ -180,8 +180,12 @@ def pooled_spread(groups: Sequence[Sequence[float]], *, prior: float, prior_df: 
     )
 
 
-class PriorFit(enum.Enum):
-    """How a study's repeats stand against the prior spread it was given (``prior_fit``)."""
+class PriorFit(str, enum.Enum):
+    """How a study's repeats stand against the prior spread it was given (``prior_fit``); a
+    decision, printed and stored as its word."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
     FITS = "fits"  # the repeats' spread is one the prior could have produced
     HOST_NOISIER = "noisier"  # well above the prior: the intervals lean on a prior too narrow
