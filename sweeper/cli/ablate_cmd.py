@@ -17,11 +17,10 @@ from sweeper.ablation import (
     AblationMode,
     AblationPlan,
     Switch,
-    analyse,
     effect_text,
     find_switches,
     follow_up_switches,
-    plan_from_record,
+    judge_stored,
     run_ablation,
     servers_per_round,
 )
@@ -225,7 +224,7 @@ def _follow_up(
     ablated = record.manifest.get("name")
     if ablated != manifest.name:
         raise UserInputError(f"--follow-up {name}: that ablation measured manifest {ablated!r}, not {manifest.name!r}")
-    first = analyse(record, plan_from_record(record))
+    first = judge_stored(record).result
     switches = follow_up_switches(first, keep)
     readings = {r.switch.key: r for r in first.reports}
     console.print(
