@@ -239,9 +239,9 @@ def prior_fit(
     _check_confidence(confidence)
     if not prior > 0:
         raise MeasurementError(f"prior_fit: prior must be > 0, not {prior}")
-    measured = pooled_spread(groups, prior=prior, prior_df=0.0) if any(len(g) >= 2 for g in groups) else None
-    if measured is None:
+    if not any(len(group) >= 2 for group in groups):
         return None
+    measured = pooled_spread(groups, prior=prior, prior_df=0.0)
     from scipy.stats import chi2
 
     df = measured.measured_df

@@ -294,8 +294,8 @@ def standing_lines(now: Standing | None) -> list[str]:
     if now.basis is not None:
         lines.append(f"claim rests on: {now.basis.describe()}")
     lines.append(f"noise: between-server spread {now.spread.relative:.1%} (SD of log TPS; {now.spread.method})")
-    if now.prior_check is not None and now.prior_check.describe():
-        lines.append(f"noise prior: {now.prior_check.describe()}")
+    if now.prior_text:
+        lines.append(f"noise prior: {now.prior_text}")
     if now.base is not None:
         base_figures = ", ".join(f"{value:.1f}" for value in now.base.tps)
         lines.append(

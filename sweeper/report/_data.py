@@ -281,7 +281,7 @@ class ReportData:
             f"{now.spread.measured_df} df from repeats in fresh servers, prior "
             f"{now.settings.prior_spread:.0%} as {now.settings.prior_df:g} df); "
             f"{sum(1 for d in now.decisions if d.outcome is not Outcome.SCREENED)} race(s)"
-            + (f"; {now.prior_check.describe()}" if now.prior_check is not None and now.prior_check.describe() else "")
+            + (f"; {now.prior_text}" if now.prior_text else "")
         )
 
     def winner_ppl(self) -> PplStatement | None:

@@ -321,6 +321,11 @@ class Standing:
     prior_check: PriorCheck | None = None
 
     @property
+    def prior_text(self) -> str:
+        """What the study's repeats say of its --noise prior ('' when they fit it, or there are none)."""
+        return self.prior_check.describe() if self.prior_check is not None else ""
+
+    @property
     def speedup(self) -> Interval | None:
         """The incumbent's TPS over the base's (None: no base, or the incumbent is the base).
 
