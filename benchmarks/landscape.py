@@ -119,9 +119,9 @@ def draw_shape(seed: int) -> LandscapeShape:
 class Landscape:
     """An ``Evaluator`` for run_study, plus the truth to score a search against."""
 
-    def __init__(self, seed: int, *, noise: float = 0.01) -> None:
+    def __init__(self, seed: int, *, noise: float = 0.01, shape: LandscapeShape | None = None) -> None:
         self.seed = seed
-        self.shape = draw_shape(seed)
+        self.shape = shape or draw_shape(seed)  # a family of one's own: its own draw
         self.noise = noise
         self._rng = np.random.default_rng([seed, int(round(noise * 1e4)), 7])
         self._scale = 1.0

@@ -12,13 +12,16 @@ interact with it, so every trial says something about them.
   it is known to the parameter's resolution, then the smallest feasible
   window. Readings of one window are pooled and judged against the reading
   noise at ``READING_CONFIDENCE`` (feasible, infeasible or uncertain); an
-  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times.
+  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times, and
+  so is the failing end of a closed bracket while it is uncertain; a
+  decided window is not read again for the boundary.
 * **the speed settings**: a small design around each knob's middle, then
   the best untried settings by a ridge-regression surrogate of log TPS,
   within ``TRUST_RADIUS`` of the incumbent; a knob of no measurable effect
   (``DEAD_EFFECT``, ``DEAD_SIGNIFICANCE``, ``DEAD_AFTER``) stops moving.
 
-After ``MAX_PLAN_TRIALS`` trials, or with nothing untried at the window, the
+After ``MAX_PLAN_TRIALS`` searched trials (a race's re-measurements do not
+count), or with nothing untried at the window, the
 plan returns None and a fallback sampler (GP) takes over with the whole
 history. The plan is a pure function of the stored trials, so a resumed
 study or a second worker continues it.
@@ -46,7 +49,7 @@ DESIGN_OFFSET = 0.3  # the design's corners, in a speed knob's [0, 1] coordinate
 DEAD_EFFECT = 0.05
 DEAD_SIGNIFICANCE = 2.0
 DEAD_AFTER = 2  # trials after the design before a knob may be found to do nothing
-MAX_PLAN_TRIALS = 40  # then the fallback sampler (GP) takes over
+MAX_PLAN_TRIALS = 40  # searched trials; then the fallback sampler (GP) takes over
 GRID_POINTS = 24  # candidate values per speed knob with more than this many values
 EXPLORATION = 0.5  # surrogate: mean + this many standard deviations
 # prior standard deviations of the surrogate's coefficients (log TPS units)
@@ -85,6 +88,7 @@ class Observation:
     params: Mapping[str, Any]
     tps: float | None
     gate: float  # ppl - cap
+    searched: bool = True  # False: a race's re-measurement (a confirmation trial), outside the plan's budget
 
 
 class GuidedPlan:
@@ -115,9 +119,18 @@ class GuidedPlan:
         observations: Sequence[Observation],
         pending: Sequence[Mapping[str, Any]] = (),
         failed: Sequence[Mapping[str, Any]] = (),
+        *,
+        racing: int = 0,
     ) -> dict[str, Any] | None:
-        """The next configuration; ``pending``: running or queued, ``failed``: not to retry."""
-        if not self.applicable or len(observations) + len(pending) >= self.max_trials:
+        """The next configuration; ``pending``: running or queued, ``failed``: not to retry.
+
+        ``racing``: how many of ``pending`` are race re-measurements. The plan's
+        budget (``max_trials``) counts searched trials only: a race's servers
+        answer the race's question, and at 5 % noise a study runs two or three
+        of them for every searched trial (docs/study.md, "Where the search dwelt").
+        """
+        searched = sum(o.searched for o in observations) + len(pending) - racing
+        if not self.applicable or searched >= self.max_trials:
             return None
         tried_params = [*(o.params for o in observations), *pending, *failed]
         window = self.next_window(observations, pending)
@@ -163,7 +176,37 @@ class GuidedPlan:
         probe = self._boundary_probe(observations, pending_q, b.boundary_resolution())
         if probe is not None:
             return probe
+        edge = self._undecided_edge(pooled, pending_q)
+        if edge is not None:
+            return edge
         return min(passing, key=self._oriented)
+
+    def _undecided_edge(self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]) -> Any | None:
+        """The bracket's failing end, read again while undecided (up to ``MAX_UNCERTAIN_READINGS``).
+
+        The bracket closes on the fastest feasible window and the failing
+        window next to it. Where that failing window failed only within the
+        noise (uncertain, read over the cap on average), one unlucky PPL
+        reading would put the boundary a resolution too safe for the rest of
+        the study, and every later trial at that window could not reach the
+        best: it is the one window whose reading can still change the answer.
+        Once decided (infeasible, or feasible) or read ``MAX_UNCERTAIN_READINGS``
+        times, it is not read again for that question.
+        """
+        feasible = [u for u, r in pooled.items() if r.state == FEASIBLE]
+        if not feasible:
+            return None
+        hi = min(feasible)
+        below = [u for u in pooled if u < hi]
+        if not below:
+            return None
+        edge = pooled[max(below)]
+        if edge.state != UNCERTAIN:
+            return None
+        pending = sum(abs(self._oriented(q) - max(below)) < 1e-12 for q in pending_q)
+        if edge.count + pending >= MAX_UNCERTAIN_READINGS:
+            return None
+        return edge.value
 
     def _read_again(self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]) -> Any | None:
         """The fastest uncertain window that reads as passing on average and may be read again.

@@ -16,8 +16,10 @@ from optuna.trial import FrozenTrial, TrialState
 from search_spaces import SearchSpace
 from storage import TPS_IMPUTED_ATTR
 from sweeper.errors import UserInputError
+from sweeper.study._confirm import is_confirmation
 from sweeper.study._gate import CONSTRAINT
 from sweeper.study._guided import GuidedPlan, Observation
+from sweeper.study._recovery import ROLE_ATTR
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +72,15 @@ def observations(trials: Sequence[FrozenTrial]) -> list[Observation]:
                 params=dict(trial.params),
                 tps=None if imputed else float(trial.values[0]),
                 gate=float(trial.constraints[CONSTRAINT]),
+                searched=not _is_race(trial),
             )
         )
     return found
+
+
+def _is_race(trial: FrozenTrial) -> bool:
+    """A confirmation trial: a race's re-measurement, queued by the study, not proposed by the sampler."""
+    return is_confirmation(str(trial.user_attrs.get(ROLE_ATTR, "")))
 
 
 REDRAWS = 100  # random draws for an untried configuration before a repeat is accepted
@@ -113,10 +121,12 @@ class GuidedSampler(BaseSampler):
             return {}
         trials = study._get_trials(deepcopy=False, use_cache=False)
         others = [t for t in trials if t.number != trial.number]
-        pending = [_params_of(t) for t in others if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+        waiting = [t for t in others if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+        pending = [_params_of(t) for t in waiting]
         # a configuration that failed (and is not queued again) is not proposed again
         failed = [_params_of(t) for t in others if t.state == TrialState.FAIL]
-        proposal = self._plan.propose(observations(others), pending, failed)
+        racing = sum(_is_race(t) for t in waiting)
+        proposal = self._plan.propose(observations(others), pending, failed, racing=racing)
         if proposal is None:
             measured = [_params_of(t) for t in others if t.state == TrialState.COMPLETE]
             return self._untried(study, trial, search_space, [*measured, *pending, *failed])

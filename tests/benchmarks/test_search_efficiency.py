@@ -1,0 +1,55 @@
+"""The search benchmark's landscape families and its figures, checked against independent computations."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(load_benchmark):
+    return load_benchmark("search_efficiency")
+
+
+def test_each_family_moves_what_it_says(bench) -> None:
+    for seed in range(6):
+        assert 400 <= bench.family_shape("gate-wide", seed).boundary <= 500
+        flat = bench.NoisyLandscape(seed, noise=0.0, ppl_noise=0.0, shape=bench.family_shape("flat-window", seed))
+        windows = np.arange(128, 513, 4)
+        at = flat.true_tps(windows, 48, 4)
+        assert at.max() / at.min() - 1 < 0.011  # the window moves TPS by at most about 1 %
+    best_k = [
+        bench.NoisyLandscape(s, noise=0, ppl_noise=0, shape=bench.family_shape("cheap-drafter", s)) for s in range(6)
+    ]
+    plain = [bench.NoisyLandscape(s, noise=0, ppl_noise=0, shape=bench.family_shape("challenge", s)) for s in range(6)]
+    assert statistics.median(x.best["num_speculative_tokens"] for x in best_k) > statistics.median(
+        x.best["num_speculative_tokens"] for x in plain
+    )
+    assert statistics.median(x.best["centroid_top_k"] for x in best_k) > statistics.median(
+        x.best["centroid_top_k"] for x in plain
+    )
+    names = bench.family_space("extra-knob").names
+    assert "max_num_seqs" in names and "max_num_batched_tokens" in names
+    assert "max_num_batched_tokens" not in bench.family_space("challenge").names
+
+
+def test_ppl_readings_are_noisy_around_the_truth(bench) -> None:
+    shape = bench.family_shape("challenge", 3)
+    land = bench.NoisyLandscape(3, noise=0.05, ppl_noise=0.01, shape=shape)
+    params = {"sliding_window": 300, "centroid_top_k": 48, "num_speculative_tokens": 4}
+    readings = [land(params).ppl for _ in range(400)]
+    truth = float(land.ppl(300))
+    assert abs(statistics.fmean(readings) - truth) < 4 * 0.01 / 20
+    assert 0.008 < statistics.stdev(readings) < 0.012
+
+
+def test_quantiles_rank_unreached_runs_last(bench) -> None:
+    values = [3, 9, None, 5, 7, 4, 6, 8, 12, 10]
+    reached = sorted(v for v in values if v is not None)
+    # statistics' inclusive method is the linear interpolation between order statistics
+    assert bench.quantile_text(reached, 0.5, 40) == f"{statistics.median(reached):g}"
+    assert bench.quantile_text(reached, 0.9, 40) == f"{statistics.quantiles(reached, n=10, method='inclusive')[8]:g}"
+    assert bench.quantile_text(values, 0.9, 40) == ">40"  # the 90th percentile falls on the unreached run
+    assert bench.quantile_text(values, 0.5, 40) == f"{statistics.median([*reached, 10**9]):g}"
