@@ -394,14 +394,19 @@ class GuidedPlan:
         thawed = self._thawed(fit, window, incumbent, incumbent_mean, live, tried_params)
         if thawed is not None:
             return thawed
-        for candidate in ranked:
+        # nothing may beat the incumbent: the rest stays within its trust region, where a
+        # trial can still move the answer by the 1 % that the fit cannot yet rule out; a
+        # setting far from it (K walked down to 1 at the boundary's window) was decided
+        # by the fit already and would only answer the same question again
+        near = [c for c in ranked if self._near(c, incumbent, fit.frozen)]
+        for candidate in near:
             key = self._live_key({self.boundary.name: window, **candidate}, live)
             if key not in tried_live:
                 return candidate
-        for candidate in ranked:
+        for candidate in near:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
                 return candidate
-        return None
+        return self._thawed(fit, window, incumbent, -math.inf, live, tried_params)
 
     def _thawed(
         self,
