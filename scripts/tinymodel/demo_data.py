@@ -10,6 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sweeper import __version__
+from sweeper.versions import DISTRIBUTION
+
 from .corpus import Language
 from .tokenizer import BOS_ID, END_TURN_ID, FIRST_WORD_ID, MODEL_ID, START_TURN_ID, USER_ID
 
@@ -105,7 +108,7 @@ def write_manifest(folder: Path, *, window: int, num_speculative: int, centroid_
             "A tiny Gemma 4 text model with an MTP drafter, trained on a synthetic "
             "language, for running the sweeper end to end on CPU."
         ),
-        "dependencies": ["sweeper[cpu]"],
+        "dependencies": [f"{DISTRIBUTION}[cpu]=={__version__}"],  # this project, pinned
         "model_id": "model",
         "served_model_name": "tiny-gemma4",
         "port": 8000,

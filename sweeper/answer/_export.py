@@ -9,20 +9,18 @@ other field of the base manifest is kept. Secret-looking env values (tokens, key
 passwords) are left out: the harness and ``sweeper serve`` take them from
 the environment.
 
-Relative paths: a manifest's env paths (``MODEL_ID``, the drafter in
-``SPECULATIVE_CONFIG``, ...) and ``serve`` arguments are relative to its
-own folder. Exported into the base manifest's folder they stay relative
-(the submission folder stays portable); exported anywhere else, those that
-name something in the base manifest's folder become absolute, so the file
-runs as is where it was written. A ``serve`` argument naming the base
-manifest file itself (``sweeper serve manifest.json``) is renamed to the
-exported file.
+Where it points and what it installs (``_placement.place_manifest``): its
+paths (``MODEL_ID``, the drafter in ``SPECULATIVE_CONFIG``, ``model_id``,
+``serve`` arguments, local-path dependencies) are relative to the exported
+manifest's folder where the files lie in it or below it, else absolute
+(``ExportResult.absolute_paths``, for a warning); a dependency naming this
+project is pinned to this version (``sweeper-serving[cpu]==0.1.0``); the
+base manifest's other dependencies and its ``serve`` command are kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -34,6 +32,7 @@ from typing import Any
 from storage import TrialRecord, study_status
 from sweeper.answer._candidates import Answer, study_answer, verify_command
 from sweeper.answer._figure import answer_figure
+from sweeper.answer._placement import PlacedManifest, absolute_paths_warning, place_manifest
 from sweeper.answer._verify import heldout_statement, heldout_text
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest, is_secret_name
@@ -60,7 +59,10 @@ class ExportResult:
     manifest: Manifest
     answer: Answer
     left_out_secrets: tuple[str, ...]
-    made_absolute: tuple[str, ...]
+    # field -> absolute path outside the exported manifest's folder (it runs only where these exist)
+    absolute_paths: Mapping[str, str]
+    # dependency naming this project as the base manifest wrote it -> pinned to this version
+    pinned_dependencies: Mapping[str, str]
 
     def serve_hint(self, shown: str | None = None) -> str:
         """How the exported manifest is run, as its own ``serve`` says (``shown``: the path as
@@ -73,6 +75,11 @@ class ExportResult:
         folder = os.path.dirname(shown) or "."
         return f"run it as the harness does: in {folder}, {shlex.join(serve)} with the manifest's env"
 
+    def absolute_paths_warning(self, shown_folder: str | None = None) -> str | None:
+        """One line naming each path written absolute (``shown_folder``: the folder as the user
+        spelled it), or None when every path is relative to the manifest's folder."""
+        return absolute_paths_warning(self.absolute_paths, shown_folder or str(self.path.parent))
+
     def to_dict(self) -> dict[str, Any]:
         record = self.answer.record
         return {
@@ -83,7 +90,8 @@ class ExportResult:
             "tps": answer_figure(self.answer),
             "ppl": record.ppl if record else None,
             "left_out_secrets": list(self.left_out_secrets),
-            "made_absolute": list(self.made_absolute),
+            "absolute_paths": dict(self.absolute_paths),
+            "pinned_dependencies": dict(self.pinned_dependencies),
         }
 
 
@@ -229,7 +237,7 @@ def export_answer(
     path = path.expanduser().resolve()
     if base.source is not None and path == base.source.resolve():
         raise UserInputError(f"{path} is the base manifest itself: export the answer to another file (-o PATH)")
-    manifest, secrets, made_absolute = answer_manifest(
+    placed, secrets = answer_manifest(
         base,
         record,
         answer,
@@ -238,14 +246,15 @@ def export_answer(
         recipe=recipe,
         settings=status.settings,
     )
-    manifest.save(path)
+    placed.manifest.save(path)
     logger.info("exported trial %d of %s to %s", record.number, study_name, path)
     return ExportResult(
         path=path,
-        manifest=manifest,
+        manifest=placed.manifest,
         answer=answer,
         left_out_secrets=secrets,
-        made_absolute=made_absolute,
+        absolute_paths=placed.absolute_paths,
+        pinned_dependencies=placed.pinned,
     )
 
 
@@ -258,8 +267,9 @@ def answer_manifest(
     output: Path,
     recipe: StudyRecipe | None = None,
     settings: Mapping[str, Any] | None = None,
-) -> tuple[Manifest, tuple[str, ...], tuple[str, ...]]:
-    """The exported manifest, the secret env names left out, the fields made absolute."""
+) -> tuple[PlacedManifest, tuple[str, ...]]:
+    """The exported manifest placed for ``output`` (its paths and pinned dependencies), the secret
+    env names left out."""
     recipe = recipe or StudyRecipe()
     rendered = base.render({**recipe.overrides, **record.overrides})
     env = dict(rendered.env)
@@ -280,82 +290,4 @@ def answer_manifest(
         "name": derived_name(base.name, record.params),
         "description": describe(answer, study_name, base, settings),
     }
-    manifest, made_absolute = place_manifest(base, env, output, **fields)
-    return manifest, secrets, made_absolute
-
-
-def place_manifest(
-    base: Manifest, env: Mapping[str, str], output: Path, **fields: Any
-) -> tuple[Manifest, tuple[str, ...]]:
-    """``base`` with ``env`` and ``fields``, to be written at ``output``: paths that name something in
-    the base manifest's folder made absolute when ``output`` lies elsewhere, a ``serve`` argument
-    naming the base manifest file renamed to ``output``'s; checked as a manifest sweeper accepts.
-    Returns it and the fields made absolute."""
-    env = dict(env)
-    made_absolute: list[str] = []
-    serve = list(base.serve)
-    model_id = base.model_id
-    base_folder = base.folder.resolve()
-    out_folder = output.parent.resolve()
-    if base.source is not None:
-        serve = [output.name if part == base.source.name else part for part in serve]
-    if out_folder != base_folder:
-        for key, value in list(env.items()):
-            env[key] = _absolutize_value(value, base_folder, f"env.{key}", made_absolute)
-        model_id = _absolutize_value(model_id, base_folder, "model_id", made_absolute)
-        serve = [
-            serve[0],
-            *(
-                _absolutize_value(part, base_folder, f"serve[{i}]", made_absolute, keep=output.name)
-                for i, part in enumerate(serve[1:], start=1)
-            ),
-        ]
-        if made_absolute:
-            logger.info("exported outside the base manifest's folder: made absolute %s", ", ".join(made_absolute))
-    manifest = dataclasses.replace(base, env=env, serve=tuple(serve), model_id=model_id, source=output, **fields)
-    # the result must be a manifest sweeper itself accepts
-    Manifest.from_dict(manifest.to_dict(), source=output)
-    return manifest, tuple(made_absolute)
-
-
-def _absolutize_value(value: str, folder: Path, where: str, changed: list[str], *, keep: str | None = None) -> str:
-    """A path relative to ``folder`` made absolute; JSON objects are walked; others unchanged."""
-    text = value.strip()
-    if text.startswith("{"):
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError:
-            return value
-        if isinstance(document, dict):
-            before = len(changed)
-            walked = _walk(document, folder, where, changed)
-            return json.dumps(walked, separators=(",", ":")) if len(changed) > before else value
-        return value
-    if not _looks_relative_path(text) or text == keep:
-        return value
-    candidate = folder / text
-    if candidate.exists():
-        changed.append(where)
-        # absolute, in the user's own spelling: a symbolic link (entry/drafter) stays the link
-        return os.path.abspath(candidate)
-    return value
-
-
-def _walk(node: Any, folder: Path, where: str, changed: list[str]) -> Any:
-    if isinstance(node, dict):
-        return {k: _walk(v, folder, f"{where}.{k}", changed) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_walk(v, folder, f"{where}[{i}]", changed) for i, v in enumerate(node)]
-    if isinstance(node, str):
-        return _absolutize_value(node, folder, where, changed)
-    return node
-
-
-def _looks_relative_path(text: str) -> bool:
-    if not text or text.startswith(("/", "~", "-")) or "://" in text or any(c.isspace() for c in text):
-        return False
-    try:
-        float(text)
-        return False
-    except ValueError:
-        return True
+    return place_manifest(base, env, output, **fields), secrets

@@ -198,14 +198,17 @@ def command(
     if export_path is not None:
         output = Path(export_path)
         redacted = manifest.redacted()
-        placed, _ = place_manifest(
+        placed = place_manifest(
             redacted,
             result.export_env(redacted),
             output,
             name=f"{manifest.name}-ablated",
             description=f"{manifest.description} Switches set by sweeper ablate {plan.name}.".strip(),
         )
-        exported = placed.save(output)
+        exported = placed.manifest.save(output)
+        absolute = placed.absolute_paths_warning(str(output.parent))
+        if absolute:
+            click.echo(f"warning: {absolute}", err=True)
     if as_json:
         data = result.to_dict()
         data["export"] = str(exported) if exported else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import click
 
@@ -59,8 +60,10 @@ def command(
     a name derived from its values and a description with its TPS (the
     estimate after selection, the figure 'sweeper run' and 'status' state),
     PPL and verification status. Secret env values (tokens, keys) are left
-    out. Paths written elsewhere than the base manifest's folder become
-    absolute in your own spelling (a symbolic link stays the link). Ends
+    out. Paths are relative to the written file's folder where the files lie
+    in it or below, else absolute (named in a warning). A dependency naming
+    this project is pinned to this version (sweeper-serving[cpu]==VERSION);
+    the base manifest's other dependencies and serve command are kept. Ends
     with how the manifest runs: its own serve command. Nothing is written
     when the export is refused.
     """
@@ -80,10 +83,16 @@ def command(
         )
     if not result.answer.verified:
         click.echo(f"warning: exported an answer that is {result.answer.status.upper()}", err=True)
+    shown = output if output is not None else result.path.name  # the path as the user spelled it
+    if result.pinned_dependencies:
+        pins = ", ".join(f"{old} -> {new}" for old, new in result.pinned_dependencies.items())
+        click.echo(f"note: dependencies pinned to this sweeper: {pins}", err=True)
+    absolute = result.absolute_paths_warning(os.path.dirname(shown) or ".")
+    if absolute:
+        click.echo(f"warning: {absolute}", err=True)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
-    shown = output if output is not None else result.path.name  # the path as the user spelled it
     click.echo(f"wrote {shown} ({result.manifest.name})")
     click.echo(f"  {result.answer.describe()}")
     click.echo(f"  {result.serve_hint(shown)}")

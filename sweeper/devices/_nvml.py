@@ -1,7 +1,7 @@
 """NvmlDevices: the GPUs read through NVML (the ``nvidia-ml-py`` package, module ``pynvml``).
 
 ``pynvml`` is imported when an ``NvmlDevices`` is made, so sweeper runs
-without it (``pip install 'sweeper[gpu]'`` brings it). NVML counts and
+without it (``pip install 'sweeper-serving[gpu]'`` brings it). NVML counts and
 indexes every GPU of the host; it does not read ``CUDA_VISIBLE_DEVICES``.
 Inside a container NVML reports host PIDs, which may not match the
 container's: ``pids`` is then of little use and sweeper falls back on the
@@ -39,7 +39,7 @@ class NvmlDevices(DeviceBackend):
             import pynvml
         except ImportError as exc:
             raise NvmlUnavailable(
-                f"the nvidia-ml-py package is not installed ({exc}); pip install 'sweeper[gpu]'"
+                f"the nvidia-ml-py package is not installed ({exc}); pip install 'sweeper-serving[gpu]'"
             ) from None
         self._nvml = pynvml
         try:

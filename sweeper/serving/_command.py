@@ -1,9 +1,10 @@
 """The patched server: a manifest's env turned into a vLLM OpenAI-server command.
 
 ``sweeper serve MANIFEST`` reads the same variable names as the challenge
-manifests and starts ``vllm.entrypoints.openai.api_server`` with the
-equivalent arguments (it replaces itself with vLLM, so signals reach vLLM
-directly). This module only builds the command; it never imports vLLM.
+manifests and starts ``vllm.entrypoints.openai.api_server`` (through
+``vllm_main``, see there) with the equivalent arguments (it replaces itself
+with vLLM, so signals reach vLLM directly). This module only builds the
+command; it never imports vLLM.
 
 Values come from the environment first (the harness and ServerProcess put
 the manifest's env there, with overrides on top), then from the manifest.
@@ -27,7 +28,8 @@ from sweeper.serving._drafter import drafter_with_top_k
 
 logger = logging.getLogger(__name__)
 
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# runs vLLM's OpenAI server after hiding optional packages that cannot load (vllm_main.py)
+SERVER_MODULE = "sweeper.serving.vllm_main"
 GREEDY_GENERATION_CONFIG = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
 
 # env variable -> vLLM option taking its value as is
@@ -129,7 +131,7 @@ def build_serve_command(manifest: Manifest, environ: Mapping[str, str] | None = 
     host = settings.get("HOST") or "127.0.0.1"
     port = _integer(settings.get("PORT") or str(manifest.port), label, "env.PORT")
 
-    argv: list[str] = [sys.executable, "-m", VLLM_MODULE, "--model", model]
+    argv: list[str] = [sys.executable, "-m", SERVER_MODULE, "--model", model]
     argv += ["--served-model-name", served, "--host", host, "--port", str(port)]
     for key, option in VALUE_OPTIONS.items():
         if settings.get(key):
