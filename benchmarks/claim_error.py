@@ -460,7 +460,8 @@ def footnotes(records: Sequence[Mapping[str, Any]]) -> str:
         for r in mine:
             confirm.setdefault(r["setting"], r["confirm"])
         races = "; ".join(
-            f"{s}: {c.get('confirm_rounds')} round(s), prior spread {c.get('noise_prior')}" for s, c in confirm.items()
+            f"{s}: {c.get('confirm_rounds')} round(s), noise {c.get('noise', c.get('noise_prior'))}"
+            for s, c in confirm.items()
         )
         samplers = ", ".join(sorted({r["sampler"] for r in mine}))
         lines.append(

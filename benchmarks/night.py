@@ -370,7 +370,7 @@ class Night:
 
     def __init__(self, setting: Setting, design: Design, landscape: str, seed: int) -> None:
         self.setting, self.design, self.landscape, self.seed = setting, design, landscape, seed
-        self.confirm = ConfirmSettings(rounds=setting.rounds, prior_spread=setting.prior_spread)
+        self.confirm = ConfirmSettings(rounds=setting.rounds, noise=setting.prior_spread)
         self.machine = Machine(setting.noise, setting.phases, seed)
         self.classes = truth(landscape, seed)
         self.sampler = np.random.default_rng([seed, 2])
@@ -424,7 +424,7 @@ class Night:
     # -- spreads ----------------------------------------------------------------------------------
 
     def spread(self) -> Spread:
-        prior, prior_df = self.confirm.prior_spread, self.confirm.prior_df
+        prior, prior_df = self.confirm.noise, self.confirm.prior_df
         kind = self.design.kind
         rows_sq, rows_df = blocked([r for r in self.race_rows if r])
         if kind == "pooled-base":

@@ -120,7 +120,7 @@ def run_one(seed: int, *, screening: bool, cap: int, costs: Costs, folder: Path)
     landscape = Landscape(seed)
     clock = GpuClock(landscape, costs, seed, screening=screening)
     space = load_preset("gemma4-e4b-a10g").bind(BASE_ENV)
-    confirm = ConfirmSettings(rounds=2, prior_spread=costs.server_noise)
+    confirm = ConfirmSettings(rounds=2, noise=costs.server_noise)
     name = f"screen-{screening}-{seed}"
     url = f"sqlite:///{folder / name}.db"
     reached: list[tuple[float, int]] = []

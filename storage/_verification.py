@@ -93,7 +93,9 @@ class VerificationRow(Base):
     claimed_speedup: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     base_params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     base_trial: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    spread_prior: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the noise prior the speedup was judged with (``--noise``); its column keeps the name it
+    # was first stored under, so that older files open as they are
+    noise: Mapped[float | None] = mapped_column("spread_prior", Float, nullable=True)
     spread: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup_low: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -184,7 +186,7 @@ class VerificationRecord:
     claimed_speedup: bool | None = None
     base_params: Mapping[str, Any] | None = None
     base_trial: int | None = None
-    spread_prior: float | None = None
+    noise: float | None = None
     spread: float | None = None
     speedup: float | None = None
     speedup_low: float | None = None
@@ -247,7 +249,7 @@ class VerificationStore(TableStore):
         claimed_speedup: bool | None = None,
         base_params: Mapping[str, Any] | None = None,
         base_trial: int | None = None,
-        spread_prior: float | None = None,
+        noise: float | None = None,
     ) -> int:
         """Record a verification that starts now; returns its id."""
         _check_control(control)
@@ -268,7 +270,7 @@ class VerificationStore(TableStore):
                 claimed_speedup=claimed_speedup,
                 base_params=None if base_params is None else json_safe(dict(base_params)),
                 base_trial=base_trial,
-                spread_prior=spread_prior,
+                noise=noise,
             )
             session.add(row)
             session.flush()
@@ -283,7 +285,7 @@ class VerificationStore(TableStore):
         repeats: int,
         control: str | None,
         claimed_speedup: bool | None,
-        spread_prior: float | None,
+        noise: float | None,
     ) -> None:
         """Take up an unfinished verification again: its stored repeats stay, the criteria
         are the new call's, the verdict is cleared until the new one is written."""
@@ -297,7 +299,7 @@ class VerificationStore(TableStore):
             row.repeats = repeats
             row.control = control
             row.claimed_speedup = claimed_speedup
-            row.spread_prior = spread_prior
+            row.noise = noise
             row.finished_at = None
 
     def add_run(self, verification_id: int, run: VerificationRun) -> None:
@@ -462,7 +464,7 @@ def _record(row: VerificationRow) -> VerificationRecord:
         claimed_speedup=row.claimed_speedup,
         base_params=None if row.base_params is None else dict(row.base_params),
         base_trial=row.base_trial,
-        spread_prior=row.spread_prior,
+        noise=row.noise,
         spread=row.spread,
         speedup=row.speedup,
         speedup_low=row.speedup_low,

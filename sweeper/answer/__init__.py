@@ -8,7 +8,6 @@ the organizers' re-run would.
 """
 
 from sweeper.answer._candidates import (
-    DEFAULT_SPREAD_PRIOR,
     Answer,
     Verdict,
     candidates,
@@ -58,7 +57,6 @@ from sweeper.answer._verify import (
 
 __all__ = [
     "place_manifest",
-    "DEFAULT_SPREAD_PRIOR",
     "Answer",
     "BaseConfiguration",
     "ExportResult",

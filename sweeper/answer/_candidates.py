@@ -40,10 +40,11 @@ from sweeper.study import Configuration, ConfirmSettings, Standing, standing
 
 UNVERIFIED = "unverified"
 
-# the between-server spread (SD of log TPS) assumed before the repeats show their own, and
-# the weight it has in the pool (degrees of freedom); the confidence of the speedup interval
-DEFAULT_SPREAD_PRIOR = PRIOR_SPREAD
-SPREAD_PRIOR_DF = 2.0
+# the between-server spread (SD of log TPS, ``--noise``) assumed before the repeats show their
+# own where no study gives one, and the weight it has in the pool (degrees of freedom), as a
+# study's (``ConfirmSettings``); the confidence of the speedup interval
+DEFAULT_NOISE = PRIOR_SPREAD
+NOISE_PRIOR_DF = 2.0
 SPEEDUP_CONFIDENCE = DEFAULT_CONFIDENCE
 
 
@@ -76,8 +77,8 @@ def judge(
     base_runs: Sequence[VerificationRun] | None = None,
     is_base: bool = False,
     claimed_speedup: bool | None = None,
-    spread_prior: float = DEFAULT_SPREAD_PRIOR,
-    spread_prior_df: float = SPREAD_PRIOR_DF,
+    noise: float = DEFAULT_NOISE,
+    noise_df: float = NOISE_PRIOR_DF,
     confidence: float = SPEEDUP_CONFIDENCE,
 ) -> Verdict:
     """The verdict on a candidate's repeats (pure: no server, no database).
@@ -89,13 +90,13 @@ def judge(
     ``claimed_speedup``: whether the study claims the candidate is faster
     than the base (None: it does unless the candidate is the base); without
     a claim the speedup is shown but not required. The speedup interval pools
-    the between-server spread of both sides' TPS with ``spread_prior``
-    (weighted as ``spread_prior_df`` degrees of freedom).
+    the between-server spread of both sides' TPS with the prior ``noise``
+    (weighted as ``noise_df`` degrees of freedom): verify passes the study's.
     """
     ppls = [run.ppl for run in runs if run.ppl is not None]
     tpss = [run.tps for run in runs if run.state == "complete" and run.tps is not None]
     control = Control.IS_BASE if is_base else Control.OFF if base_runs is None else Control.MEASURED
-    spread, speedup = _speedup_over_base(control, runs, base_runs, spread_prior, spread_prior_df, confidence)
+    spread, speedup = _speedup_over_base(control, runs, base_runs, noise, noise_df, confidence)
     found = functools.partial(
         Verdict,
         median_tps=statistics.median(tpss) if tpss else None,
@@ -131,8 +132,8 @@ def _speedup_over_base(
     control: Control,
     runs: Sequence[VerificationRun],
     base_runs: Sequence[VerificationRun] | None,
-    spread_prior: float,
-    spread_prior_df: float,
+    noise: float,
+    noise_df: float,
     confidence: float,
 ) -> tuple[Spread | None, Interval | None]:
     """The held-out speedup over the base, with the spread it was made with (None, None:
@@ -140,7 +141,7 @@ def _speedup_over_base(
     candidate_tpss, base_tpss = _tps_figures(runs), _tps_figures(base_runs or ())
     if control is not Control.MEASURED or not candidate_tpss or not base_tpss:
         return None, None
-    spread = pooled_spread([candidate_tpss, base_tpss], prior=spread_prior, prior_df=spread_prior_df)
+    spread = pooled_spread([candidate_tpss, base_tpss], prior=noise, prior_df=noise_df)
     return spread, speedup_interval(candidate_tpss, base_tpss, spread=spread, confidence=confidence)
 
 
@@ -212,6 +213,7 @@ def heldout_speedup(verification: VerificationRecord) -> Interval | None:
             f"held-out speedup over the base, {len(_tps_figures(v.runs))} against "
             f"{len(_tps_figures(v.base_runs))} fresh servers, between-server spread "
             + ("unknown" if v.spread is None else f"{v.spread:.1%}")
+            + ("" if v.noise is None else f" (noise prior {v.noise:.1%})")
         ),
         samples=len(_tps_figures(v.runs)) + len(_tps_figures(v.base_runs)),
     )

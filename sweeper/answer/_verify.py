@@ -50,7 +50,7 @@ from storage import (
     study_status,
 )
 from sweeper.answer._candidates import (
-    DEFAULT_SPREAD_PRIOR,
+    NOISE_PRIOR_DF,
     Answer,
     Verdict,
     candidates,
@@ -91,9 +91,10 @@ class VerifySettings:
     ``redo``: verify again the candidates that already have a verdict.
     ``control``: measure the base configuration beside each candidate (as
     many repeats, alternating), to confirm the speedup the study claims.
-    ``spread_prior``: the between-server spread of TPS (SD of log TPS, 0.10 =
+    ``noise``: the between-server spread of TPS (SD of log TPS, 0.10 =
     10 %) assumed until the repeats show their own; it widens the speedup
-    interval when there are few repeats.
+    interval when there are few repeats. None: the study's own (its
+    ``sweeper run --noise``, stored with it), as the study's claim was made.
     """
 
     top: int = 3
@@ -101,7 +102,7 @@ class VerifySettings:
     tolerance: float = 0.05
     redo: bool = False
     control: bool = True
-    spread_prior: float = DEFAULT_SPREAD_PRIOR
+    noise: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("top", "repeats"):
@@ -118,11 +119,9 @@ class VerifySettings:
             )
         if not isinstance(self.control, bool):
             raise VerifySettingsError(f"verify: control must be true or false, not {self.control!r}")
-        prior = self.spread_prior
-        if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0 < prior < 1:
-            raise VerifySettingsError(
-                f"verify: spread_prior must be a fraction between 0 and 1 (0.10 = 10 %), not {prior!r}"
-            )
+        prior = self.noise
+        if prior is not None and (isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0 < prior < 1):
+            raise VerifySettingsError(f"verify: noise must be a fraction between 0 and 1 (0.10 = 10 %), not {prior!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -357,6 +356,8 @@ def verify_study(
     status = study_status(storage, study_name)
     study_name = status.study_name
     confirm = ConfirmSettings.from_settings(status.settings)
+    # the held-out speedup is judged on the study's own noise prior unless told otherwise
+    settings = dataclasses.replace(settings, noise=confirm.noise if settings.noise is None else settings.noise)
     recipe = recipe if recipe is not None else recipe_from_settings(status.settings)
     base = base_configuration(status.trials)
     store = VerificationStore(storage)
@@ -397,6 +398,7 @@ def verify_study(
                         data_info,
                         progress,
                         resumable=newest.get(record.number),
+                        noise_df=confirm.prior_df,
                     )
                 )
         latest = store.latest(study_name)
@@ -511,7 +513,11 @@ def _verify_one(
     progress: Callable[[VerifyEvent], None] | None,
     *,
     resumable: VerificationRecord | None = None,
+    noise_df: float = NOISE_PRIOR_DF,
 ) -> VerificationRecord:
+    """One candidate's repeats, stored as they end, then its verdict; ``settings.noise`` is
+    the prior it is judged with (``verify_study`` has made it the study's where none was given)."""
+    assert settings.noise is not None
     cap = record.ppl_cap
     assert record.tps is not None and record.ppl is not None and cap is not None
     runs: dict[int, VerificationRun] = {}
@@ -525,7 +531,7 @@ def _verify_one(
             repeats=settings.repeats,
             control=plan.control,
             claimed_speedup=plan.claimed_speedup,
-            spread_prior=settings.spread_prior,
+            noise=settings.noise,
         )
         runs = {r.repeat: r for r in resumable.runs if r.repeat < settings.repeats}
         base_runs = {r.repeat: r for r in resumable.base_runs if r.repeat < settings.repeats}
@@ -550,7 +556,7 @@ def _verify_one(
             claimed_speedup=plan.claimed_speedup,
             base_params=plan.base.params,
             base_trial=plan.base.trial_number,
-            spread_prior=settings.spread_prior,
+            noise=settings.noise,
         )
     logger.info(
         "verifying trial %d (TPS %.2f, PPL %.4f): %d repeats on held-out data, control %s",
@@ -600,7 +606,8 @@ def _verify_one(
         base_runs=[base_runs[r] for r in sorted(base_runs)] if plan.control is Control.MEASURED else None,
         is_base=plan.control is Control.IS_BASE,
         claimed_speedup=plan.claimed_speedup,
-        spread_prior=settings.spread_prior,
+        noise=settings.noise,
+        noise_df=noise_df,
     )
     _finish(store, verification_id, verdict)
     logger.info("trial %d %s: %s", record.number, verdict.status.upper(), verdict.reason)

@@ -13,7 +13,6 @@ from rich.table import Table
 
 from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, DEFAULT_URL, VerificationRecord
 from sweeper.answer import (
-    DEFAULT_SPREAD_PRIOR,
     VerifyEvent,
     VerifyResult,
     VerifySettings,
@@ -21,7 +20,7 @@ from sweeper.answer import (
     speedup_text,
     verify_study,
 )
-from sweeper.errors import StudyError
+from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)
@@ -67,11 +66,12 @@ class NotVerifiedError(StudyError):
     "the speedup over the base is then not checked).",
 )
 @click.option(
-    "--spread-prior",
-    default=DEFAULT_SPREAD_PRIOR,
-    show_default=True,
-    help="Between-server TPS spread assumed until the repeats show their own (0.10 = 10 %).",
+    "--noise",
+    type=float,
+    help="Between-server TPS spread (SD of log TPS, 0.10 = 10 %) assumed until the repeats "
+    "show their own (default: the study's, its 'sweeper run --noise').",
 )
+@click.option("--spread-prior", type=float, hidden=True, help="Deprecated: the old name of --noise.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     study_name: str | None,
@@ -85,7 +85,8 @@ def command(
     run_dir: str | None,
     redo: bool,
     no_control: bool,
-    spread_prior: float,
+    noise: float | None,
+    spread_prior: float | None,
     as_json: bool,
 ) -> None:
     """Re-measure the study's best feasible configurations on held-out data.
@@ -101,8 +102,13 @@ def command(
     interrupted verify goes on where it stopped. Exits with code 1 when no
     candidate is verified.
     """
+    if spread_prior is not None:
+        if noise is not None:
+            raise UserInputError("--spread-prior is the old name of --noise: give --noise only")
+        click.echo("warning: --spread-prior is deprecated: use --noise (the same prior, by its one name)", err=True)
+        noise = spread_prior
     settings = VerifySettings(
-        top=top, repeats=repeats, tolerance=tolerance, redo=redo, control=not no_control, spread_prior=spread_prior
+        top=top, repeats=repeats, tolerance=tolerance, redo=redo, control=not no_control, noise=noise
     )
     manifest = Manifest.load(manifest_path) if manifest_path else None
     console = Console(stderr=True)

@@ -279,7 +279,7 @@ class ReportData:
         return (
             f"between-server spread {now.spread.relative:.1%} (SD of log TPS; "
             f"{now.spread.measured_df} df from repeats in fresh servers, prior "
-            f"{now.settings.prior_spread:.0%} as {now.settings.prior_df:g} df); "
+            f"{now.settings.noise:.0%} as {now.settings.prior_df:g} df); "
             f"{sum(1 for d in now.decisions if d.outcome is not Outcome.SCREENED)} race(s)"
             + (f"; {now.prior_text}" if now.prior_text else "")
         )

@@ -30,7 +30,7 @@ curse). Here:
 * **The spread** is what the interleaved rounds show (log TPS fitted as
   configuration + round, ``evaluators.blocked_spread``), never below what
   all the study's servers show (``pooled_spread``, drift included); a
-  prior (``prior_spread`` as ``prior_df`` degrees of freedom) stands in
+  prior (``noise``, ``sweeper run --noise``, as ``prior_df`` degrees of freedom) stands in
   until repeats exist. Each look uses the spread known at that point.
 * **The claim pays for every race.** The incumbent's speedup over the base
   rests on its figures after selection, paired with the base's of the same
@@ -88,7 +88,7 @@ ROUND_ATTR_PREFIX = "sweeper:race-round:"
 
 
 class ConfirmSettingsError(UserInputError):
-    """A confirmation setting is not valid; ``field``: the setting's name (``rounds``, ``prior_spread``, ...)."""
+    """A confirmation setting is not valid; ``field``: the setting's name (``rounds``, ``noise``, ...)."""
 
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(message)
@@ -132,8 +132,9 @@ class ConfirmSettings:
 
     ``rounds``: re-measurement rounds a race may use before it is a tie (0:
     no races; the figures as measured decide, as plain Optuna's best would).
-    ``prior_spread``: the between-server spread (SD of log TPS) assumed
-    until repeats measure it, weighted as ``prior_df`` degrees of freedom.
+    ``noise``: the between-server spread (SD of log TPS) assumed until
+    repeats measure it (``--noise``, stored as ``noise``), weighted as
+    ``prior_df`` degrees of freedom.
     ``confidence``: of the intervals that decide a race and of the stated
     speedup. ``screen``: a contender measured below the incumbent by more
     than this many standard errors of the difference is not raced (0: only
@@ -141,7 +142,7 @@ class ConfirmSettings:
     """
 
     rounds: int = 0
-    prior_spread: float = PRIOR_SPREAD
+    noise: float = PRIOR_SPREAD
     prior_df: float = 2.0
     confidence: float = DEFAULT_CONFIDENCE
     screen: float = 1.0
@@ -151,10 +152,10 @@ class ConfirmSettings:
             raise ConfirmSettingsError(
                 f"confirm rounds must be a whole number >= 0, not {self.rounds!r}", field="rounds"
             )
-        if not 0.0 < self.prior_spread < 1.0:
+        if not 0.0 < self.noise < 1.0:
             raise ConfirmSettingsError(
-                f"noise (the prior between-server spread) must be in (0, 1), not {self.prior_spread!r}",
-                field="prior_spread",
+                f"noise (the prior between-server spread) must be in (0, 1), not {self.noise!r}",
+                field="noise",
             )
         if not 0.0 <= self.screen <= 3.0:
             raise ConfirmSettingsError(f"screen must be 0-3 standard errors, not {self.screen!r}", field="screen")
@@ -166,7 +167,7 @@ class ConfirmSettings:
     def to_settings(self) -> dict[str, Any]:
         return {
             "confirm_rounds": self.rounds,
-            "noise_prior": self.prior_spread,
+            "noise": self.noise,
             "noise_prior_df": self.prior_df,
             "confidence": self.confidence,
             "confirm_screen": self.screen,
@@ -178,7 +179,8 @@ class ConfirmSettings:
         default = cls()
         return cls(
             rounds=int(settings.get("confirm_rounds", default.rounds)),
-            prior_spread=float(settings.get("noise_prior", default.prior_spread)),
+            # "noise_prior": the name studies stored it under before it had one name
+            noise=float(settings.get("noise", settings.get("noise_prior", default.noise))),
             prior_df=float(settings.get("noise_prior_df", default.prior_df)),
             confidence=float(settings.get("confidence", default.confidence)),
             screen=float(settings.get("confirm_screen", default.screen)),
@@ -769,9 +771,9 @@ class _Replay:
         servers have shown (their pooled spread, drift included), so that a few lucky
         rounds cannot shrink an interval."""
         settings = self.settings
-        everything = pooled_spread(self.figures_until(last), prior=settings.prior_spread, prior_df=settings.prior_df)
-        blocked = blocked_spread(self.blocks_until(last), prior=settings.prior_spread, prior_df=settings.prior_df)
-        prior = f"prior {settings.prior_spread:.0%} as {settings.prior_df:g} df"
+        everything = pooled_spread(self.figures_until(last), prior=settings.noise, prior_df=settings.prior_df)
+        blocked = blocked_spread(self.blocks_until(last), prior=settings.noise, prior_df=settings.prior_df)
+        prior = f"prior {settings.noise:.0%} as {settings.prior_df:g} df"
         if blocked.measured_df >= ROUNDS_DF_ENOUGH:
             return dataclasses.replace(
                 blocked, method=f"{blocked.measured_df} df from interleaved rounds, round drift removed, {prior}"
@@ -855,7 +857,7 @@ def standing(records: Iterable[TrialRecord], settings: ConfirmSettings) -> Stand
         race=race,
         basis=basis,
         base_over_cap=base is None and _base_over_cap(replay.records),
-        prior_check=prior_fit(replay.figures_until(None), prior=settings.prior_spread),
+        prior_check=prior_fit(replay.figures_until(None), prior=settings.noise),
     )
 
 

@@ -81,7 +81,7 @@ DEMO_CONFIRM_ROUNDS = 4
 # what --ppl-confidence takes for the point-estimate gate
 POINT_GATE_WORDS = ("none", "off", "point")
 # the command-line option behind each ConfirmSettings field the plan sets
-_CONFIRM_OPTIONS = {"rounds": "--confirm-rounds", "prior_spread": "--noise"}
+_CONFIRM_OPTIONS = {"rounds": "--confirm-rounds", "noise": "--noise"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -267,7 +267,7 @@ class RunPlan:
             if rounds is None:
                 rounds = DEMO_CONFIRM_ROUNDS if self.demo else CONFIRM_ROUNDS
             noise = DEFAULT_NOISE if self.noise is None else self.noise
-            return ConfirmSettings(rounds=rounds, prior_spread=noise)
+            return ConfirmSettings(rounds=rounds, noise=noise)
         except ConfirmSettingsError as exc:
             option = _CONFIRM_OPTIONS.get(exc.field, exc.field)
             raise UserInputError(f"{option}: {exc}") from None

@@ -16,7 +16,7 @@ from sweeper.study import Claim, ConfirmSettings, confirmation_role, standing
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 BASE = {"c": 0}
 PLAIN = ConfirmSettings(rounds=0)
-RACING = ConfirmSettings(rounds=2, prior_spread=0.10, prior_df=2.0)
+RACING = ConfirmSettings(rounds=2, noise=0.10, prior_df=2.0)
 
 
 def record(

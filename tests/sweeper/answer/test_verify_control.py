@@ -84,7 +84,7 @@ def test_a_confirmed_speedup_verifies_and_matches_a_two_sample_t_interval() -> N
         repeats=3,
         runs=runs(CANDIDATE),
         base_runs=runs(BASE, "base"),
-        spread_prior_df=0.0,
+        noise_df=0.0,
     )
     value, low, high = t_interval_on_logs(CANDIDATE, BASE)
     assert verdict.status == "verified"
@@ -117,7 +117,7 @@ def test_an_unconfirmed_speedup_fails_with_the_interval_in_the_reason() -> None:
         repeats=3,
         runs=runs(candidate),
         base_runs=runs(base, "base"),
-        spread_prior_df=0.0,
+        noise_df=0.0,
     )
     value, low, high = t_interval_on_logs(candidate, base)
     assert low < 1.0 < high
@@ -185,9 +185,10 @@ def test_the_ppl_and_tolerance_rules_come_first() -> None:
 
 
 @pytest.mark.parametrize("value", [0, 1.0, -0.1, True])
-def test_the_spread_prior_is_checked(value) -> None:
-    with pytest.raises(VerifySettingsError, match="verify: spread_prior must be a fraction between 0 and 1"):
-        VerifySettings(spread_prior=value)
+def test_the_noise_prior_is_checked(value) -> None:
+    with pytest.raises(VerifySettingsError, match="verify: noise must be a fraction between 0 and 1"):
+        VerifySettings(noise=value)
+    assert VerifySettings().noise is None  # the study's own, unless told
 
 
 # -- running the control --------------------------------------------------------------------
@@ -443,7 +444,7 @@ def test_the_control_is_stored_and_read_back(tmp_path) -> None:
             claimed_speedup=True,
             base_params={"k": 3},
             base_trial=0,
-            spread_prior=0.1,
+            noise=0.1,
         )
         for repeat, (c, b) in enumerate([(121.0, 100.0), (119.0, 101.0)]):
             store.add_run(vid, run(repeat, c))
@@ -468,7 +469,8 @@ def test_the_control_is_stored_and_read_back(tmp_path) -> None:
         {"k": 3},
         0,
     )
-    assert (record.spread_prior, record.spread) == (0.1, 0.07)
+    assert (record.noise, record.spread) == (0.1, 0.07)
+    assert record.to_dict()["noise"] == 0.1
     interval = heldout_speedup(record)
     assert (interval.value, interval.low, interval.high, interval.confidence) == (1.2, 1.1, 1.3, 0.95)
     data = record.to_dict()
@@ -568,6 +570,12 @@ def test_verify_shows_the_speedup_and_checks_the_prior(synthetic, tmp_path, monk
     row = next(line for line in console.export_text().splitlines() if f"#{verification.trial_number} " in line)
     assert f"{(heldout_speedup(verification).value - 1) * 100:+.1f}%" in row
 
+    monkeypatch.setattr(sys, "argv", ["sweeper", "verify", "--storage", study.url, "--no-control", "--noise", "2"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: verify: noise must be a fraction between 0 and 1 (0.10 = 10 %), not 2.0\n"
+    # the old name still works, once warned
     monkeypatch.setattr(
         sys, "argv", ["sweeper", "verify", "--storage", study.url, "--no-control", "--spread-prior", "2"]
     )
@@ -575,5 +583,6 @@ def test_verify_shows_the_speedup_and_checks_the_prior(synthetic, tmp_path, monk
         main()
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
-        "error: verify: spread_prior must be a fraction between 0 and 1 (0.10 = 10 %), not 2.0\n"
+        "warning: --spread-prior is deprecated: use --noise (the same prior, by its one name)\n"
+        "error: verify: noise must be a fraction between 0 and 1 (0.10 = 10 %), not 2.0\n"
     )

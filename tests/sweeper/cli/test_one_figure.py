@@ -80,7 +80,7 @@ def make_race_study(folder: Path, name: str = "race") -> str:
         seed=0,
         enqueue=[{"w": 0, "k": 3}, {"w": 0, "k": 2}],
         enqueue_base=True,
-        confirm=ConfirmSettings(rounds=2, prior_spread=0.05, prior_df=2.0),
+        confirm=ConfirmSettings(rounds=2, noise=0.05, prior_df=2.0),
         handle_signals=False,
     )
     return url

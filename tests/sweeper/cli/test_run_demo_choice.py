@@ -49,7 +49,7 @@ def test_with_a_gpu_the_demo_runs_its_gpu_manifest_at_the_demo_sizes(monkeypatch
     )
     assert plan.trial_budget == DEMO_TRIALS
     # the GPU's measured between-server spread is the races' prior (docs/gpu.md)
-    assert plan.confirm_settings().prior_spread == GPU_DEMO_NOISE == 0.13
+    assert plan.confirm_settings().noise == GPU_DEMO_NOISE == 0.13
     assert "demo: the GPU manifest manifest-gpu.json, since NVML sees 1 GPU(s) (NVIDIA H200)" in caplog.text
 
 

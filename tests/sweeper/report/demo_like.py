@@ -73,7 +73,7 @@ def make_demo_like(folder: Path, name: str = "demo-like") -> DemoLikeStudy:
         seed=0,
         enqueue=SEARCHED,
         enqueue_base=True,
-        confirm=ConfirmSettings(rounds=2, prior_spread=0.10, prior_df=2.0),
+        confirm=ConfirmSettings(rounds=2, noise=0.10, prior_df=2.0),
         handle_signals=False,
     )
     return DemoLikeStudy(url=url, name=name, used=used)

@@ -27,7 +27,7 @@ from sweeper.study import ConfirmSettings, Measurement
 
 CAP = 1.20
 PRIOR, PRIOR_DF = 0.10, 2.0
-RACING = ConfirmSettings(rounds=2, prior_spread=PRIOR, prior_df=PRIOR_DF)
+RACING = ConfirmSettings(rounds=2, noise=PRIOR, prior_df=PRIOR_DF)
 SPACE = space_from_dict(
     {
         "name": "estimates",
@@ -351,7 +351,7 @@ def test_the_noise_line_says_when_the_repeats_outvote_a_narrow_prior(base_wins, 
     measured = math.sqrt(rss / 4)
     assert stats.chi2.sf(rss / PRIOR**2, 4) > 0.005 and stats.chi2.cdf(rss / PRIOR**2, 4) > 0.005
     assert base_wins.noise_line().endswith(" race(s)")  # the 10 % prior fits these repeats
-    narrow = ConfirmSettings(rounds=2, prior_spread=0.02, prior_df=PRIOR_DF)
+    narrow = ConfirmSettings(rounds=2, noise=0.02, prior_df=PRIOR_DF)
     assert stats.chi2.sf(rss / 0.02**2, 4) < 0.005
     data = assemble_report_data(race_study(tmp_path, BASE_WINS, narrow).url, "race")
     assert data.noise_line().endswith(

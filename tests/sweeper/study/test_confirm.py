@@ -61,9 +61,9 @@ def record(number: int, params: dict, tps: float, *, role: str = "sampled", ppl:
 
 
 BASE = {"c": 0}
-RACING = ConfirmSettings(rounds=2, prior_spread=0.10, prior_df=2.0)
+RACING = ConfirmSettings(rounds=2, noise=0.10, prior_df=2.0)
 # a prior measured on many servers: one figure a side can then tell 1.3 from 1
-FIRM = ConfirmSettings(rounds=2, prior_spread=0.10, prior_df=50.0)
+FIRM = ConfirmSettings(rounds=2, noise=0.10, prior_df=50.0)
 
 
 def test_a_contender_measured_faster_within_the_noise_is_raced_against_incumbent_and_base() -> None:
@@ -246,8 +246,8 @@ def test_confirm_settings_refuse_nonsense_with_the_field_named() -> None:
     with pytest.raises(ConfirmSettingsError, match="rounds") as rounds:
         ConfirmSettings(rounds=-1)
     with pytest.raises(ConfirmSettingsError, match="noise") as noise:
-        ConfirmSettings(prior_spread=0.0)
-    assert (rounds.value.field, noise.value.field) == ("rounds", "prior_spread")  # the name as data
+        ConfirmSettings(noise=0.0)
+    assert (rounds.value.field, noise.value.field) == ("rounds", "noise")  # the name as data
     assert ConfirmSettings.from_settings(ConfirmSettings(rounds=3).to_settings()) == ConfirmSettings(rounds=3)
 
 
@@ -297,10 +297,10 @@ def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
         ppl_cap=1.2,
         enqueue=[{"c": c} for c in order],
         enqueue_base=True,
-        confirm=ConfirmSettings(rounds=rounds, prior_spread=NOISE),
+        confirm=ConfirmSettings(rounds=rounds, noise=NOISE),
         handle_signals=False,
     )
-    now = standing(result.status.trials, ConfirmSettings(rounds=rounds, prior_spread=NOISE))
+    now = standing(result.status.trials, ConfirmSettings(rounds=rounds, noise=NOISE))
     assert now.confirmed  # every race was run to its end, past n_trials
     return TRUE_TPS[now.incumbent.params["c"]], len(result.status.trials)
 

@@ -218,11 +218,11 @@ def test_status_says_when_the_repeats_outvote_a_narrow_noise_prior() -> None:
     for n, (a, b) in enumerate(((751.8, 548.1), (890.7, 457.4)), start=1):
         role = confirmation_role(1, n)
         records += [record(2 * n, {"c": 1}, a, role=role), record(2 * n + 1, BASE, b, role=role)]
-    narrow = standing_lines(standing(records, ConfirmSettings(rounds=2, prior_spread=0.02)))
+    narrow = standing_lines(standing(records, ConfirmSettings(rounds=2, noise=0.02)))
     assert [line for line in narrow if line.startswith("noise prior: ")] == [
         "noise prior: the repeats alone show 19.6% on 4 df, above the prior of 2.0% (chi-square, 99%): "
         "a study on this host should pass --noise 0.20"
     ]
-    wide = standing(records, ConfirmSettings(rounds=2, prior_spread=0.13))
+    wide = standing(records, ConfirmSettings(rounds=2, noise=0.13))
     assert not [line for line in standing_lines(wide) if line.startswith("noise prior: ")]
     assert wide.to_dict()["prior_check"]["fit"] == "fits"

@@ -280,7 +280,7 @@ def test_prepare_reads_an_existing_study_through_one_connection_and_hands_typed_
     # the study stored a point-estimate gate: the plan's cap with the stored confidence (none)
     assert (prepared.ppl_confidence, prepared.ppl_rerun_records) == (None, None)
     assert options.gate == PplGate(cap_rel=1.05) == prepared.gate
-    assert options.confirm == ConfirmSettings(rounds=6, prior_spread=0.10)
+    assert options.confirm == ConfirmSettings(rounds=6, noise=0.10)
     assert (options.study_name, options.storage, options.n_trials) == (prepared.study_name, url, 8)
     assert options.enqueue_base and options.enqueue == ()
 
