@@ -54,7 +54,7 @@ from evaluators import (
 )
 from sweeper.errors import DataError, MeasurementError
 from sweeper.manifest import Manifest
-from sweeper.serving import ServerProcess, model_limits
+from sweeper.serving import ServerProcess, model_limits, shared_launchers
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,8 @@ class EvalSettings:
     ``screen``: a short TPS run after the warm-up (multi-fidelity screening);
     with ``screen_floor`` set, a screen that reads below it skips the full
     TPS run (the configuration cannot beat the study's best).
+    ``warm_start``: fork the server from this process's warm launcher
+    (``sweeper.serving.shared_launchers``) where its serve command allows.
     """
 
     prompts: str | os.PathLike[str] | None = None
@@ -135,10 +137,15 @@ class EvalSettings:
     keep_port: bool = False
     screen: TpsSettings | None = None
     screen_floor: float | None = None
+    warm_start: bool = False
 
     def __post_init__(self) -> None:
         if self.reference_prompts < 1:
             raise ValueError("EvalSettings.reference_prompts must be at least 1")
+        if not self.ready_timeout_s > 0:  # NaN too
+            raise ValueError(
+                f"EvalSettings.ready_timeout_s must be a positive number of seconds, not {self.ready_timeout_s}"
+            )
         for key, value in self.overrides.items():
             if not isinstance(value, str):
                 raise ValueError(f"EvalSettings.overrides[{key!r}] must be a string")
@@ -320,6 +327,7 @@ def evaluate(
         port=manifest.port if settings.keep_port else None,
         log_path=settings.log_path,
         ready_timeout_s=settings.ready_timeout_s,
+        launchers=shared_launchers() if settings.warm_start else None,
     )
     hooks.server_created(server)
     try:

@@ -21,6 +21,13 @@ from storage import TrialRecord, VerificationRecord
 PHASE_ORDER = (
     "start",
     "spawn",
+    "api imports",
+    "engine start",
+    "weights",
+    "compile",
+    "kv cache",
+    "graph capture",
+    "engine warm-up",
     "engine init",
     "api ready",
     "ppl",
@@ -34,6 +41,13 @@ PHASE_ORDER = (
 PHASE_LABELS = {
     "start": "start",
     "spawn": "spawn",
+    "api imports": "API imports",
+    "engine start": "engine process start",
+    "weights": "weights",
+    "compile": "compile",
+    "kv cache": "memory profile, KV cache",
+    "graph capture": "CUDA-graph capture",
+    "engine warm-up": "engine warm-up",
     "engine init": "engine init",
     "api ready": "api ready",
     "ppl": "PPL",
@@ -44,7 +58,21 @@ PHASE_LABELS = {
     "reference": "reference",
     "teardown": "stop",
 }
-STARTING = frozenset({"start", "spawn", "engine init", "api ready"})
+STARTING = frozenset(
+    {
+        "start",
+        "spawn",
+        "api imports",
+        "engine start",
+        "weights",
+        "compile",
+        "kv cache",
+        "graph capture",
+        "engine warm-up",
+        "engine init",
+        "api ready",
+    }
+)
 MEASURING = frozenset({"ppl", "warmup", "screen", "tps", "fidelity", "reference"})
 
 
@@ -70,6 +98,9 @@ class TimeByPhase:
     servers: int  # servers with a phase on record (trials and verification repeats)
     verification_servers: int
     compile_s: float  # vLLM's own torch.compile time, within engine init (0 where no log gave it)
+    compile_hits: int = 0  # trials whose every compiled graph came from vLLM's compile cache
+    compile_misses: int = 0  # trials that compiled at least one graph
+    warm_servers: int = 0  # trials whose server was forked from a warm launcher
 
     @property
     def total_s(self) -> float:
@@ -103,12 +134,16 @@ class TimeByPhase:
             "starting_share": self.starting_share,
             "measuring_share": self.measuring_share,
             "compile_s": self.compile_s,
+            "compile_hits": self.compile_hits,
+            "compile_misses": self.compile_misses,
+            "warm_servers": self.warm_servers,
             "phases": [dataclasses.asdict(p) for p in self.phases],
         }
 
 
 def start_seconds(phases: Mapping[str, float] | Iterable[tuple[str, float]]) -> float:
-    """A server's start, whether stored whole (``start``) or split (spawn, engine init, api ready)."""
+    """A server's start, whether stored whole (``start``) or split (``START_PHASES``, or the older
+    spawn, engine init, api ready)."""
     items = phases.items() if isinstance(phases, Mapping) else phases
     return sum(float(seconds) for name, seconds in items if name in STARTING)
 
@@ -132,8 +167,13 @@ def _percent(share: float) -> str:
 def phase_headline(time: TimeByPhase) -> str:
     """``12 min 31 s of server time in 13 servers: 88.2 % starting, 6.2 % measuring``."""
     servers = f"{time.servers} server{'s' if time.servers != 1 else ''}"
+    notes = []
+    if time.warm_servers:
+        notes.append(f"{time.warm_servers} started warm")
     if time.verification_servers:
-        servers += f" ({time.verification_servers} of them verifying)"
+        notes.append(f"{time.verification_servers} of them verifying")
+    if notes:
+        servers += f" ({', '.join(notes)})"
     return (
         f"{duration_text(time.total_s)} of server time in {servers}: "
         f"{_percent(time.starting_share)} starting, {_percent(time.measuring_share)} measuring"
@@ -145,12 +185,20 @@ def phase_rows(time: TimeByPhase) -> list[list[str]]:
     rows = []
     for phase in time.phases:
         label = phase.label
-        if phase.name == "engine init" and time.compile_s:
-            label += f" (compile {duration_text(time.compile_s)})"
+        if phase.name in ("engine init", "compile") and time.compile_s:
+            label += f" (compile {duration_text(time.compile_s)}{_cache_note(time)})"
+        elif phase.name == "compile" and (time.compile_hits or time.compile_misses):
+            label += f" ({_cache_note(time).lstrip(', ')})"
         rows.append(
             [label, duration_text(phase.seconds), _percent(phase.share), f"{phase.seconds / phase.count:.1f} s"]
         )
     return rows
+
+
+def _cache_note(time: TimeByPhase) -> str:
+    if not (time.compile_hits or time.compile_misses):
+        return ""
+    return f", cache: {time.compile_hits} hit{'s' if time.compile_hits != 1 else ''}, {time.compile_misses} miss{'es' if time.compile_misses != 1 else ''}"
 
 
 def time_by_phase(records: Sequence[TrialRecord], verifications: Sequence[VerificationRecord] = ()) -> TimeByPhase:
@@ -159,9 +207,14 @@ def time_by_phase(records: Sequence[TrialRecord], verifications: Sequence[Verifi
     totals: dict[str, list[float]] = {}
     servers = verification_servers = 0
     compile_s = 0.0
+    hits = misses = warm = 0
     for record in records:
         if record.phases:
             servers += 1
+        hit = record.extras.get("compile_cache_hit")
+        if isinstance(hit, bool):
+            hits, misses = hits + hit, misses + (not hit)
+        warm += record.extras.get("server_start") == "warm"
         for name, seconds in record.phases:
             totals.setdefault(name, []).append(float(seconds))
         value = record.extras.get("compile_s")
@@ -185,4 +238,7 @@ def time_by_phase(records: Sequence[TrialRecord], verifications: Sequence[Verifi
         servers=servers,
         verification_servers=verification_servers,
         compile_s=compile_s,
+        compile_hits=hits,
+        compile_misses=misses,
+        warm_servers=warm,
     )

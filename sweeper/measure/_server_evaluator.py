@@ -42,8 +42,17 @@ from sweeper.measure._evaluate import (
     warmup_settings_from,
 )
 from sweeper.measure._on_device import DeviceHooks
-from sweeper.serving import FailureKind, ServerProcess, classify, with_kind
-from sweeper.study import EvaluationContext, Measurement
+from sweeper.serving import (
+    COMPILE_CACHE_VARIABLE,
+    CompileCache,
+    FailureKind,
+    ServerProcess,
+    WarmStarts,
+    classify,
+    shared_launchers,
+    with_kind,
+)
+from sweeper.study import EvaluationContext, Measurement, is_confirmation
 from sweeper.versions import software_versions
 
 logger = logging.getLogger(__name__)
@@ -105,8 +114,14 @@ class ServerEvaluator:
         data: EvalData | None = None,
         before_retry: Callable[[], None] | None = None,
         device: DeviceSlot | None = None,
+        warm_starts: WarmStarts = WarmStarts.OFF,
+        compile_cache: CompileCache | None = None,
     ) -> None:
         self.base_manifest = base_manifest
+        self.warm_starts = warm_starts  # which trials' servers start from a warm launcher
+        self.compile_cache = compile_cache  # None: vLLM's own default folder
+        if warm_starts is not WarmStarts.OFF:
+            shared_launchers().log_folder = Path(run_dir)
         self.device = device  # the worker's GPUs: memory wait, CUDA_VISIBLE_DEVICES, provenance
         self.settings = settings
         self.run_dir = Path(run_dir)
@@ -137,7 +152,11 @@ class ServerEvaluator:
                 screen=self.settings.screen if floor is not None else None,
                 screen_floor=floor,
                 # the manifest's overrides are already rendered; the worker's devices win over it
-                overrides=self.device.server_env() if self.device else {},
+                overrides={
+                    **(self.device.server_env() if self.device else {}),
+                    **self._compile_cache_env(manifest, context, folder),
+                },
+                warm_start=self._warm(context, attempt),
                 log_path=folder / ("server.log" if attempt == 1 else f"server-{attempt}.log"),
             )
             context_hooks = _ContextHooks(context)
@@ -150,6 +169,15 @@ class ServerEvaluator:
                 result = evaluate(manifest, settings, data=self.data, progress=_PhaseForwarder(context), hooks=hooks)
                 assert context_hooks.server is not None  # evaluate creates the server first
                 measurement = self._measurement(result, context, manifest, context_hooks.server)
+                server = context_hooks.server
+                extras = {**measurement.extras, "server_start": server.start_kind}
+                if server.start_note:
+                    extras["server_start_note"] = server.start_note
+                if context_hooks.compile_cache_dirs:
+                    extras["compile_cache_dirs"] = list(context_hooks.compile_cache_dirs)
+                if COMPILE_CACHE_VARIABLE in settings.overrides:
+                    extras["compile_cache_root"] = settings.overrides[COMPILE_CACHE_VARIABLE]
+                measurement = dataclasses.replace(measurement, extras=extras)
                 if context_hooks.compile_s is not None:  # part of the engine init phase, told apart
                     extras = {**measurement.extras, "compile_s": context_hooks.compile_s}
                     if context_hooks.compile_cache_hit is not None:
@@ -189,6 +217,17 @@ class ServerEvaluator:
         return with_kind(exc, kind), kind, at_start
 
     # -- helpers ----------------------------------------------------------------
+
+    def _compile_cache_env(self, manifest: Manifest, context: EvaluationContext, folder: Path) -> dict[str, str]:
+        if self.compile_cache is None:
+            return {}
+        return self.compile_cache.env_for(manifest.env, context.overrides, manifest.serve, folder)
+
+    def _warm(self, context: EvaluationContext, attempt: int) -> bool:
+        """Does this trial's server start warm? A retried start is always fresh."""
+        if attempt > 1 or self.warm_starts is WarmStarts.OFF:
+            return False
+        return self.warm_starts is WarmStarts.ALL or not is_confirmation(context.role)
 
     def _ppl_settings(self, context: EvaluationContext) -> PplSettings | None:
         if self.settings.ppl is None or context.known_ppl is not None:
@@ -272,6 +311,7 @@ class _ContextHooks(ServerHooks):
         self.exited_early = False  # the server was gone before teardown (it crashed)
         self.compile_s: float | None = None  # vLLM's torch.compile time (within engine init), where it logs it
         self.compile_cache_hit: bool | None = None
+        self.compile_cache_dirs: tuple[str, ...] = ()  # vLLM's compile-cache folders (hashes of its key)
 
     def server_created(self, server: ServerProcess) -> None:
         self.server = server
@@ -289,16 +329,17 @@ class _ContextHooks(ServerHooks):
         self.context.record_phase(STUDY_PHASE_NAMES.get(phase, phase), seconds)
 
     def _start_split(self, seconds: float) -> tuple[tuple[str, float], ...]:
-        """A ready server's start as spawn, engine init and api ready (scaled to ``seconds``,
-        the phase as timed here), with the compile time beside them; () where its log does not tell."""
+        """A ready server's start in ``START_PHASES`` (scaled to ``seconds``, the phase as timed
+        here), with the compile time and cache beside them; () where its log does not tell."""
         assert self.server is not None
         startup = self.server.startup()
-        split = startup.coarse()
+        split = startup.stored()
         if not split:
             return ()
         if startup.compile_s is not None:
             self.compile_s = startup.compile_s
         self.compile_cache_hit = startup.cache_hit
+        self.compile_cache_dirs = startup.cache_hashes
         scale = seconds / startup.ready_s if startup.ready_s else 1.0
         return tuple((name, part * scale) for name, part in split)
 

@@ -14,8 +14,17 @@ from sweeper.serving._command import (
     build_serve_command,
     exec_server,
 )
+from sweeper.serving._compile_cache import COMPILE_CACHE_VARIABLE, CompileCache, speculative_tokens
 from sweeper.serving._drafter import TOP_K_FIELD, drafter_with_top_k
 from sweeper.serving._failures import FailureKind, classify, with_kind
+from sweeper.serving._launcher import (
+    DEFAULT_WARM_STARTS,
+    WarmLaunchers,
+    WarmPlan,
+    WarmStarts,
+    shared_launchers,
+    warm_plan,
+)
 from sweeper.serving._limits import ModelLimits, model_limits
 from sweeper.serving._process import (
     DEFAULT_HOST,
@@ -25,7 +34,7 @@ from sweeper.serving._process import (
     port_is_free,
     stop_servers_with_token,
 )
-from sweeper.serving._startup import START_PHASES, Startup, parse_startup
+from sweeper.serving._startup import LEGACY_START_PHASES, START_PHASES, Startup, parse_startup, resolved_config
 from sweeper.serving._venv import (
     CACHE_VARIABLE,
     ServerVenv,
@@ -37,11 +46,18 @@ from sweeper.serving._venv import (
 
 __all__ = [
     "CACHE_VARIABLE",
+    "COMPILE_CACHE_VARIABLE",
+    "CompileCache",
     "DEFAULT_HOST",
+    "DEFAULT_WARM_STARTS",
+    "LEGACY_START_PHASES",
     "FailureKind",
     "GREEDY_GENERATION_CONFIG",
     "TOKEN_VARIABLE",
     "TOP_K_FIELD",
+    "WarmLaunchers",
+    "WarmPlan",
+    "WarmStarts",
     "ModelLimits",
     "ServeCommand",
     "ServerProcess",
@@ -58,8 +74,12 @@ __all__ = [
     "model_limits",
     "parse_startup",
     "port_is_free",
+    "resolved_config",
     "server_venv",
+    "shared_launchers",
+    "speculative_tokens",
     "stop_servers_with_token",
+    "warm_plan",
     "with_kind",
     "venv_cache_root",
 ]

@@ -22,7 +22,6 @@ writes why to a file beside the log before it execs, and the parent logs it
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -46,6 +45,7 @@ from sweeper.errors import (
 )
 from sweeper.manifest import Manifest
 from sweeper.serving import processes
+from sweeper.serving._launcher import LaunchedProcess, WarmLaunchers, WarmPlan, warm_plan
 from sweeper.serving._startup import Startup, parse_startup
 
 logger = logging.getLogger(__name__)
@@ -82,58 +82,6 @@ def stop_servers_with_token(token: str, *, grace_s: float = 10.0) -> list[int]:
     return victims
 
 
-_PR_SET_PDEATHSIG = 1
-_PR_GET_PDEATHSIG = 2
-
-
-class _ChildSetup:
-    """Runs in the child between fork and exec: a session of its own, the parent-death signal.
-
-    The child cannot log, so a failure to set the signal is written to
-    ``report_path`` (plain ``os`` calls only: no locks after fork); the
-    parent reads it once ``Popen`` has returned (the child has exec'd by then).
-    """
-
-    def __init__(self, report_path: Path, death_signal: int) -> None:
-        self.report_path = str(report_path)
-        self.death_signal = death_signal
-        try:  # looked up in the parent: nothing but the call is left for the child
-            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            self._prctl = None
-        self._read_back = ctypes.c_int(0)
-
-    def __call__(self) -> None:
-        os.setsid()
-        if self._prctl is None:
-            return self._report("prctl is not available (not Linux?)")
-        if self._prctl(_PR_SET_PDEATHSIG, self.death_signal, 0, 0, 0) != 0:
-            errno = ctypes.get_errno()
-            return self._report(
-                f"prctl(PR_SET_PDEATHSIG, {self.death_signal}) failed: {os.strerror(errno)} (errno {errno})"
-            )
-        self._prctl(_PR_GET_PDEATHSIG, ctypes.byref(self._read_back), 0, 0, 0)
-        if self._read_back.value != self.death_signal:
-            self._report(f"PR_GET_PDEATHSIG reads {self._read_back.value}, not {self.death_signal}")
-
-    def _report(self, text: str) -> None:
-        try:
-            fd = os.open(self.report_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.write(fd, text.encode())
-            os.close(fd)
-        except OSError:
-            pass
-
-    def failure(self) -> str | None:
-        """What the child reported (and the report file removed), or None if all went well."""
-        try:
-            text = Path(self.report_path).read_text()
-        except OSError:
-            return None
-        Path(self.report_path).unlink(missing_ok=True)
-        return text or "unknown failure"
-
-
 class ServerProcess:
     """Context manager around one model server started from a manifest.
 
@@ -154,6 +102,7 @@ class ServerProcess:
         poll_interval_s: float = 0.5,
         log_tail_lines: int = 40,
         parent_death_signal: int = signal.SIGTERM,
+        launchers: WarmLaunchers | None = None,
     ) -> None:
         self.manifest = manifest
         self.overrides = dict(overrides or {})
@@ -173,10 +122,14 @@ class ServerProcess:
         self.token = uuid.uuid4().hex
         self.host = self.overrides.get("HOST") or manifest.env.get("HOST") or DEFAULT_HOST
         self.port: int = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | LaunchedProcess | None = None
         self.ready_seconds: float | None = None
         self.stop_seconds: float | None = None
         self.started_wall: float | None = None  # seconds since the epoch at the exec (parse_startup's anchor)
+        self.launchers = launchers
+        # "warm" (forked from a launcher that had imported vLLM) or "fresh" (a new process), once started
+        self.start_kind: str | None = None
+        self.start_note: str | None = None  # why a server that could have started warm did not
 
     # -- public surface -----------------------------------------------------
 
@@ -232,8 +185,37 @@ class ServerProcess:
         env.update(self.overrides)
         env.update({"PORT": str(self.port), "HOST": self.host, TOKEN_VARIABLE: self.token})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        plan = warm_plan(command) if self.launchers is not None else None
+        launcher = None
+        if plan is not None and plan.warm:
+            assert self.launchers is not None and plan.python is not None
+            try:
+                launcher = self.launchers.launcher_for(plan.python, env)
+            except ServerStartError as exc:  # slower, never different: a fresh process
+                plan = WarmPlan(None, f"the warm launcher is not available ({exc})")
+        if launcher is not None:
+            logger.info(
+                "starting server %r warm (forked from launcher pid %d) on port %d (log: %s)",
+                self.manifest.name,
+                launcher.process.pid,
+                self.port,
+                self.log_path,
+            )
+            self.log_path.touch()
+            self.process = launcher.launch(
+                command, env=env, cwd=self.manifest.folder, log_path=self.log_path, death_signal=self.death_signal
+            )
+            self._started_at = time.monotonic()
+            self.started_wall = time.time()
+            self.start_kind = "warm"
+            self.parent_death_signal = True  # set by the child itself, towards the launcher (which has its own)
+            return
+        if plan is not None:
+            self.start_note = f"starts fresh: {plan.reason}"
+            logger.info("server %r %s", self.manifest.name, self.start_note)
+        self.start_kind = "fresh"
         logger.info("starting server %r on port %d (log: %s)", self.manifest.name, self.port, self.log_path)
-        setup = _ChildSetup(self.log_path.with_name(self.log_path.name + ".pdeathsig"), self.death_signal)
+        setup = processes.ChildSetup(self.log_path.with_name(self.log_path.name + ".pdeathsig"), self.death_signal)
         with open(self.log_path, "ab") as log:
             try:
                 self.process = subprocess.Popen(  # noqa: S603 - the user's own serve command

@@ -5,14 +5,13 @@ the weights are loaded, ``torch.compile`` is done, the KV cache is sized,
 the CUDA graphs are captured, the engine is initialised, the API listens),
 each with the time of day to the second. ``parse_startup`` turns those
 lines into phases (a phase runs from the step before it to its own), and
-``Startup.coarse`` folds them into the three that a study stores per trial:
-
-* ``spawn``: from the exec of the serve command to the engine process's
-  first line (Python imports, the API server's set-up, the engine process
-  start);
-* ``engine init``: the engine's own initialisation (weights, compile,
-  memory profile and KV cache, graph capture, its warm-up);
-* ``api ready``: from the engine's last step to the server's first answer.
+``Startup.stored`` folds them into those a study stores per trial
+(``START_PHASES``): the API server's imports (the exec to its first line),
+the engine process's start (the API server's set-up and the engine
+process's own start, up to its first line), the weights, the compile,
+the memory profile and KV cache, the CUDA-graph capture, the engine's
+warm-up, and the API's first answer. Studies stored before that split hold
+``spawn``, ``engine init`` and ``api ready`` (``LEGACY_START_PHASES``).
 
 The anchor is sweeper's own ``exec:`` line where the serve command is
 ``sweeper serve``, else the moment the process was started
@@ -45,12 +44,15 @@ class Milestone:
 EXEC = "exec"
 ENGINE_START = "engine process start"
 ENGINE_DONE = "engine warm-up after capture"
+WORKER_START = "worker process start"
 # in the order a vLLM 0.26 server passes them; each phase ends at its milestone
 MILESTONES = (
     Milestone(EXEC, re.compile(r"sweeper\.serving\._command: exec: ")),
     Milestone("api imports", re.compile(r"\(APIServer pid=\d+\) [A-Z]+ \d\d-\d\d ")),
     Milestone(ENGINE_START, re.compile(r"Initializing a V1 LLM engine")),
-    Milestone("weight load", re.compile(r"Model loading took")),
+    Milestone(WORKER_START, re.compile(r"Starting to load model")),
+    # the GPU runner's total, or on CPU each model's (the target's, then the drafter's)
+    Milestone("weight load", re.compile(r"Model loading took|Loading weights took"), last=True),
     Milestone("torch.compile", re.compile(r"torch\.compile took [\d.]+ s in total"), last=True),
     Milestone("memory profile, KV cache", re.compile(r"(?:GPU|CPU) KV cache size")),
     Milestone("CUDA graph capture", re.compile(r"Graph capturing finished")),
@@ -58,11 +60,27 @@ MILESTONES = (
     Milestone("api set-up", re.compile(r"Starting vLLM server on")),
 )
 FIRST_ANSWER = "first answer"
-# the stored phases of a start, in order, and the detailed phases each folds together
-SPAWN, ENGINE_INIT, API_READY = "spawn", "engine init", "api ready"
-START_PHASES = (SPAWN, ENGINE_INIT, API_READY)
+# the stored phases of a start, in the order a server passes them, and the detailed phases each holds
+API_IMPORTS, ENGINE_PROCESS = "api imports", "engine start"
+WEIGHTS, COMPILE, KV_CACHE, GRAPH_CAPTURE = "weights", "compile", "kv cache", "graph capture"
+ENGINE_WARMUP, API_READY = "engine warm-up", "api ready"
+START_PHASES = (API_IMPORTS, ENGINE_PROCESS, WEIGHTS, COMPILE, KV_CACHE, GRAPH_CAPTURE, ENGINE_WARMUP, API_READY)
+# what studies stored before the split above (still read: status and the report show them as stored)
+SPAWN, ENGINE_INIT = "spawn", "engine init"
+LEGACY_START_PHASES = (SPAWN, ENGINE_INIT, API_READY)
+_STORED = {
+    "api imports": API_IMPORTS,
+    ENGINE_START: ENGINE_PROCESS,
+    WORKER_START: ENGINE_PROCESS,
+    "weight load": WEIGHTS,
+    "torch.compile": COMPILE,
+    "memory profile, KV cache": KV_CACHE,
+    "CUDA graph capture": GRAPH_CAPTURE,
+    ENGINE_DONE: ENGINE_WARMUP,
+    "api set-up": API_READY,
+    FIRST_ANSWER: API_READY,
+}
 _ENGINE_STEPS = ("weight load", "torch.compile", "memory profile, KV cache", "CUDA graph capture", ENGINE_DONE)
-_COARSE = {"api imports": SPAWN, ENGINE_START: SPAWN, **dict.fromkeys(_ENGINE_STEPS, ENGINE_INIT)}
 
 _COMPILE_TOTAL = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _COMPILE_MISS = re.compile(r"Compiling a graph for compile range .* takes ([\d.]+) s")
@@ -108,21 +126,33 @@ class Startup:
             return None
         return self.compile_misses == 0
 
-    def coarse(self) -> tuple[tuple[str, float], ...]:
-        """The start as ``spawn``, ``engine init`` and ``api ready``, summing to ``ready_s``.
+    def stored(self) -> tuple[tuple[str, float], ...]:
+        """The start in ``START_PHASES`` (those the log shows, in order), summing to ``ready_s``.
 
-        Empty where the log shows no engine step or ``ready_s`` is unknown: the
-        start is then one phase. Rounding to the log's second is absorbed by
-        ``api ready``, which is never below zero (the engine's share is cut
-        where the log's seconds overshoot the measured start)."""
+        ``api imports`` runs from the exec to the API server's first line,
+        ``engine start`` from there to the engine process's first line (the
+        API server's set-up, the engine process's own start), then the
+        engine's steps, and ``api ready`` from the engine's last step to the
+        first answer. Empty where the log shows no engine step or ``ready_s``
+        is unknown: the start is then one phase. Rounding to the log's second
+        is absorbed by ``api ready``, never below zero (a phase is cut where
+        the log's seconds overshoot the measured start)."""
         names = {name for name, _ in self.phases}
         if self.ready_s is None or not names & set(_ENGINE_STEPS):
             return ()
-        spawn = sum(s for name, s in self.phases if _COARSE.get(name) == SPAWN)
-        engine = sum(s for name, s in self.phases if _COARSE.get(name) == ENGINE_INIT)
-        spawn = min(spawn, self.ready_s)
-        engine = min(engine, self.ready_s - spawn)
-        return ((SPAWN, spawn), (ENGINE_INIT, engine), (API_READY, self.ready_s - spawn - engine))
+        sums: dict[str, float] = {}
+        for name, seconds in self.phases:
+            stored = _STORED.get(name)
+            if stored is not None and stored != API_READY:
+                sums[stored] = sums.get(stored, 0.0) + seconds
+        split, used = [], 0.0
+        for name in START_PHASES[:-1]:
+            if name in sums:
+                part = min(sums[name], self.ready_s - used)
+                split.append((name, part))
+                used += part
+        split.append((API_READY, self.ready_s - used))
+        return tuple(split)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,3 +230,33 @@ def parse_startup(text: str, ready_s: float | None = None, *, started_at: float 
         init_engine_s=init_engine,
         ready_s=ready_s,
     )
+
+
+# vLLM's lines that state the configuration it resolved, and what differs between two servers of one
+# configuration in them (their port, process ids, temporary names)
+_CONFIG_LINES = (
+    re.compile(r"non-default args: (.*)$"),
+    re.compile(r"Initializing a V1 LLM engine .*? with config: (.*)$"),
+)
+_VARYING = (
+    re.compile(r"'port': \d+"),
+    re.compile(r"pid=\d+"),
+    re.compile(r"vllm_dist_[0-9a-f]+"),
+    re.compile(r"/tmp/[^\s',]+"),
+)
+
+
+def resolved_config(text: str) -> tuple[str, ...]:
+    """vLLM's resolved configuration in a server log ("non-default args", the engine's config),
+    with the port, process ids and temporary names taken out: equal for two servers of one
+    configuration however they were started."""
+    lines = []
+    for line in text.splitlines():
+        for pattern in _CONFIG_LINES:
+            match = pattern.search(line)
+            if match:
+                value = match.group(1)
+                for varying in _VARYING:
+                    value = varying.sub("<varies>", value)
+                lines.append(value.strip())
+    return tuple(lines)

@@ -10,6 +10,7 @@ that survives SIGKILL (stuck in the kernel, in uninterruptible sleep) is a
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ from sweeper.errors import ServerStopError
 logger = logging.getLogger(__name__)
 
 _PROC = Path("/proc")
+SIGKILL = signal.SIGKILL
 
 
 def _live_pids() -> Iterator[int]:
@@ -252,3 +254,55 @@ def read_tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+_PR_SET_PDEATHSIG = 1
+_PR_GET_PDEATHSIG = 2
+
+
+class ChildSetup:
+    """Runs in the child between fork and exec: a session of its own, the parent-death signal.
+
+    The child cannot log, so a failure to set the signal is written to
+    ``report_path`` (plain ``os`` calls only: no locks after fork); the
+    parent reads it once ``Popen`` has returned (the child has exec'd by then).
+    """
+
+    def __init__(self, report_path: Path, death_signal: int) -> None:
+        self.report_path = str(report_path)
+        self.death_signal = death_signal
+        try:  # looked up in the parent: nothing but the call is left for the child
+            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            self._prctl = None
+        self._read_back = ctypes.c_int(0)
+
+    def __call__(self) -> None:
+        os.setsid()
+        if self._prctl is None:
+            return self._report("prctl is not available (not Linux?)")
+        if self._prctl(_PR_SET_PDEATHSIG, self.death_signal, 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            return self._report(
+                f"prctl(PR_SET_PDEATHSIG, {self.death_signal}) failed: {os.strerror(errno)} (errno {errno})"
+            )
+        self._prctl(_PR_GET_PDEATHSIG, ctypes.byref(self._read_back), 0, 0, 0)
+        if self._read_back.value != self.death_signal:
+            self._report(f"PR_GET_PDEATHSIG reads {self._read_back.value}, not {self.death_signal}")
+
+    def _report(self, text: str) -> None:
+        try:
+            fd = os.open(self.report_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, text.encode())
+            os.close(fd)
+        except OSError:
+            pass
+
+    def failure(self) -> str | None:
+        """What the child reported (and the report file removed), or None if all went well."""
+        try:
+            text = Path(self.report_path).read_text()
+        except OSError:
+            return None
+        Path(self.report_path).unlink(missing_ok=True)
+        return text or "unknown failure"

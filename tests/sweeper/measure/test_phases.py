@@ -109,3 +109,34 @@ def test_the_text_names_the_share_spent_measuring() -> None:
     assert rows["stop"][0] == "7 s" and rows["PPL"][2] == "3.0 s"
     assert time_by_phase([TRIALS[2]]).phases == ()
     assert [duration_text(s) for s in (42.4, 343, 7500)] == ["42 s", "5 min 43 s", "2 h 05 min"]
+
+
+def test_the_split_start_its_warm_servers_and_compile_cache_are_counted() -> None:
+    split = (("api imports", 0.0), ("engine start", 2.0), ("compile", 3.0), ("graph capture", 1.0), ("api ready", 1.5))
+    trials = [
+        record(0, (*split, ("tps", 10.0)), compile_s=3.0, server_start="warm", compile_cache_hit=True),
+        record(
+            1,
+            (("api imports", 20.0), ("engine start", 25.0), ("compile", 40.0), ("api ready", 8.0)),
+            compile_s=38.0,
+            server_start="fresh",
+            compile_cache_hit=False,
+        ),
+        record(2, (("api imports", 0.0), ("engine start", 3.0), ("api ready", 1.0)), server_start="warm"),
+    ]
+    time = time_by_phase(trials)
+    assert [p.name for p in time.phases] == [
+        "api imports",
+        "engine start",
+        "compile",
+        "graph capture",
+        "api ready",
+        "tps",
+    ]
+    assert (time.warm_servers, time.compile_hits, time.compile_misses, time.compile_s) == (2, 1, 1, 41.0)
+    assert time.starting_s == pytest.approx(0 + 2 + 3 + 1 + 1.5 + 20 + 25 + 40 + 8 + 0 + 3 + 1)
+    assert phase_headline(time).startswith(f"{duration_text(114.5)} of server time in 3 servers (2 started warm):")
+    rows = {row[0]: row[1:] for row in phase_rows(time)}
+    assert rows["compile (compile 41 s, cache: 1 hit, 1 miss)"][0] == "43 s"
+    assert rows["API imports"][2] == "6.7 s"  # 20 s over the 3 servers that went through it
+    assert time.to_dict()["warm_servers"] == 2

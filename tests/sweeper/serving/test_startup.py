@@ -1,4 +1,4 @@
-"""Start-up phases read from a server's log: the detailed steps and the three a study stores."""
+"""Start-up phases read from a server's log: the detailed steps and those a study stores."""
 
 import time
 
@@ -47,28 +47,54 @@ def test_the_startup_phases_come_from_the_log_timestamps() -> None:
     assert (startup.graph_capture_s, startup.init_engine_s) == (2.0, 50.0)
 
 
-def test_the_three_stored_phases_fold_the_steps_and_sum_to_the_start() -> None:
-    coarse = dict(parse_startup(COLD_LOG, ready_s=138.4).coarse())
-    assert tuple(coarse) == START_PHASES
-    # 11:08:11 exec -> 11:09:22 engine process (71 s) -> 11:10:14 engine initialised (52 s) -> ready at 138.4 s
-    assert coarse == pytest.approx({"spawn": 71.0, "engine init": 52.0, "api ready": 15.4})
-    # a start measured shorter than the log's seconds say: the engine's share is cut, nothing is negative
-    short = dict(parse_startup(COLD_LOG, ready_s=100.0).coarse())
-    assert short == pytest.approx({"spawn": 71.0, "engine init": 29.0, "api ready": 0.0})
+def test_the_stored_phases_fold_the_steps_and_sum_to_the_start() -> None:
+    stored = dict(parse_startup(COLD_LOG, ready_s=138.4).stored())
+    assert tuple(stored) == START_PHASES
+    # 11:08:11 exec -> 11:08:28 API banner (17 s) -> 11:09:22 engine process (54 s) -> 11:09:24 weights (2 s)
+    # -> 11:09:52 compiled (28 s) -> 11:09:56 KV cache (4 s) -> 11:09:58 graphs (2 s) -> 11:10:14 engine done
+    # (16 s) -> ready at 138.4 s (the rest, 15.4 s)
+    assert stored == pytest.approx(
+        {
+            "api imports": 17.0,
+            "engine start": 54.0,
+            "weights": 2.0,
+            "compile": 28.0,
+            "kv cache": 4.0,
+            "graph capture": 2.0,
+            "engine warm-up": 16.0,
+            "api ready": 15.4,
+        }
+    )
+    assert sum(stored.values()) == pytest.approx(138.4)
+    # a start measured shorter than the log's seconds say: the later phases are cut, nothing is negative
+    short = dict(parse_startup(COLD_LOG, ready_s=100.0).stored())
+    assert short == pytest.approx(
+        {
+            "api imports": 17.0,
+            "engine start": 54.0,
+            "weights": 2.0,
+            "compile": 27.0,
+            "kv cache": 0.0,
+            "graph capture": 0.0,
+            "engine warm-up": 0.0,
+            "api ready": 0.0,
+        }
+    )
     # no start time measured, or no engine step in the log: the start stays one phase
-    assert parse_startup(COLD_LOG).coarse() == ()
+    assert parse_startup(COLD_LOG).stored() == ()
     banner_only = (
         "11:08:11 INFO sweeper.serving._command: exec: serve\n(APIServer pid=1) INFO 12-01 11:08:28 [a.py:1] up\n"
     )
-    assert parse_startup(banner_only, ready_s=20.0).coarse() == ()
+    assert parse_startup(banner_only, ready_s=20.0).stored() == ()
 
 
 def test_a_log_without_sweepers_exec_line_is_anchored_at_the_process_start() -> None:
     own_serve = "\n".join(line for line in COLD_LOG.splitlines() if "exec:" not in line)
     day = time.localtime()
     started = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 11, 8, 11, 0, 0, -1)) + 0.5
-    coarse = dict(parse_startup(own_serve, ready_s=137.9, started_at=started).coarse())
-    assert coarse == pytest.approx({"spawn": 70.5, "engine init": 52.0, "api ready": 15.4})
+    stored = dict(parse_startup(own_serve, ready_s=137.9, started_at=started).stored())
+    assert stored["api imports"] == pytest.approx(16.5)  # from the process start, half a second past 11:08:11
+    assert sum(stored.values()) == pytest.approx(137.9) and stored["api ready"] == pytest.approx(15.4)
 
 
 def test_a_cache_hit_a_missing_milestone_and_midnight() -> None:

@@ -1,0 +1,152 @@
+"""The warm launcher without vLLM: what a forked server and a process it spawns get, and when not to fork.
+
+A plain Python script stands in for the serve command here (the launcher imports only ``json``),
+so these run in a second; tests/sweeper/serving/test_warm_vllm.py runs the real vLLM server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeper.manifest import Manifest
+from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_plan
+from sweeper.serving.warm_launcher import startup_key
+
+# answers /v1/models; writes what it was started with, and what a process it spawns was
+SERVE = r"""
+import json, multiprocessing, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+def report(path):
+    with open(path, "w") as out:
+        json.dump({"env": dict(os.environ), "pgid": os.getpgid(0), "cwd": os.getcwd(),
+                   "name": __name__, "ppid": os.getppid()}, out)
+
+if __name__ == "__main__":
+    report("server.json")
+    context = multiprocessing.get_context("spawn")
+    os.environ["OMP_NUM_THREADS"] = "1"  # as vLLM sets it for a worker it spawns on CPU
+    child = context.Process(target=report, args=("spawned.json",))
+    child.start()
+    child.join(30)
+    with open("spawned-exit.json", "w") as out:
+        json.dump({"exitcode": child.exitcode, "argv": sys.argv, "path0": sys.path[0]}, out)
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
+"""
+
+
+@pytest.fixture()
+def script_manifest(tmp_path: Path) -> Manifest:
+    (tmp_path / "serve.py").write_text(SERVE)
+    path = tmp_path / "manifest.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "script",
+                "model_id": "m",
+                "served_model_name": "m",
+                "serve": ["python", "serve.py", "--flag", "value"],
+                "port": 8000,
+                "env": {"KNOB": "7", "VLLM_SOMETHING": "1"},
+            }
+        )
+    )
+    return Manifest.load(path)
+
+
+def test_a_forked_server_and_the_process_it_spawns_get_what_a_fresh_start_gives(
+    script_manifest: Manifest, tmp_path: Path
+) -> None:
+    launchers = WarmLaunchers(tmp_path, modules=("json",))
+    try:
+        server = ServerProcess(
+            script_manifest, launchers=launchers, overrides={"KNOB": "8"}, log_path=tmp_path / "s.log"
+        )
+        with server:
+            assert server.start_kind == "warm"
+            seen = json.loads((tmp_path / "server.json").read_text())
+            spawned = json.loads((tmp_path / "spawned.json").read_text())
+            ended = json.loads((tmp_path / "spawned-exit.json").read_text())
+            (launcher_pid,) = launchers.pids()
+            members = set(processes.group_members(server.pid))
+            # the server is found by its token, as a fresh one is (the kernel's view of its environment)
+            by_token = set(processes.pids_with_env("SWEEPER_SERVER_TOKEN", server.token))
+        # the server: the whole environment sweeper gives a fresh one, its folder, run as __main__
+        assert seen["env"]["KNOB"] == "8" and seen["env"]["VLLM_SOMETHING"] == "1"
+        assert seen["env"]["PORT"] == str(server.port) and seen["env"]["SWEEPER_SERVER_TOKEN"] == server.token
+        assert {
+            k: v
+            for k, v in seen["env"].items()
+            if k not in ("PORT", "HOST", "SWEEPER_SERVER_TOKEN", "KNOB", "VLLM_SOMETHING")
+        } == {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PORT", "HOST", "SWEEPER_SERVER_TOKEN", "KNOB", "VLLM_SOMETHING")
+        }
+        assert seen["cwd"] == str(tmp_path) and seen["name"] == "__main__" and seen["pgid"] == server.pid
+        assert seen["ppid"] == launcher_pid
+        # (argv[0] is the script's absolute path, as its __file__; a fresh interpreter keeps it as typed)
+        assert ended["argv"] == [str(tmp_path / "serve.py"), "--flag", "value"] and ended["path0"] == str(tmp_path)
+        # the spawned process: its parent's environment at the spawn (OMP_NUM_THREADS included), its
+        # parent's group, an exit code its parent read; another start-time environment, so it was forked
+        # by a second launcher started with that environment
+        assert spawned["env"] == {**seen["env"], "OMP_NUM_THREADS": "1"}
+        assert spawned["pgid"] == server.pid and spawned["name"] == "__mp_main__"
+        assert spawned["ppid"] not in (launcher_pid, server.pid)
+        assert ended["exitcode"] == 0
+        assert server.pid in members and server.pid in by_token and by_token <= members
+        assert processes.group_members(server.pid) == []  # stopped with its group
+    finally:
+        launchers.close()
+    assert launchers.pids() == []
+
+
+def test_which_serve_commands_start_warm() -> None:
+    python = sys.executable
+    assert warm_plan([python, "-m", "sweeper", "serve", "m.json"]).python == python
+    assert warm_plan(["/venv/bin/python3", "serve.py"]).python == "/venv/bin/python3"
+    assert warm_plan([python, "-u", "serve.py"]).reason == "the serve command passes the interpreter option '-u'"
+    assert warm_plan(["/usr/bin/bash", "run.sh"]).warm is False
+    assert warm_plan([python, "-m"]).warm is False
+
+
+def test_the_start_time_environment_keys_a_launcher() -> None:
+    env = {"LD_PRELOAD": "libx.so", "OMP_NUM_THREADS": "2", "VLLM_X": "1", "SLIDING_WINDOW": "8", "PORT": "1"}
+    assert startup_key(env) == (("LD_PRELOAD", "libx.so"), ("OMP_NUM_THREADS", "2"), ("VLLM_X", "1"))
+    assert startup_key({**env, "SLIDING_WINDOW": "64", "SWEEPER_SERVER_TOKEN": "t"}) == startup_key(env)
+    assert startup_key({**env, "OMP_NUM_THREADS": "1"}) != startup_key(env)
+
+
+def test_a_serve_command_that_is_not_python_starts_fresh_and_says_why(tmp_path: Path) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/sh\nexec sleep 30\n")
+    script.chmod(0o755)
+    manifest_path = tmp_path / "manifest.json"
+    manifest_path.write_text(
+        json.dumps({"name": "shell", "model_id": "m", "serve": ["./serve.sh"], "port": 8000, "env": {}})
+    )
+    server = ServerProcess(
+        Manifest.load(manifest_path), launchers=WarmLaunchers(tmp_path, modules=("json",)), log_path=tmp_path / "s.log"
+    )
+    server.start()
+    try:
+        assert server.start_kind == "fresh"
+        assert server.start_note == "starts fresh: the serve command starts with 'serve.sh', not a Python interpreter"
+    finally:
+        server.stop()
