@@ -3,8 +3,8 @@
 A source is a local ``.json`` (a list of objects), ``.jsonl`` or ``.parquet``
 file, or a hub dataset id (``owner/name``, optionally ``owner/name:split``).
 Rows come back as plain dicts in file order. A local JSON file that the
-library cannot read is read again with the standard library, so that the
-error can name the line or record at fault.
+JSON file is read with the standard library first, so that an error names
+the line or record at fault before the library writes anything to its cache.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def load_rows(source: str | os.PathLike[str], *, split: str = "train") -> list[d
             raise DataError(f"{label}: unknown file type {path.suffix!r}; use .json, .jsonl or .parquet")
         if path.stat().st_size == 0:
             raise DataError(f"{label}: the file is empty")
+        problem = _stdlib_diagnosis(str(path)) if builder == "json" else None
+        if problem:  # found before the library runs: no output of its own, nothing in its cache
+            raise DataError(f"{label}: {problem}")
         rows = _load_with_datasets(builder, label, data_files=str(path.resolve()), split="train")
     elif _looks_like_hub_id(label):
         name, _, hub_split = label.partition(":")
@@ -83,6 +86,13 @@ def _load_with_datasets(path: str, label: str, **kwargs: Any) -> list[dict[str, 
 def _stdlib_diagnosis(label: str) -> str | None:
     """Why a local JSON/JSONL file does not parse, naming the line, or None."""
     path = Path(label)
+    try:
+        return _json_diagnosis(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+
+
+def _json_diagnosis(path: Path) -> str | None:
     if path.suffix.lower() == ".jsonl":
         with path.open(encoding="utf-8", errors="replace") as handle:
             for number, line in enumerate(handle, start=1):

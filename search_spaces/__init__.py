@@ -35,12 +35,13 @@ from search_spaces._loader import (
     space_from_dict,
 )
 from search_spaces._parameter import Condition, Parameter
-from search_spaces._space import BASELINE, EnqueuedConfig, SearchSpace
+from search_spaces._space import BASELINE, BaseValueError, EnqueuedConfig, SearchSpace
 from search_spaces._target import MISSING, EnvTarget
 
 __all__ = [
     "BASELINE",
     "MISSING",
+    "BaseValueError",
     "PRESETS_DIR",
     "Condition",
     "EnqueuedConfig",

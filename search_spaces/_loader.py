@@ -71,8 +71,17 @@ def load_space(source: str | os.PathLike[str]) -> SearchSpace:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise SearchSpaceError(f"{path}: not valid YAML ({exc})") from None
+            raise SearchSpaceError(f"{path}: not valid YAML ({_yaml_problem(exc)})") from None
     return space_from_dict(data, source=str(path))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: where (line, column) and what, without the quoted snippet."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None or problem is None:
+        return " ".join(str(exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {' '.join(str(problem).split())}"
 
 
 def _parse_toml(text: str, path: Path) -> Any:
@@ -86,7 +95,7 @@ def _parse_toml(text: str, path: Path) -> Any:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SearchSpaceError(f"{path}: not valid TOML ({exc})") from None
+        raise SearchSpaceError(f"{path}: not valid TOML ({' '.join(str(exc).split())})") from None
 
 
 def space_from_dict(data: Any, *, source: str = "<search space>") -> SearchSpace:

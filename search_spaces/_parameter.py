@@ -134,6 +134,20 @@ class Parameter:
             return value
         return int(number) if self.kind == "int" and number.is_integer() else number
 
+    def type_problem(self, value: Any) -> str | None:
+        """Why a user-written value (a manifest's env string, a JSON value) is not of this
+        parameter's type: None when it is. A categorical takes any value (one outside its
+        choices is out of range, not of another type)."""
+        if not self.is_numeric:
+            return None
+        number = self.coerce(value)
+        kind = "an integer" if self.kind == "int" else "a number"
+        if isinstance(value, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            return f"is not {kind}"
+        if self.kind == "int" and not float(number).is_integer():
+            return f"is not {kind}"
+        return None
+
     def snap(self, value: float) -> Any:
         """The nearest value Optuna can produce (on the step grid, within the range)."""
         value = min(max(value, self.low), self.high)

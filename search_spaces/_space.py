@@ -19,6 +19,21 @@ logger = logging.getLogger(__name__)
 BASELINE = "baseline"
 
 
+class BaseValueError(SearchSpaceError):
+    """A base manifest's value that a parameter reads is not of the parameter's type.
+
+    ``field``: where the value sits in the manifest's env (``SLIDING_WINDOW``,
+    ``SPECULATIVE_CONFIG.num_speculative_tokens``); ``problem``: what is wrong
+    with it, in words that need no other context.
+    """
+
+    def __init__(self, *, source: str, parameter: str, field: str, value: Any, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = f"{value!r} {problem} (the searched parameter {parameter!r} reads it)"
+        super().__init__(f"{source}: parameter {parameter!r} reads {field}={value!r}, which {problem}")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EnqueuedConfig:
     """A configuration tried before the sampler's own: ``params=None`` is the base manifest."""
@@ -99,6 +114,16 @@ class SearchSpace:
                 problem = target.check_base(base_env, f"parameter {parameter.name!r}")
                 if problem:
                     raise SearchSpaceError(f"{self.source}: {problem}")
+                value = target.read(base_env)  # typed before any use: "abc" is no window size
+                problem = None if value is MISSING else parameter.type_problem(value)
+                if problem:
+                    raise BaseValueError(
+                        source=self.source,
+                        parameter=parameter.name,
+                        field=target.describe(),
+                        value=value,
+                        problem=problem,
+                    )
             kept.append(parameter)
         bound = dataclasses.replace(self, parameters=tuple(kept), base_env=base_env, bound=True)
         for config in bound.enqueue:

@@ -18,10 +18,11 @@ from storage._ablation import (
     ClosingServer,
     stored_ablation,
 )
-from storage._engine import DEFAULT_URL, normalize_url, optuna_storage, redact
+from storage._engine import DEFAULT_URL, StorageUrlError, check_url, normalize_url, optuna_storage, redact
 from storage._queries import (
     STUDY_ATTR_PREFIX,
     TPS_IMPUTED_ATTR,
+    StudyNotFoundError,
     StudyStatus,
     best_feasible,
     is_answer,
@@ -70,6 +71,8 @@ __all__ = [
     "TPS_IMPUTED_ATTR",
     "VERIFIED",
     "STUDY_ATTR_PREFIX",
+    "StorageUrlError",
+    "StudyNotFoundError",
     "StudyStatus",
     "TrialOutcome",
     "TrialRecord",
@@ -78,6 +81,7 @@ __all__ = [
     "VerificationRun",
     "VerificationStore",
     "best_feasible",
+    "check_url",
     "is_answer",
     "latest_by_trial",
     "normalize_url",

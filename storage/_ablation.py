@@ -316,7 +316,7 @@ class AblationStore(TableStore):
 def stored_ablation(url: str | None, name: str) -> AblationRecord:
     """Ablation ``name`` as stored at ``url``; a missing database (never created here) or name is a
     ``StudyNotFoundError`` (exit code 2) naming the ablations that are stored."""
-    url = _existing_database(url)
+    url = _existing_database(url, holds=AblationRow.__tablename__, what="ablation")
     with AblationStore(url) as store:
         record = store.find(name)
         if record is not None:

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
+import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from sqlalchemy.engine import make_url
 
 from errortree import StorageError, StudyError
-from storage._engine import normalize_url, optuna_storage, redact
+from storage._engine import (
+    check_sqlite_file,
+    create_engine,
+    describe_error,
+    normalize_url,
+    optuna_storage,
+    redact,
+)
 from storage._store import TrialRecord, TrialStore
 from storage._verification import VerificationRecord, latest_by_trial, verifications
 
@@ -89,22 +99,69 @@ class StudyNotFoundError(StudyError):
     exit_code = 2
 
 
-def _existing_database(url: str | None) -> str:
-    """The normalized URL; a SQLite file that does not exist is an error, not a new database."""
+# the table Optuna keeps its studies in: a database without it holds no study
+STUDIES_TABLE = "studies"
+
+
+def _existing_database(url: str | None, *, holds: str = STUDIES_TABLE, what: str = "study") -> str:
+    """The normalized URL of a database that holds the table ``holds``; creates nothing.
+
+    A SQLite file that does not exist, or a database without that table (an
+    empty file, another program's database), is a ``StudyNotFoundError``:
+    reading it must not make it a study database. ``what`` names what it lacks.
+    """
     url = normalize_url(url)
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        if not Path(parsed.database).is_file():
-            raise StudyNotFoundError(f"no study database at {parsed.database} (see --storage)")
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database)
+        if not path.exists():
+            raise StudyNotFoundError(f"no study database at {path} (see --storage)")
+        check_sqlite_file(path)  # a folder, or a file that is no SQLite database
+        found = _sqlite_has_table(path, holds)
+    else:
+        engine = create_engine(url)
+        try:
+            found = sqlalchemy.inspect(engine).has_table(holds)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise StorageError(f"cannot open study database {redact(url)}: {describe_error(exc)}") from None
+        finally:
+            engine.dispose()
+    if found is False:
+        raise StudyNotFoundError(f"{redact(url)} holds no {what} (see --storage)")
     return url
 
 
-def study_names(url: str | None) -> list[str]:
-    storage = optuna_storage(_existing_database(url))
+def _sqlite_has_table(path: Path, table: str) -> bool | None:
+    """Does the SQLite file hold ``table``? None when it cannot be told this way.
+
+    Only the schema is read, without our pragmas (WAL mode would be written into
+    another program's database) and without creating the file. Not read-only: a
+    read-only connection leaves a WAL database's -wal and -shm files behind, and an
+    immutable one misses what a running study has not checkpointed yet.
+    """
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)) as connection:
+            row = connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+            return row.fetchone() is not None
+    except sqlite3.Error:
+        return None  # the regular open names the problem
+
+
+def _all_study_names(storage: optuna.storages.RDBStorage, url: str) -> list[str]:
     try:
         return sorted(s.study_name for s in storage.get_all_studies())
+    except Exception as exc:  # noqa: BLE001 - any Optuna/SQLAlchemy failure is a storage one
+        raise StorageError(f"cannot read the studies of {redact(url)}: {describe_error(exc)}") from None
+
+
+def study_names(url: str | None) -> list[str]:
+    url = _existing_database(url)
+    storage = optuna_storage(url)
+    try:
+        return _all_study_names(storage, url)
     finally:
         storage.remove_session()
+        storage.engine.dispose()  # no connection left open: a WAL file goes with the last one
 
 
 def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
@@ -112,7 +169,7 @@ def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
     url = _existing_database(url)
     storage = optuna_storage(url)
     try:
-        names = sorted(s.study_name for s in storage.get_all_studies())
+        names = _all_study_names(storage, url)
         if study_name is None:
             if len(names) != 1:
                 listing = f"{len(names)} studies ({', '.join(names)})" if names else "no study"
@@ -131,9 +188,10 @@ def study_status(url: str | None, study_name: str | None = None) -> StudyStatus:
                 if key.startswith(STUDY_ATTR_PREFIX)
             }
         except Exception as exc:  # noqa: BLE001 - any Optuna/SQLAlchemy failure is a storage one
-            raise StorageError(f"cannot read study {study_name!r} from {redact(url)}: {exc}") from exc
+            raise StorageError(f"cannot read study {study_name!r} from {redact(url)}: {describe_error(exc)}") from exc
     finally:
         storage.remove_session()
+        storage.engine.dispose()  # no connection left open: a WAL file goes with the last one
     store = TrialStore(url)
     try:
         records = store.records(study_name, phases=True)

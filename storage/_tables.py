@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from errortree import StorageError
-from storage._engine import create_engine, create_schema, normalize_url, redact
+from storage._engine import create_engine, create_schema, describe_error, normalize_url, redact
 from storage._values import utc_now
 
 
@@ -77,7 +77,7 @@ class TableStore:
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
                 yield session
         except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise StorageError(f"study database {redact(self.url)}: {exc}") from exc
+            raise StorageError(f"study database {redact(self.url)}: {describe_error(exc)}") from exc
 
 
 class TrialRow(Base):

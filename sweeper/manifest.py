@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -43,6 +44,8 @@ KNOWN_FIELDS = (
 # whether or not the virtual environment is on PATH.
 INTERPRETER_COMMANDS = {"python", "python3"}
 SWEEPER_COMMAND = "sweeper"
+# a Hugging Face hub id (org/name): a model value of this form that is no local path is the hub's
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -148,6 +151,47 @@ class Manifest:
         elif shutil.which(head):
             return [head, *rest]
         raise ManifestError(str(self.source or "<manifest>"), "serve", f"command {head!r} does not exist")
+
+    def check_local_models(self, overrides: Mapping[str, str] | None = None) -> None:
+        """ManifestError naming a model or drafter folder that is missing.
+
+        ``MODEL_ID`` (else ``model_id``) and the ``model`` of ``SPECULATIVE_CONFIG``
+        (the drafter) name a path, relative to the manifest's folder, or a hub id
+        (``org/name``); a value that is neither an existing path nor a hub id is a
+        folder that is missing. A ``SPECULATIVE_CONFIG`` that is not a JSON object
+        is named too. ``overrides``: env values that win over the manifest's (``--set``).
+        """
+        env = {**self.env, **(overrides or {})}
+        label = str(self.source or "<manifest>")
+        model, field = (env["MODEL_ID"], "env.MODEL_ID") if env.get("MODEL_ID") else (self.model_id, "model_id")
+        if model:
+            self._check_local_model(model, label, field, "model")
+        raw = env.get("SPECULATIVE_CONFIG")
+        if not raw:
+            return
+        try:
+            config = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ManifestError(
+                label, "env.SPECULATIVE_CONFIG", f"is not valid JSON ({exc.msg}, column {exc.colno})"
+            ) from None
+        if not isinstance(config, dict):
+            raise ManifestError(label, "env.SPECULATIVE_CONFIG", f"must be a JSON object, not {_json_type(config)}")
+        drafter = config.get("model")
+        if isinstance(drafter, str) and drafter:
+            self._check_local_model(drafter, label, "env.SPECULATIVE_CONFIG.model", "drafter")
+
+    def _check_local_model(self, value: str, label: str, field: str, what: str) -> None:
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else self.folder / path
+        if path.exists() or HUB_ID.fullmatch(value):
+            return
+        raise ManifestError(
+            label,
+            field,
+            f"the {what} folder {value!r} is missing ({path} does not exist): copy it beside the "
+            "manifest, or give its path or a hub id (org/name)",
+        )
 
     def with_server_python(self, python: str | os.PathLike[str] | None) -> Manifest:
         """A copy whose ``python ...`` serve command runs with ``python`` (None: this one).

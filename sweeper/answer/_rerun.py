@@ -51,6 +51,10 @@ class RerunSettings:
             raise RerunSettingsError(f"pairs must be a whole number >= 1, not {self.pairs!r}")
         if not 0.5 < self.confidence < 1.0:
             raise RerunSettingsError(f"confidence must be in (0.5, 1), not {self.confidence!r}")
+        if not self.ready_timeout_s > 0:  # NaN too
+            raise RerunSettingsError(
+                f"--ready-timeout must be a positive number of seconds, not {self.ready_timeout_s!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

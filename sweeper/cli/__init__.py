@@ -2,7 +2,8 @@
 
 Every command lives in its own module here and is listed once in
 ``COMMAND_MODULES``. Commands check input, call ``sweeper.*`` and display;
-a ``SweeperError`` becomes one line on stderr and its exit code.
+a ``SweeperError`` becomes one line on stderr and its exit code, and so
+does a bad option or argument (click's usage error, exit code 2).
 """
 
 from __future__ import annotations
@@ -79,13 +80,22 @@ def main() -> None:
     except SweeperError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # a bad option or argument: one line, as every user error
+        command = exc.ctx.command_path if exc.ctx is not None else "sweeper"
+        click.echo(f"error: {one_line(exc.format_message())} (see '{command} --help')", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {one_line(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+def one_line(text: str) -> str:
+    """An error message as the one line the CLI prints (line breaks and runs of spaces folded)."""
+    return " ".join(text.split())

@@ -26,9 +26,11 @@ from sweeper.ablation import (
 )
 from sweeper.answer import place_manifest
 from sweeper.cli._ablation_view import print_ablation
+from sweeper.cli._held_logs import logs_after_checks
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest, parse_assignments
-from sweeper.measure import EvalSettings
+from sweeper.measure import EvalSettings, load_eval_data
+from sweeper.serving import check_serve_env
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +153,7 @@ def command(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)
     manifest = Manifest.load(manifest_path)
+    check_serve_env(manifest)  # every value checked before a server starts
     console = Console(stderr=True, soft_wrap=True)
     if follow_up is not None:
         if flags is not None or alternatives or add_one_in:
@@ -184,7 +187,14 @@ def command(
         ppl = PplSettings(max_records=ppl_records) if ppl_records is not None else PplSettings()
     except (ValueError, TypeError) as exc:
         raise UserInputError(str(exc)) from None
-    eval_settings = EvalSettings(prompts=prompts, ppl_data=ppl_data, tps=tps, ppl=ppl, ready_timeout_s=ready_timeout)
+    try:
+        eval_settings = EvalSettings(
+            prompts=prompts, ppl_data=ppl_data, tps=tps, ppl=ppl, ready_timeout_s=ready_timeout
+        )
+    except ValueError as exc:
+        raise UserInputError(str(exc)) from None
+    with logs_after_checks():  # bad data is one line, before anything is stored or started
+        load_eval_data(manifest, eval_settings)
     servers = rounds * servers_per_round(len(switches), block_size)
     console.print(
         f"ablate {manifest.name}: {len(switches)} switch(es) ({', '.join(s.label for s in switches)}), "

@@ -20,9 +20,11 @@ from rich.table import Table
 
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from evaluators.tps import CONNECTIONS
+from sweeper.cli._held_logs import logs_after_checks
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest, parse_assignments
 from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
+from sweeper.serving import check_serve_env
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +126,7 @@ def command(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     manifest = Manifest.load(manifest_path)
+    check_serve_env(manifest.render(parse_assignments(assignments)))  # every value, before a server starts
     both = not want_tps and not want_ppl
     warmup = None
     if no_warmup or warmup_prompts is not None or warmup_seed is not None:
@@ -160,7 +163,8 @@ def command(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    data = load_eval_data(manifest, settings)
+    with logs_after_checks():  # a bad data set is one line
+        data = load_eval_data(manifest, settings)
     console = Console(stderr=True)
     with _ProgressDisplay(console) as display:
         result = evaluate(manifest, settings, data=data, progress=display.update)

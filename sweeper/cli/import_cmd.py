@@ -12,7 +12,8 @@ from rich.table import Table
 from search_spaces import load_space
 from sweeper.errors import SearchSpaceError
 from sweeper.manifest import Manifest
-from sweeper.study import ImportPlan, default_space_for, describe_value, plan_from_manifest
+from sweeper.serving import check_serve_env
+from sweeper.study import ImportPlan, default_space_for, describe_value, model_text, plan_from_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +34,11 @@ def command(manifest_path: str, space_spec: str | None, as_json: bool) -> None:
     the searched parameters become the first trial. Nothing is started.
     """
     manifest = Manifest.load(manifest_path)
+    check_serve_env(manifest)  # as 'run' checks it: a missing model folder is named as missing
     space_spec = space_spec or default_space_for(manifest)
     if space_spec is None:
         raise SearchSpaceError(
-            f"{manifest_path}: no preset fits its model {manifest.env.get('MODEL_ID') or manifest.model_id!r}: "
+            f"{manifest_path}: no preset fits {model_text(manifest)}: "
             "name a search space with --space (a preset name or a YAML/TOML file)"
         )
     plan = plan_from_manifest(manifest, load_space(space_spec))

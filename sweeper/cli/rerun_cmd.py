@@ -11,6 +11,7 @@ from rich.console import Console
 from evaluators import TpsSettings, WarmupSettings
 from sweeper.answer import RerunSettings, rerun_against_base
 from sweeper.manifest import Manifest
+from sweeper.serving import check_serve_env
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ def command(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)
     answer, base = Manifest.load(answer_path), Manifest.load(base_path)
+    for manifest in (answer, base):  # every value checked before a server starts
+        check_serve_env(manifest)
     try:
         tps = TpsSettings(num_prompts=num_prompts, output_len=output_len, warmup_requests=warmup_requests)
     except ValueError as exc:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from sweeper.cli._held_logs import HeldLogs
 from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.demo import choose_demo_manifest, demo_paths
 from sweeper.devices import open_devices
@@ -449,12 +450,14 @@ def command(**options: Any) -> None:
     if quiet and plain:
         raise UserInputError("--quiet and --plain: give one of them, not both")
     options["ppl_cap_rel"] = None if options["ppl_cap"] is not None else options["ppl_cap_rel"]
-    if options["manifest"] is None:  # the demo: its GPU manifest where a GPU is seen
-        with _log_through(None, logging.WARNING) if quiet else contextlib.nullcontext():
-            choice = choose_demo_manifest(open_devices)  # logs which manifest and why
-        if choice.gpu:
-            options = gpu_demo_options(options, str(choice.manifest))
-    plan = RunPlan(**options)  # every option checked: errors come before any output
+    held = HeldLogs()  # a bad input is one line: what is logged before all input checked out shows after
+    with held.holding():
+        if options["manifest"] is None:  # the demo: its GPU manifest where a GPU is seen
+            with _log_through(None, logging.WARNING) if quiet else contextlib.nullcontext():
+                choice = choose_demo_manifest(open_devices)  # logs which manifest and why
+            if choice.gpu:
+                options = gpu_demo_options(options, str(choice.manifest))
+        plan = RunPlan(**options)  # every option checked: errors come before any output
     console = Console(stderr=True)
     if quiet:
         mode = "quiet"
@@ -469,7 +472,9 @@ def command(**options: Any) -> None:
     else:
         logs = contextlib.nullcontext()
     with logs:
-        prepared = prepare(plan)
+        with held.holding():
+            prepared = prepare(plan)
+        held.replay()
         budget, before = plan.trial_budget, prepared.trials_done
         if mode == "live":
             view: Any = LiveView(console, budget, before)

@@ -47,6 +47,7 @@ def command(manifest_path: str, assignments: tuple[str, ...], print_command: boo
     if overrides:
         manifest = manifest.render(overrides)
     environ = {k: v for k, v in os.environ.items() if k not in overrides}
+    manifest.check_local_models({k: v for k, v in environ.items() if k in ("MODEL_ID", "SPECULATIVE_CONFIG")})
     serve = build_serve_command(manifest, environ)
     if print_command:
         click.echo(serve.shell())

@@ -22,6 +22,7 @@ from storage import (
     stored_ablation,
     study_status,
 )
+from sweeper.errors import UserInputError
 from sweeper.measure import phase_headline, phase_rows, time_by_phase
 from sweeper.study import ConfirmSettings, Outcome, PplStatement, Standing, ppl_statement, probability_text
 
@@ -381,6 +382,10 @@ def command(
     status = study_status(storage, study_name)
     console = Console(soft_wrap=True)
     if trial_number is not None:
+        numbers = sorted(record.number for record in status.trials)
+        if trial_number not in numbers:
+            stored = f"trials {numbers[0]} to {numbers[-1]}" if numbers else "no trial yet"
+            raise UserInputError(f"--trial {trial_number}: study {status.study_name!r} has no such trial ({stored})")
         store = TrialStore(normalize_url(storage))
         try:
             record = store.record(status.study_name, trial_number)

@@ -12,6 +12,7 @@ from sweeper.serving._command import (
     GREEDY_GENERATION_CONFIG,
     ServeCommand,
     build_serve_command,
+    check_serve_env,
     exec_server,
 )
 from sweeper.serving._compile_cache import COMPILE_CACHE_VARIABLE, CompileCache, speculative_tokens
@@ -66,6 +67,7 @@ __all__ = [
     "START_PHASES",
     "Startup",
     "build_serve_command",
+    "check_serve_env",
     "classify",
     "dependencies_key",
     "drafter_with_top_k",

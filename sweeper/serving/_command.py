@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper.errors import ManifestError
-from sweeper.manifest import Manifest
+from sweeper.manifest import SWEEPER_COMMAND, Manifest
 from sweeper.serving._drafter import drafter_with_top_k
 
 logger = logging.getLogger(__name__)
@@ -115,8 +115,24 @@ def settings_from(manifest: Manifest, environ: Mapping[str, str]) -> dict[str, s
     return settings
 
 
-def build_serve_command(manifest: Manifest, environ: Mapping[str, str] | None = None) -> ServeCommand:
-    """Translate the manifest (and environment) into the vLLM server command."""
+def check_serve_env(manifest: Manifest) -> None:
+    """A manifest served by ``sweeper serve``: its env read as that server will read it,
+    before any server starts and with nothing written (ManifestError naming a bad value,
+    or a model or drafter folder that is missing). Another serve command reads the env
+    itself (and may make its folders, as the challenge's serve.py scripts do): nothing
+    to check here."""
+    if tuple(manifest.serve[:2]) != (SWEEPER_COMMAND, "serve"):
+        return
+    manifest.check_local_models()
+    build_serve_command(manifest, {**os.environ, **manifest.env}, check_only=True)
+
+
+def build_serve_command(
+    manifest: Manifest, environ: Mapping[str, str] | None = None, *, check_only: bool = False
+) -> ServeCommand:
+    """Translate the manifest (and environment) into the vLLM server command.
+
+    ``check_only``: every value checked, no drafter copy built (``check_serve_env``)."""
     environ = os.environ if environ is None else environ
     settings = settings_from(manifest, environ)
     label = str(manifest.source or "<manifest>")
@@ -150,7 +166,7 @@ def build_serve_command(manifest: Manifest, environ: Mapping[str, str] | None = 
     if hf_overrides:
         argv += ["--hf-overrides", json.dumps(hf_overrides)]
 
-    speculative = _speculative_config(settings, folder, label)
+    speculative = _speculative_config(settings, folder, label, check_only=check_only)
     if speculative:
         argv += ["--speculative-config", json.dumps(speculative)]
 
@@ -210,7 +226,9 @@ def _hf_overrides(settings: Mapping[str, str], model: str, label: str) -> dict[s
     return overrides
 
 
-def _speculative_config(settings: Mapping[str, str], folder: Path, label: str) -> dict[str, Any] | None:
+def _speculative_config(
+    settings: Mapping[str, str], folder: Path, label: str, *, check_only: bool = False
+) -> dict[str, Any] | None:
     raw = settings.get("SPECULATIVE_CONFIG")
     top_k = settings.get("CENTROID_TOP_K")
     if not raw:
@@ -228,7 +246,7 @@ def _speculative_config(settings: Mapping[str, str], folder: Path, label: str) -
         if not isinstance(config.get("model"), str):
             raise ManifestError(label, "env.SPECULATIVE_CONFIG", "needs a 'model' (the drafter) for CENTROID_TOP_K")
         value = _integer(top_k, label, "env.CENTROID_TOP_K")
-        config["model"] = str(drafter_with_top_k(config["model"], value, label=label))
+        config["model"] = str(drafter_with_top_k(config["model"], value, label=label, check_only=check_only))
     return config
 
 

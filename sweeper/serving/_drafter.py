@@ -31,8 +31,11 @@ def cache_root() -> Path:
     return Path(base) / "drafters"
 
 
-def drafter_with_top_k(drafter: str, top_k: int, *, label: str = "<manifest>") -> Path:
-    """A drafter folder identical to ``drafter`` but for its centroid top-k."""
+def drafter_with_top_k(drafter: str, top_k: int, *, label: str = "<manifest>", check_only: bool = False) -> Path:
+    """A drafter folder identical to ``drafter`` but for its centroid top-k.
+
+    ``check_only``: the checks alone (ManifestError for a value the drafter cannot
+    take), nothing built; returns the drafter's own folder."""
     source = _local_drafter(drafter, label)
     config_path = source / "config.json"
     try:
@@ -50,7 +53,7 @@ def drafter_with_top_k(drafter: str, top_k: int, *, label: str = "<manifest>") -
             "env.CENTROID_TOP_K",
             f"must be from 1 to the drafter's num_centroids ({num_centroids}), not {top_k}",
         )
-    if config.get(TOP_K_FIELD) == top_k:
+    if check_only or config.get(TOP_K_FIELD) == top_k:
         return source
     config[TOP_K_FIELD] = top_k
     rendered = json.dumps(config, indent=2, sort_keys=True)

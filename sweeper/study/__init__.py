@@ -36,6 +36,7 @@ from sweeper.study._from_manifest import (
     SearchedParameter,
     default_space_for,
     describe_value,
+    model_text,
     plan_from_manifest,
 )
 from sweeper.study._gate import (
@@ -116,6 +117,7 @@ __all__ = [
     "base_manifest_of",
     "default_space_for",
     "describe_value",
+    "model_text",
     "parse_duration",
     "plan_from_manifest",
     "ppl_statement",

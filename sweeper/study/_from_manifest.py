@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from search_spaces import MISSING, EnqueuedConfig, SearchSpace
-from sweeper.errors import SearchSpaceError
+from search_spaces import MISSING, BaseValueError, EnqueuedConfig, SearchSpace
+from sweeper.errors import ManifestError, SearchSpaceError
 from sweeper.manifest import Manifest, is_secret_name
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,8 @@ def plan_from_manifest(manifest: Manifest, space: SearchSpace) -> ImportPlan:
     label = str(manifest.source or manifest.name)
     try:
         bound = space.bind(manifest.env)
+    except BaseValueError as exc:  # the manifest's value is wrong, not the space
+        raise ManifestError(label, f"env.{exc.field}", exc.problem) from None
     except SearchSpaceError as exc:
         raise SearchSpaceError(f"{label} cannot be searched with space {space.name!r}: {exc}") from None
     kept = set(bound.names)
@@ -176,6 +178,17 @@ def default_space_for(manifest: Manifest) -> str | None:
     if "gemma-4-e4b" in model.lower():
         return GEMMA4_SPACE
     return None
+
+
+def model_text(manifest: Manifest) -> str:
+    """The manifest's model in words, for a manifest no preset fits: with the folder of it
+    (or of its drafter) that is missing, or a SPECULATIVE_CONFIG that does not parse."""
+    text = f"its model {manifest.env.get('MODEL_ID') or manifest.model_id!r}"
+    try:
+        manifest.check_local_models()
+    except ManifestError as exc:
+        return f"{text} ({exc.field}: {exc.problem})" if exc.field else f"{text} ({exc.problem})"
+    return text
 
 
 def describe_value(value: Any) -> str:

@@ -20,11 +20,21 @@ TENSOR_PARALLEL_VARIABLE = "TENSOR_PARALLEL_SIZE"
 WORKER_CPUS_VARIABLE = "SWEEPER_WORKER_CPUS"
 
 
+# what CUDA_VISIBLE_DEVICES takes besides an index: a GPU's or a MIG instance's UUID
+GPU_UUID_PREFIXES = ("GPU-", "MIG-")
+
+
 def parse_gpus(text: str) -> tuple[str, ...]:
     """``"0,1,2,3"`` -> ``("0", "1", "2", "3")``; ids may also be GPU UUIDs."""
     gpus = tuple(part.strip() for part in str(text).split(","))
     if not gpus or "" in gpus:
         raise UserInputError(f"--gpus {text!r}: expected GPU ids separated by commas, e.g. 0,1,2,3")
+    bad = [g for g in gpus if not (g.isdigit() or g.startswith(GPU_UUID_PREFIXES))]
+    if bad:
+        raise UserInputError(
+            f"--gpus {text!r}: {', '.join(map(repr, bad))} is no GPU id (an index such as 0, or a UUID "
+            f"starting with {' or '.join(GPU_UUID_PREFIXES)})"
+        )
     doubled = sorted({g for g in gpus if gpus.count(g) > 1})
     if doubled:
         raise UserInputError(f"--gpus {text!r}: GPU {', '.join(doubled)} listed twice")

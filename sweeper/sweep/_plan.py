@@ -28,11 +28,12 @@ from pathlib import Path
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from evaluators.intervals import PRIOR_SPREAD
 from search_spaces import SearchSpace, load_preset, load_space, preset_names
-from storage import normalize_url
+from storage import check_url
 from sweeper.demo import demo_paths
 from sweeper.errors import ManifestError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data, warmup_settings_from
+from sweeper.serving import check_serve_env
 from sweeper.study import (
     DEFAULT_CONFIDENCE,
     MODES,
@@ -46,6 +47,7 @@ from sweeper.study import (
     StudyResult,
     TrialEvent,
     default_space_for,
+    model_text,
     parse_duration,
     plan_from_manifest,
     read_stored_study,
@@ -217,7 +219,7 @@ class RunPlan:
             raise UserInputError("--server-python and --server-venv: give one of them, not both")
         if self.gpus is not None:  # --gpus: ids only here; the groups need the manifest (prepare)
             parse_gpus(self.gpus)
-        normalize_url(self.storage)  # StorageError for a URL that is not one
+        check_url(self.storage)  # a URL that is not one, a file that is no database: one line, exit 2
         self.enqueued_configs()
         self.confirm_settings()
         self.screen_sizes()
@@ -552,6 +554,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
     """
     manifest_path = plan.manifest or str(demo_paths().manifest)
     manifest = Manifest.load(manifest_path)
+    check_serve_env(manifest)  # its values as 'sweeper serve' reads them (its folders too), before any server starts
     if plan.server_python is not None:
         try:
             manifest = manifest.with_server_python(plan.server_python)
@@ -563,7 +566,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
         spec = plan.space or default_space_for(manifest)
         if spec is None:
             raise UserInputError(
-                f"{manifest_path}: no preset fits this manifest's model; pass --space "
+                f"{manifest_path}: no preset fits {model_text(manifest)}; pass --space "
                 f"(a preset: {', '.join(preset_names())}, or a YAML/TOML file)"
             )
         space = plan_from_manifest(manifest, load_run_space(spec)).space

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 
 import pytest
@@ -24,5 +25,6 @@ def test_a_missing_driver_says_what_to_install() -> None:
         TrialStore("postgresql+pg8000://u:secret@127.0.0.1:1/db")
     message = str(caught.value)
     assert "No module named 'pg8000'" in message
-    assert "pip install 'sweeper[postgres]'" in message
+    distribution = importlib.metadata.packages_distributions()["storage"][0]  # the installed one, whatever its name
+    assert f"pip install '{distribution}[postgres]'" in message
     assert "secret" not in message

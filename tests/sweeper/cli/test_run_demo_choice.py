@@ -1,7 +1,8 @@
 """`sweeper run` with no --manifest: the demo on the GPU manifest where a GPU is seen, else on CPU.
 
-The device layer is injected (a stand-in GPU, or none) and ``prepare`` is stopped with a
-user error, so the test sees the plan the command built without starting a server.
+The device layer is injected (a stand-in GPU, or none) and ``prepare`` is stopped with an
+error of the test's own, so the test sees the plan the command built without starting a
+server (and, that error being no user error, the log lines held while the input was checked).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from click.testing import CliRunner
 from sweeper.cli import run_cmd
 from sweeper.demo import demo_paths
 from sweeper.devices import NoDevices, ScriptedDevices, ScriptedGpu
-from sweeper.errors import UserInputError
 from sweeper.sweep import DEMO_SIZES, DEMO_TRIALS, GPU_DEMO_NOISE, prepare
+
+
+class Stopped(Exception):
+    """Raised in place of ``prepare``."""
 
 
 @pytest.fixture
@@ -22,7 +26,7 @@ def planned(monkeypatch):
 
     def stop(plan):
         plans.append(plan)
-        raise UserInputError("stopped before any server")
+        raise Stopped("stopped before any server")
 
     monkeypatch.setattr(run_cmd, "prepare", stop)
     return plans
@@ -36,7 +40,7 @@ def invoke(monkeypatch, devices, *args: str):
 def test_with_a_gpu_the_demo_runs_its_gpu_manifest_at_the_demo_sizes(monkeypatch, planned, caplog) -> None:
     caplog.set_level("INFO", logger="sweeper.demo")
     result = invoke(monkeypatch, lambda: ScriptedDevices([ScriptedGpu(name="NVIDIA H200")]), "--num-prompts", "4")
-    assert isinstance(result.exception, UserInputError)
+    assert isinstance(result.exception, Stopped)
     plan = planned[0]
     demo = demo_paths()
     assert plan.manifest == str(demo.gpu_manifest)
