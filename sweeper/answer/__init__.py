@@ -43,6 +43,7 @@ from sweeper.answer._rerun import (
     paired_ratio_interval,
     rerun_against_base,
 )
+from sweeper.answer._study_data import ServerCount, configuration_data, study_data
 from sweeper.answer._verify import (
     BaseConfiguration,
     VerifyEvent,
@@ -67,6 +68,7 @@ __all__ = [
     "RerunResult",
     "RerunSettings",
     "RerunSettingsError",
+    "ServerCount",
     "UnverifiedAnswerError",
     "Verdict",
     "VerifyEvent",
@@ -77,6 +79,7 @@ __all__ = [
     "answer_tps",
     "base_configuration",
     "candidates",
+    "configuration_data",
     "configuration_tps",
     "derived_name",
     "export_answer",
@@ -93,6 +96,7 @@ __all__ = [
     "tps_figure_text",
     "tps_text",
     "study_answer",
+    "study_data",
     "verify_command",
     "heldout_statement",
     "heldout_text",

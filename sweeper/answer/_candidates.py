@@ -311,9 +311,9 @@ class Answer:
         config = self.configuration
         if config is None or len(config.tps) < 2 or self.standing is None:
             return None
-        figures = config.confirmed_tps or config.tps
-        after = " after selection" if config.confirmed_tps and len(figures) < len(config.tps) else ""
-        return f"{self.standing.tps_interval(config).value:.2f} (geometric mean of {len(figures)} {servers}{after})"
+        counted = self.standing.counted(config)
+        after = " after selection" if len(counted) < len(config.tps) else ""
+        return f"{self.standing.tps_interval(config).value:.2f} (geometric mean of {len(counted)} {servers}{after})"
 
     def describe(self) -> str:
         if self.record is None:

@@ -11,14 +11,13 @@ share, the Pareto set) is in ``sweeper status``, ``sweeper run --verbose`` and
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from storage import DEFAULT_URL, TrialRecord, normalize_url, redact
-from sweeper.answer import answer_tps, tps_figure_text
+from storage import DEFAULT_URL, TrialRecord, VerificationRecord, normalize_url, redact
+from sweeper.answer import ServerCount, answer_tps, tps_figure_text
 from sweeper.measure import duration_text
-from sweeper.study import Claim, PplStatement, Standing, is_confirmation, ppl_statement, probability_text
+from sweeper.study import Claim, PplStatement, Standing, ppl_statement, probability_text
 
 WIDTH = 120
 MAX_LINES = 6
@@ -31,31 +30,6 @@ _STOPPED = {
     "interrupted": "interrupted",
     "terminated": "terminated",
 }
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ServerCount:
-    """The study's servers: its searched trials and its race servers (confirmations)."""
-
-    searched: int
-    races: int
-
-    @property
-    def servers(self) -> int:
-        return self.searched + self.races
-
-    @classmethod
-    def of(cls, records: Sequence[TrialRecord]) -> ServerCount:
-        started = [r for r in records if r.state not in ("waiting", "queued")]
-        races = sum(1 for r in started if is_confirmation(r.role))
-        return cls(searched=len(started) - races, races=races)
-
-    def text(self) -> str:
-        return (
-            f"{self.servers} server{'s' if self.servers != 1 else ''} "
-            f"({self.searched} trial{'s' if self.searched != 1 else ''} searched, "
-            f"{self.races} race server{'s' if self.races != 1 else ''})"
-        )
 
 
 def command_options(storage: str, study_name: str, *, name_study: bool) -> str:
@@ -125,17 +99,19 @@ def closing_block(
     trials_run: int,
     options: str,
     verified: bool,
+    verifications: Iterable[VerificationRecord] = (),
 ) -> list[str]:
     """The block (``now`` must have an incumbent): at most MAX_LINES lines of at most WIDTH characters.
 
     ``options``: what the next commands need (``command_options``); ``verified``:
-    the answer is verified already, so the next command is the export alone. A line
+    the answer is verified already, so the next command is the export alone; ``verifications``:
+    the study's (their servers are counted with the others). A line
     longer than WIDTH is cut, except the next commands (a storage URL longer than
     the line leaves them longer).
     """
     inc = now.incumbent
     assert inc is not None
-    count = ServerCount.of(records)
+    count = ServerCount.of(records, verifications)
     word = ", ".join(_STOPPED.get(reason, reason) for reason in stop_reason.split(",") if reason) or "stopped"
     head = f"{word}: {count.text()} in {duration_text(seconds)}"
     if trials_run != count.servers:  # a resumed study: say what this run added

@@ -48,7 +48,11 @@ PHASE_LABELS = {
 
 
 class TrialCount:
-    """Where the study's budget stands: trials counted before this run, done in it, running."""
+    """Where the study's budget stands: trials counted before this run, done in it, running.
+
+    It counts the searched trials against ``--n-trials``; a trial itself is always
+    named by its number in the study (``trial 12``), never by its place in the budget.
+    """
 
     def __init__(self, n_trials: int | None, done_before: int = 0) -> None:
         self.n_trials = n_trials
@@ -74,19 +78,20 @@ class TrialCount:
         return self.done_before + self.done
 
     def line(self) -> str:
-        """``trial 3 of 8, 5 to go after it`` while one runs, ``8 of 8 done, 0 to go`` when none does."""
+        """``searching 3 of 8, 5 to go after it`` while a searched trial runs, ``8 of 8 searched,
+        0 to go`` when none does."""
         total = "∞" if self.n_trials is None else str(self.n_trials)
         if self.running and self.confirming:
             return (
-                f"confirmation {self.confirmations + 1} (a re-measurement outside the budget), "
-                f"{self.finished} of {total} trials done"
+                f"race server {self.confirmations + 1} of this run (outside the budget), "
+                f"{self.finished} of {total} searched"
             )
         if self.running:
             current = self.finished + 1
             togo = "" if self.n_trials is None else f", {max(0, self.n_trials - current)} to go after it"
-            return f"trial {current} of {total}{togo}"
+            return f"searching {current} of {total}{togo}"
         togo = "" if self.n_trials is None else f", {max(0, self.n_trials - self.finished)} to go"
-        return f"{self.finished} of {total} done{togo}"
+        return f"{self.finished} of {total} searched{togo}"
 
 
 def describe_finished(event: TrialEvent) -> str:
@@ -158,8 +163,8 @@ class LiveView:
         elapsed = time.monotonic() - self.started
         table = Table.grid(padding=(0, 2))
         running = self.current is not None and self.count.running
-        number = f" (#{self.current.number})" if running else ""
-        table.add_row("trials", self.count.line() + number)
+        number = f"trial {self.current.number}: " if running and self.current is not None else ""
+        table.add_row("trials", number + self.count.line())
         table.add_row("params", str(dict(self.current.params)) if running else "-")
         table.add_row("phase", self.phase)
         table.add_row("elapsed", _clock(elapsed))
@@ -191,7 +196,7 @@ class PlainView:
     def __call__(self, event: TrialEvent) -> None:
         if event.kind == "started":
             self.count.start(event.role)
-            self.write(f"{self.count.line()}: #{event.number} {dict(event.params)} ({event.role})")
+            self.write(f"trial {event.number} ({event.role}) {dict(event.params)}: {self.count.line()}")
         elif event.kind == "phase":
             self.write(f"trial {event.number}: {describe_phase(event.phase, event.done, event.total)}")
         elif event.kind == "progress" and event.total and event.done == event.total:
@@ -504,23 +509,14 @@ def command(**options: Any) -> None:
         from storage import study_status
 
         result = dataclasses.replace(result, status=study_status(plan.storage, prepared.study_name))
-    from sweeper.answer import study_answer
+    from sweeper.answer import study_answer, study_data
 
     answer = study_answer(
         result.status.trials, result.status.verifications, ConfirmSettings.from_settings(result.status.settings)
     )
     now = answer.standing
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "stop_reason": result.stop_reason,
-                    **result.status.to_dict(),
-                    "standing": now.to_dict() if now is not None else None,
-                },
-                default=str,
-            )
-        )
+        click.echo(json.dumps({"stop_reason": result.stop_reason, **study_data(result.status, answer)}, default=str))
         return
     if now is None or now.incumbent is None:
         click.echo(f"stopped: {result.stop_reason}; {result.trials_run} trial(s) run this time")
@@ -542,6 +538,7 @@ def command(**options: Any) -> None:
         trials_run=result.trials_run,
         options=command_options(plan.storage, result.status.study_name, name_study=given_study or several),
         verified=answer.verified and answer.is_the_claim,
+        verifications=result.status.verifications.values(),
     ):
         click.echo(line)
 
@@ -555,10 +552,11 @@ def derivation_lines(status: Any, now: Any) -> list[str]:
     if ppl is not None:
         lines.insert(1, ppl)
     for config, interval in now.front():
-        after = " after selection" if config.confirmed_tps else ""
+        counted = now.counted(config)
+        after = " after selection" if len(counted) < len(config.tps) else ""
         lines.append(
             f"pareto: trial {config.first} {dict(config.params)}: {interval.value:.1f} tok/s "
             f"({interval.confidence * 100:.0f} % {interval.low:.1f}-{interval.high:.1f}, "
-            f"{len(config.confirmed_tps or config.tps)} server(s){after}), PPL {config.ppl:.3f}"
+            f"{len(counted)} server(s){after}), PPL {config.ppl:.3f}"
         )
     return lines

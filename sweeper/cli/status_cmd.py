@@ -224,6 +224,10 @@ def show_status(console: Console, status: StudyStatus) -> None:
         f"{counts['infeasible']} fail it), {counts['FAIL']} failed, {counts['RUNNING']} running, "
         f"{counts['WAITING']} queued"
     )
+    from sweeper.answer import ServerCount
+
+    servers = ServerCount.of(status.trials, status.verifications.values())
+    console.print(f"servers: {servers.servers} ({', '.join(servers.parts(every=True))})")
     for line in running_devices(status):
         console.print(line, markup=False)
     for line in phase_lines(status):
@@ -253,7 +257,16 @@ def show_status(console: Console, status: StudyStatus) -> None:
             console.print(line, markup=False)
         for line in heldout_ppl_lines(verifications, status.settings):
             console.print(line, markup=False, highlight=False)
-        console.print(f"answer: {answer.describe()}")
+    else:
+        from sweeper.answer import verify_command
+
+        console.print(
+            f"verification: none yet: '{verify_command(status.study_name, status.url)}' re-measures "
+            "the best on held-out data",
+            markup=False,
+            highlight=False,
+        )
+    console.print(f"answer: {answer.describe()}", markup=False, highlight=False)
 
 
 def _configuration_pareto(status: StudyStatus, now: Standing | None) -> tuple[TrialRecord, ...]:
@@ -273,23 +286,19 @@ def _configuration_pareto(status: StudyStatus, now: Standing | None) -> tuple[Tr
 
 
 def standing_lines(now: Standing | None) -> list[str]:
-    """The study's claim: its confirmed best, the speedup over the base, the noise behind it."""
+    """The study's claim: its confirmed best, the speedup over the base, the noise behind it.
+
+    Each configuration is stated at its one figure (``Standing.tps_interval``); its
+    readings follow, the ones not counted marked, and the base's figure is the one the
+    answer's divides to the claim (the same rounds).
+    """
     if now is None or now.incumbent is None:
         return []
     inc = now.incumbent
-    figures = ", ".join(f"{value:.1f}" for value in inc.tps)
     estimate = now.tps_interval(inc)
-    servers = (
-        f"geometric mean of {len(inc.confirmed_tps)} servers after selection"
-        if inc.confirmed_tps and len(inc.confirmed_tps) < len(inc.tps)
-        else f"geometric mean of {len(inc.tps)} servers"
-        if len(inc.tps) > 1
-        else "one server"
-    )
     lines = [
-        f"best: trial {inc.first}: TPS {estimate.value:.2f} ({servers}"
-        + (f"; every reading: {figures}), " if len(inc.tps) > 1 else "), ")
-        + f"PPL {inc.ppl:.4f} (cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
+        f"best: trial {inc.first}: TPS {estimate.value:.2f} ({_figure_basis(now, inc)}), "
+        f"PPL {inc.ppl:.4f} (cap {inc.ppl_cap:.4f}), {_params(inc.params)}",
         f"claim: {now.describe()}",
     ]
     if now.basis is not None:
@@ -297,11 +306,13 @@ def standing_lines(now: Standing | None) -> list[str]:
     lines.append(f"noise: between-server spread {now.spread.relative:.1%} (SD of log TPS; {now.spread.method})")
     if now.prior_text:
         lines.append(f"noise prior: {now.prior_text}")
-    if now.base is not None:
-        base_figures = ", ".join(f"{value:.1f}" for value in now.base.tps)
-        lines.append(
-            f"base manifest: trial {now.base.first}: TPS {now.tps_interval(now.base).value:.2f} ({base_figures})"
-        )
+    if now.base is not None and now.base.key != inc.key:
+        base = now.tps_interval(now.base)
+        line = f"base manifest: trial {now.base.first}: TPS {base.value:.2f} ({_figure_basis(now, now.base)})"
+        speedup = now.speedup
+        if speedup is not None and now.basis is not None:
+            line += f"; {estimate.value:.2f} / {base.value:.2f} = {_percent(speedup.value)}, the claim"
+        lines.append(line)
     for decision in now.decisions:
         # a contender screened out at once was never raced; one that fell behind
         # after a round was, and its round is shown
@@ -310,7 +321,62 @@ def standing_lines(now: Standing | None) -> list[str]:
     return lines
 
 
-def show_trial(console: Console, record: TrialRecord, settings: dict[str, Any] | None = None) -> None:
+def _percent(ratio: float) -> str:
+    return f"{(ratio - 1.0) * 100.0:+.1f} %"
+
+
+def _figure_basis(now: Standing, config: Any) -> str:
+    """What a configuration's figure is made of, and its readings with the ones not counted marked."""
+    counted = now.counted(config)
+    n = len(counted)
+    if now.basis is not None and config.key in (now.incumbent.key, now.base.key):
+        what = f"geometric mean of the claim's {n} round{'s' if n != 1 else ''}"
+    elif n < len(config.tps):
+        what = f"geometric mean of {n} server{'s' if n != 1 else ''} after selection"
+    elif n > 1:
+        what = f"geometric mean of {n} servers"
+    else:
+        return "one server"
+    return f"{what}; every reading: {reading_list(now, config)}"
+
+
+def reading_list(now: Standing, config: Any) -> str:
+    """``141.0 (selected it: not counted), 125.2, 123.9``: a configuration's readings in trial order."""
+    counted = set(now.counted(config))
+    selected = set(now.basis.excluded) if now.basis is not None else set()
+    selected |= {n for n in config.numbers if n not in config.confirmed}
+    parts = []
+    for number, value in config.readings:
+        if number in counted:
+            parts.append(f"{value:.1f}")
+        elif number in selected and not config.is_base:
+            parts.append(f"{value:.1f} (selected it: not counted)")
+        else:
+            parts.append(f"{value:.1f} (outside the claim's rounds: not counted)")
+    return ", ".join(parts)
+
+
+def configuration_figure(now: Standing | None, number: int) -> dict[str, Any] | None:
+    """Trial ``number``'s configuration's one TPS figure, and whether this trial's reading is
+    among those it is made of (None: the trial is not of a gate-passing configuration)."""
+    config = now.configuration_of(number) if now is not None else None
+    if now is None or config is None:
+        return None
+    interval = now.tps_interval(config)
+    counted = now.counted(config)
+    return {
+        "trial": config.first,
+        "tps": interval.value,
+        "tps_interval": interval.to_dict(),
+        "counted": list(counted),
+        "this_reading_counted": number in counted,
+        "text": f"TPS {interval.value:.2f} ({_figure_basis(now, config)})",
+    }
+
+
+def show_trial(
+    console: Console, record: TrialRecord, settings: dict[str, Any] | None = None, now: Standing | None = None
+) -> None:
     console.print(f"trial {record.number} of {record.study_name}: {record.state} ({record.role})")
     console.print(f"params: {_params(record.params)}")
     if record.overrides:
@@ -323,9 +389,17 @@ def show_trial(console: Console, record: TrialRecord, settings: dict[str, Any] |
         if record.tps_imputed:
             extra.append("TPS not measured (stopped early)")
         console.print(
-            f"TPS {_number(record.tps, 2)}, PPL {_number(record.ppl, 4)} "
+            f"TPS {_number(record.tps, 2)} (this server's reading), PPL {_number(record.ppl, 4)} "
             f"(cap {_number(record.ppl_cap, 4)}): {verdict}" + (f"; {'; '.join(extra)}" if extra else "")
         )
+        figure = configuration_figure(now, record.number)
+        if figure is not None:
+            counted = "is one of those it is made of" if figure["this_reading_counted"] else "is not counted"
+            console.print(
+                f"configuration of trial {figure['trial']}: {figure['text']}; this reading {counted}",
+                markup=False,
+                highlight=False,
+            )
         statement = ppl_statement(record.ppl, record.extras, record.ppl_cap, settings or {})
         if statement is not None and statement.known:
             console.print(statement.text(), markup=False, highlight=False)
@@ -391,19 +465,22 @@ def command(
             record = store.record(status.study_name, trial_number)
         finally:
             store.close()
+        from sweeper.answer import study_answer
+
+        now = study_answer(status.trials, {}, ConfirmSettings.from_settings(status.settings)).standing
         if as_json:
             data = record.to_dict()
             data["requests"] = len(record.requests)
+            data["configuration"] = configuration_figure(now, record.number)
             click.echo(json.dumps(data, default=str))
         else:
-            show_trial(console, record, status.settings)
+            show_trial(console, record, status.settings, now)
         return
     if as_json:
-        from sweeper.answer import study_answer
+        from sweeper.answer import study_answer, study_data
 
-        data = status.to_dict()
         answer = study_answer(status.trials, status.verifications, ConfirmSettings.from_settings(status.settings))
-        data["standing"] = answer.standing.to_dict() if answer.standing is not None else None
+        data = study_data(status, answer)
         record = answer.record
         statement = (
             None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, status.settings)

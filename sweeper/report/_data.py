@@ -8,13 +8,13 @@ tested on the data and on the figures without a browser.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from search_spaces import BASELINE
 from storage import (
     TPS_IMPUTED_ATTR,
     TrialRecord,
@@ -408,13 +408,10 @@ def _configurations(answer: Answer, records: Sequence[TrialRecord]) -> tuple[Con
     if now is None:
         return ()
     reading = {r.number: float(r.tps) for r in records if r.tps is not None}
-    role = {r.number: r.role for r in records}
     chosen = answer.configuration
     points = []
     for config in now.configurations:
         interval = now.tps_interval(config)
-        # the same trials as the figures tps_interval is made of (Configuration.confirmed_tps)
-        after = [n for n in config.numbers if is_confirmation(role[n]) or BASELINE in role[n].split("+")]
         points.append(
             ConfigurationPoint(
                 first=config.first,
@@ -429,7 +426,7 @@ def _configurations(answer: Answer, records: Sequence[TrialRecord]) -> tuple[Con
                 method=interval.method,
                 is_base=config.is_base,
                 is_answer=chosen is not None and config.key == chosen.key,
-                counted=tuple(after) if config.confirmed_tps else tuple(config.numbers),
+                counted=now.counted(config),  # the trials tps_interval is made of
             )
         )
     return tuple(points)
@@ -453,6 +450,31 @@ def _best_so_far(points: Sequence[TrialPoint]) -> tuple[tuple[int, float | None]
     return tuple(series)
 
 
+def confounded(configurations: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The pairs of settings that changed together in every configuration: each takes more
+    than one value and each one's value fixes the other's, both ways. No importance can
+    tell such settings' effects apart: every configuration changed both or neither."""
+    distinct = list({json.dumps(dict(c), sort_keys=True, default=str): dict(c) for c in configurations}.values())
+    names = sorted({name for config in distinct for name in config})
+    varying = [n for n in names if len({repr(c.get(n)) for c in distinct}) > 1]
+    pairs = []
+    for index, a in enumerate(varying):
+        for b in varying[index + 1 :]:
+            both = {(repr(c.get(a)), repr(c.get(b))) for c in distinct}
+            if len(both) == len({x for x, _ in both}) == len({y for _, y in both}):
+                pairs.append((a, b))
+    return pairs
+
+
+def confounded_text(pairs: Sequence[tuple[str, str]], configurations: int) -> str:
+    """Why importance is not drawn for ``pairs`` (``confounded``) over ``configurations``."""
+    named = "; ".join(f"{a} and {b}" for a, b in pairs)
+    return (
+        f"not drawn: {named} changed together in all {configurations} configurations measured, "
+        "so none of them separates their effects"
+    )
+
+
 def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], str]:
     """Importance of each parameter for reaching the best quarter of TPS, and of PPL.
 
@@ -460,6 +482,9 @@ def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], 
     only: a trial whose TPS is a stand-in (stopped early or refused: the
     slowest TPS seen, told to the sampler) or that has no figure is left out
     of that target, so a stand-in cannot make a parameter look important.
+    Nothing is computed where two settings changed together in every
+    configuration measured (``confounded``): importance would split between
+    them what no configuration can tell apart; the note says which.
     """
     import optuna
 
@@ -474,6 +499,10 @@ def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], 
             counted[target] = len(usable)
             if len(usable) < MIN_IMPORTANCE_TRIALS:
                 continue
+            pairs = confounded([t.params for t in usable])
+            if pairs:
+                configurations = len({json.dumps(t.params, sort_keys=True, default=str) for t in usable})
+                return {}, confounded_text(pairs, configurations)
             sign = -1.0 if target == "tps" else 1.0  # PED-ANOVA ranks low values as good
             scratch = optuna.create_study(direction="minimize")  # in memory: the measured values only
             scratch.add_trials(

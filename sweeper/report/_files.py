@@ -34,8 +34,30 @@ def _num(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
+# how a trial's reading stands to its configuration's one figure (trials.csv's ``reading`` column)
+COUNTED, SELECTING, NOT_COUNTED = "counted", "selected it: not counted", "not counted"
+
+
+def reading_role(data: ReportData, number: int) -> str:
+    """Whether trial ``number``'s reading is one of those its configuration's figure is made of
+    (``counted``), the reading that picked the configuration for a race (never counted), or
+    another reading left out (the base's outside the claim's rounds); '' off the configurations."""
+    now = data.answer.standing
+    config = now.configuration_of(number) if now is not None else None
+    if now is None or config is None:
+        return ""
+    if number in now.counted(config):
+        return COUNTED
+    # a reading before any re-measurement of a configuration other than the base picked it
+    return SELECTING if not config.is_base and number not in config.confirmed else NOT_COUNTED
+
+
 def trials_csv(data: ReportData) -> str:
-    """One row per trial: outcome, verification, each parameter in its own column."""
+    """One row per trial: outcome, verification, each parameter in its own column.
+
+    ``tps`` is the trial's own reading; ``tps_estimate`` its configuration's one figure
+    (the one every output states), and ``reading`` whether this reading is counted in it.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     header = [
@@ -44,6 +66,8 @@ def trials_csv(data: ReportData) -> str:
         "category",
         "role",
         "tps",
+        "tps_estimate",
+        "reading",
         "ppl",
         "ppl_cap",
         "tps_imputed",
@@ -58,12 +82,15 @@ def trials_csv(data: ReportData) -> str:
     writer.writerow(header)
     winner = data.answer.record.number if data.answer.record else None
     for point in data.points:
+        config = data.configuration_of(point.number)
         row: list[Any] = [
             point.number,
             point.state,
             point.category,
             point.role,
             _num(point.tps, ".4f"),
+            _num(config.tps if config is not None else None, ".4f"),
+            reading_role(data, point.number),
             _num(point.ppl, ".6f"),
             _num(data.cap, ".6f"),
             int(point.tps_imputed),

@@ -9,10 +9,15 @@ A gate-passing configuration is drawn once, at ``Standing.tps_interval``
 bar; its single readings are the faint dots. The PPL axis fits the passing
 configurations and the cap: a trial far over the cap sits at the axis' edge
 with its PPL written beside it, and configurations of one PPL stand side by
-side. The history marks the readings each estimate counts (``the answer's
-readings``, ``the base's readings``) and the one that selected the answer
-(not counted); its labels sit in the right margin, off the data. A TPS that
-was imputed, not measured, is drawn hollow and named so.
+side, in PPL order, over a band that says so (``SIDE_BY_SIDE_TRACE``; the
+hover and the note under the title give each one's PPL). The claim is drawn
+at the answer: the base's figure times the claimed speedup's interval
+(``CLAIM_TRACE``). Every configuration is labelled with its trial and
+figure; every other point is in the legend. The history marks the readings
+each estimate counts (``the answer's readings``, ``the base's readings``)
+and those it does not; its labels sit in the right margin, off the data.
+The slice plots mark the answer at its figure. A TPS that was imputed, not
+measured, is drawn hollow and named so.
 Standalone files carry plotly.js inline, so they open with no network.
 """
 
@@ -27,6 +32,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sweeper.answer import tps_text
 from sweeper.report._data import (
     CATEGORIES,
     COLORS,
@@ -54,11 +60,15 @@ ANSWER_READINGS_TRACE = "the answer's readings"
 BASE_READINGS_TRACE = "the base's readings"
 UNCOUNTED_TRACE = "the reading that selected the answer (not counted)"
 BASE_LINE_TRACE = "base's TPS estimate"
+BASE_UNCOUNTED_TRACE = "the base's readings outside the claim's rounds (not counted)"
+CLAIM_TRACE = "the claim: base's TPS x the speedup's study-wise interval"
+SIDE_BY_SIDE_TRACE = "set side by side at (nearly) one PPL: the offset is not PPL"
 IMPORTANCE_TITLE = "Parameter importance (PED-ANOVA; imputed TPS left out)"
 LEFTOVER_FEASIBLE = "feasible trial without a full TPS reading"
 FAINT = 0.35  # the opacity of single readings where estimates are drawn
 BASE_FILL = "rgba(69, 123, 157, 0.15)"
 WINNER_FILL = "rgba(255, 183, 3, 0.25)"
+SIDE_BY_SIDE_FILL = "rgba(141, 153, 174, 0.12)"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -131,24 +141,79 @@ def clipped(point: TrialPoint, data: ReportData) -> bool:
 DODGE = 0.025  # the share of the PPL axis between configurations of (nearly) the same PPL
 
 
-def config_xs(data: ReportData) -> dict[int, float]:
-    """Where each configuration (by first trial) sits on the PPL axis: at its PPL, except that
-    configurations of nearly the same PPL (speed-only knobs leave it alone) are set side by side,
-    slowest left, so their bars do not cover one another."""
+def _dodge_step(data: ReportData) -> float:
     axis = ppl_axis(data)
-    step = DODGE * (axis.high - axis.low) if axis is not None else 0.0
+    return DODGE * (axis.high - axis.low) if axis is not None else 0.0
+
+
+def ppl_groups(data: ReportData) -> list[list[ConfigurationPoint]]:
+    """The configurations by PPL, those of nearly the same PPL (closer than the bars' spacing:
+    speed-only knobs leave it alone) in one group, each group in PPL order, then trial order."""
+    step = _dodge_step(data)
     groups: list[list[ConfigurationPoint]] = []
-    for config in sorted(data.configurations, key=lambda c: (c.ppl, c.tps, c.first)):
+    for config in sorted(data.configurations, key=lambda c: (c.ppl, c.first)):
         if groups and config.ppl - groups[-1][-1].ppl < step:
             groups[-1].append(config)
         else:
             groups.append([config])
+    return groups
+
+
+def config_xs(data: ReportData) -> dict[int, float]:
+    """Where each configuration (by first trial) sits on the PPL axis: at its PPL, except that
+    configurations of nearly the same PPL are set side by side around their mean PPL, in PPL
+    order, so their bars do not cover one another; ``side_by_side`` discloses it."""
+    step = _dodge_step(data)
     xs = {}
-    for group in groups:
+    for group in ppl_groups(data):
         centre = sum(c.ppl for c in group) / len(group)
         for index, config in enumerate(group):
             xs[config.first] = config.ppl if len(group) == 1 else centre + (index - (len(group) - 1) / 2) * step
     return xs
+
+
+def side_by_side(data: ReportData) -> list[tuple[float, float, list[ConfigurationPoint]]]:
+    """Each group set side by side: (left, right) of its band on the PPL axis, its members."""
+    step, xs = _dodge_step(data), config_xs(data)
+    return [(xs[g[0].first] - step / 2, xs[g[-1].first] + step / 2, g) for g in ppl_groups(data) if len(g) > 1]
+
+
+def side_by_side_text(data: ReportData) -> str | None:
+    """``set side by side (the offset is not PPL): #0, #2, #1 at PPL 2.2100`` (each one's PPL
+    where they differ); None: no configuration is moved."""
+    groups = side_by_side(data)
+    if not groups:
+        return None
+    parts = []
+    for _, _, group in groups:
+        if len({f"{c.ppl:.4f}" for c in group}) == 1:
+            parts.append(f"{', '.join(f'#{c.first}' for c in group)} at PPL {group[0].ppl:.4f}")
+        else:
+            parts.append(", ".join(f"#{c.first} at PPL {c.ppl:.4f}" for c in group))
+    return "set side by side (the offset is not PPL): " + "; ".join(parts)
+
+
+def claim_band(data: ReportData) -> tuple[float, float, float] | None:
+    """(x, low, high) of the claim drawn at the answer: the base's figure times the ends of the
+    claimed speedup's study-wise interval (None: no claim over the base)."""
+    answer, base = data.answer_configuration, data.base_configuration
+    now = data.answer.standing
+    if answer is None or base is None or answer.is_base or now is None or not data.answer.is_the_claim:
+        return None
+    speedup = now.speedup
+    if speedup is None:
+        return None
+    return config_xs(data)[answer.first], base.tps * speedup.low, base.tps * speedup.high
+
+
+def other_configurations(data: ReportData) -> list[ConfigurationPoint]:
+    """The configurations that are neither the answer nor the base: each gets a label of its own."""
+    return [c for c in data.configurations if not c.is_answer and not c.is_base]
+
+
+def config_label(config: ConfigurationPoint, sep: str = " ") -> str:
+    """The label of a configuration that is neither the answer nor the base: its trial and figure."""
+    return f"#{config.first}:{sep}{config.tps_text()}"
 
 
 def config_xy(config: ConfigurationPoint, data: ReportData) -> tuple[float, float]:
@@ -253,7 +318,30 @@ ARROW_SPOTS = (  # (dx, dy, ha, va) in points: beside the point first, then furt
     (-60, 150, "right", "bottom"),
     (60, -220, "left", "top"),
     (-60, -220, "right", "top"),
+    # further along the axis, for a point in a crowd (several configurations of one PPL)
+    (110, 50, "left", "bottom"),
+    (110, -50, "left", "top"),
+    (-110, 50, "right", "bottom"),
+    (-110, -50, "right", "top"),
+    (180, 100, "left", "bottom"),
+    (180, -100, "left", "top"),
+    (-180, 100, "right", "bottom"),
+    (-180, -100, "right", "top"),
 )
+
+
+# right beside the point, clear of its bar, no arrow: where a small label (a configuration's trial
+# and figure) goes when one of them covers no other label
+CLOSE_SPOTS = (
+    (8, 0, "left", "center"),
+    (-8, 0, "right", "center"),
+    (8, -6, "left", "top"),
+    (-8, -6, "right", "top"),
+    (8, 6, "left", "bottom"),
+    (-8, 6, "right", "bottom"),
+)
+# (text, anchors in data coordinates, font or style, beside the point first: no arrow there)
+Label = tuple[str, list[tuple[float, float]], dict, bool]
 
 
 def choose_spot(
@@ -264,13 +352,15 @@ def choose_spot(
     taken: list[Box],
     spots: tuple[tuple[float, float, str, str], ...] = ARROW_SPOTS,
     scale: float = 1.0,
+    reach: bool = False,
 ) -> Spot:
     """The spot, around any of ``anchors``, whose label box covers the fewest ``obstacles``.
 
     Everything in pixels, y up; ``spots`` are offsets times ``scale``. A box
     that leaves ``area`` or covers a label already placed (``taken``) comes
     last; ties go to the earlier anchor and spot. The box checked is a few
-    pixels larger than the text.
+    pixels larger than the text; with ``reach``, against ``taken`` it spans
+    the arrow to the anchor too.
     """
     width, height = size[0] + 8, size[1] + 6
     best: tuple[tuple[float, int, int], Spot] | None = None
@@ -280,12 +370,35 @@ def choose_spot(
             box = _box(ax + dx, ay + dy, width, height, ha, va)
             inside = box[0] >= area[0] and box[1] >= area[1] and box[2] <= area[2] and box[3] <= area[3]
             covered = sum(1 for x, y in obstacles if box[0] <= x <= box[2] and box[1] <= y <= box[3])
-            score = covered + (0 if inside else 1000) + 500 * sum(_overlaps(box, t) for t in taken)
+            span = (min(box[0], ax), min(box[1], ay), max(box[2], ax), max(box[3], ay)) if reach else box
+            score = covered + (0 if inside else 1000) + 500 * sum(_overlaps(span, t) for t in taken)
             rank = (score, index, which)
             if best is None or rank < best[0]:
                 best = (rank, Spot(anchor=which, dx=dx, dy=dy, ha=ha, va=va, box=box))
     assert best is not None
     return best[1]
+
+
+def choose_label_spot(
+    anchors: list[tuple[float, float]],
+    size: tuple[float, float],
+    obstacles: list[tuple[float, float]],
+    area: Box,
+    taken: list[Box],
+    *,
+    close: bool,
+    scale: float = 1.0,
+) -> tuple[Spot, bool]:
+    """(spot, beside): a ``close`` label right beside its point (no arrow) where such a spot stays
+    inside ``area`` and covers no label in ``taken``; else, and for every other label, the best
+    spot for an arrow whose text and arrow cover no label already placed (``choose_spot``)."""
+    if close:
+        spot = choose_spot(anchors, size, obstacles, area, taken, CLOSE_SPOTS, scale)
+        box = spot.box
+        inside = box[0] >= area[0] and box[1] >= area[1] and box[2] <= area[2] and box[3] <= area[3]
+        if inside and not any(_overlaps(box, t) for t in taken):
+            return spot, True
+    return choose_spot(anchors, size, obstacles, area, taken, ARROW_SPOTS, scale, reach=True), False
 
 
 def pareto_obstacles(data: ReportData) -> list[tuple[float, float]]:
@@ -306,6 +419,17 @@ def pareto_obstacles(data: ReportData) -> list[tuple[float, float]]:
     base = data.base_configuration
     if base is not None and not base.is_answer and axis is not None:  # the base's estimate, a line
         found += [(axis.low + (axis.high - axis.low) * i / 60, base.tps) for i in range(61)]
+    claim = claim_band(data)
+    if claim is not None:
+        cx, low, high = claim
+        found += [(cx, low + (high - low) * i / 10) for i in range(11)]
+    if axis is not None:  # the answer's star and the base's square: wider than a point, and never to hide
+        bottom, top = _tps_bottom(data), _tps_top(data)
+        rx, ry = 0.015 * (axis.high - axis.low), 0.04 * (top - bottom)
+        for config in (data.answer_configuration, base):
+            if config is not None:
+                x, y = xs[config.first], config.tps
+                found += [(x + i * rx / 2, y + j * ry / 2) for i in range(-2, 3) for j in range(-2, 3)] * 3
     return found
 
 
@@ -322,14 +446,15 @@ def _text_size(text: str) -> tuple[float, float]:
 
 def _place_labels(
     fig: go.Figure,
-    labels: list[tuple[str, list[tuple[float, float]], dict]],
+    labels: list[Label],
     obstacles: list[tuple[float, float]],
     pixels: tuple[float, float],
     x_range: tuple[float, float] | None = None,
 ) -> None:
-    """Each (text, anchors, font) label with an arrow to the anchor where it covers the fewest
-    ``obstacles`` (data coordinates; the axes span the obstacles, padded as plotly pads them,
-    or ``x_range`` where the figure sets its x axis)."""
+    """Each (text, anchors, font, close) label with an arrow to the anchor where it covers the
+    fewest ``obstacles`` (data coordinates; the axes span the obstacles, padded as plotly pads
+    them, or ``x_range`` where the figure sets its x axis); a ``close`` one right beside its
+    point, with no arrow, where there is room."""
     if not labels:
         return
     xs, ys = [x for x, _ in obstacles], [y for _, y in obstacles]
@@ -345,25 +470,24 @@ def _place_labels(
 
     points = [to_pixels(x, y) for x, y in obstacles]
     taken: list[Box] = []
-    for text, anchors, font in labels:
-        spot = choose_spot(
-            [to_pixels(x, y) for x, y in anchors], _text_size(text), points, (0.0, 0.0, width, height), taken
-        )
+    for text, anchors, font, close in labels:
+        anchored = [to_pixels(x, y) for x, y in anchors]
+        area = (0.0, 0.0, width, height)
+        spot, beside = choose_label_spot(anchored, _text_size(text), points, area, taken, close=close)
         taken.append(spot.box)
         x, y = anchors[spot.anchor]
+        place = {"xshift": spot.dx, "yshift": spot.dy} if beside else {"ax": spot.dx, "ay": -spot.dy, "arrowhead": 2}
         fig.add_annotation(
             x=x,
             y=y,
             text=text,
-            showarrow=True,
-            arrowhead=2,
-            ax=spot.dx,
-            ay=-spot.dy,
+            showarrow=not beside,
             xanchor=spot.ha,
             yanchor="middle" if spot.va == "center" else spot.va,
             align="left",
             bgcolor="rgba(255, 255, 255, 0.85)",
             font=font,
+            **place,
         )
 
 
@@ -379,6 +503,24 @@ def pareto_figure(data: ReportData) -> go.Figure:
     drawn = {n for c in configs for n in c.numbers}
     xs = config_xs(data)
     axis = ppl_axis(data)
+    moved = side_by_side_text(data)
+    for index, (left, right, _) in enumerate(side_by_side(data)):  # under everything: the disclosure
+        bottom, top = _tps_bottom(data), _tps_top(data)
+        fig.add_trace(
+            go.Scatter(
+                x=[left, right, right, left, left],
+                y=[bottom, bottom, top, top, bottom],
+                mode="lines",
+                fill="toself",
+                fillcolor=SIDE_BY_SIDE_FILL,
+                line={"width": 0},
+                name=SIDE_BY_SIDE_TRACE,
+                legendgroup=SIDE_BY_SIDE_TRACE,
+                showlegend=index == 0,
+                hovertext=moved,
+                hoverinfo="text",
+            )
+        )
     if configs:
         fig.add_trace(_readings_trace(data))
         fig.add_trace(
@@ -500,6 +642,20 @@ def pareto_figure(data: ReportData) -> go.Figure:
                 customdata=[base.first],
             )
         )
+    claim = claim_band(data)
+    if claim is not None:  # the claim itself: answer / base, at the study-wise level
+        cx, low, high = claim
+        fig.add_trace(
+            go.Scatter(
+                x=[cx, cx],
+                y=[low, high],
+                mode="lines",
+                name=CLAIM_TRACE,
+                line={"color": WINNER_FILL, "width": 14},
+                hovertext=f"the claim: {data.claim_text()} over the base: {low:.1f}-{high:.1f} tok/s",
+                hoverinfo="text",
+            )
+        )
     winner = data.winner
     if winner is not None:
         config = data.answer_configuration
@@ -516,18 +672,21 @@ def pareto_figure(data: ReportData) -> go.Figure:
                 customdata=[winner.number],
             )
         )
-    labels = []  # the answer's first: it gets the best spot
+    labels = []  # the answer's first: it gets the best spot; the small ones next, right beside their points
     if winner is not None:
-        labels.append((data.answer_label(sep="<br>"), [(x, y)], {"size": 13}))
+        labels.append((data.answer_label(sep="<br>"), [(x, y)], {"size": 13}, False))
+    for config in other_configurations(data):  # every configuration is named; other points: the legend
+        labels.append((config_label(config), [config_xy(config, data)], {"size": 10, "color": COLORS["front"]}, True))
     if base is not None and not base.is_answer:  # the answer's label says so when the base is the answer
-        labels.append((data.base_label(sep="<br>"), [config_xy(base, data)], {"color": COLORS["base"]}))
+        labels.append((data.base_label(sep="<br>"), [config_xy(base, data)], {"color": COLORS["base"]}, False))
     x_range = (axis.low, axis.high) if axis is not None else None
     _place_labels(fig, labels, pareto_obstacles(data), PARETO_PIXELS, x_range)
     if x_range is not None:
         fig.update_xaxes(range=list(x_range))
     fig.update_layout(
         title=f"{data.study_name}: TPS against PPL ({data.trials_text()}"
-        + (f"; {len(configs)} gate-passing configurations at their estimates)" if configs else ")"),
+        + (f"; {len(configs)} gate-passing configurations at their estimates)" if configs else ")")
+        + (f"<br><sup>{moved}</sup>" if moved else ""),
         xaxis_title="PPL (lower is better)",
         yaxis_title="TPS (output tokens/s, higher is better)",
         template="plotly_white",
@@ -687,8 +846,8 @@ Marks = tuple[tuple[tuple[int, float], ...], str, str, str, str]
 
 
 def history_marks(data: ReportData) -> list[Marks]:
-    """The readings the estimates (and so the claim) rest on, and the one that selected the
-    answer: (readings, legend name, plotly symbol, color, whose)."""
+    """The readings the estimates (and so the claim) rest on, the one that selected the answer
+    and the base's outside the claim's rounds: (readings, legend name, plotly symbol, color, whose)."""
     marks: list[Marks] = []
     answer, base = data.answer_configuration, data.base_configuration
     if answer is not None:
@@ -697,6 +856,8 @@ def history_marks(data: ReportData) -> list[Marks]:
             marks.append((answer.uncounted_readings, UNCOUNTED_TRACE, "diamond-open", "#555", "the answer"))
     if base is not None and not base.is_answer:
         marks.append((base.counted_readings, BASE_READINGS_TRACE, "square-open", COLORS["base"], "the base"))
+        if base.uncounted_readings:
+            marks.append((base.uncounted_readings, BASE_UNCOUNTED_TRACE, "triangle-up-open", "#777", "the base"))
     return [m for m in marks if m[0]]
 
 
@@ -746,6 +907,29 @@ def slices_figure(data: ReportData) -> go.Figure:
                 row=row,
                 col=col,
             )
+        mark = slice_answer(data, name)
+        if mark is not None:
+            value, tps, label = mark
+            fig.add_trace(
+                go.Scatter(
+                    x=[value],
+                    y=[tps],
+                    mode="markers",
+                    name=label,
+                    legendgroup=WINNER_TRACE,
+                    showlegend=index == 0,
+                    marker={
+                        "symbol": "star",
+                        "size": 16,
+                        "color": COLORS["winner"],
+                        "line": {"width": 1, "color": "#333"},
+                    },
+                    hovertext=label,
+                    hoverinfo="text",
+                ),
+                row=row,
+                col=col,
+            )
         ticks = whole_ticks(data, name)
         if ticks is not None:
             fig.update_xaxes(tickmode="array", tickvals=ticks, row=row, col=col)
@@ -753,6 +937,15 @@ def slices_figure(data: ReportData) -> go.Figure:
     fig.update_yaxes(title_text="TPS", col=1)
     fig.update_layout(title="Slice plot: each parameter against TPS", template="plotly_white", height=360 * rows)
     return fig
+
+
+def slice_answer(data: ReportData, name: str) -> tuple[object, float, str] | None:
+    """(its value of ``name``, its TPS, legend label) of the answer on a slice plot, at its one
+    figure (None: no answer, or it has no value of ``name``)."""
+    record, tps = data.answer.record, data.answer_tps
+    if record is None or tps is None or name not in record.params:
+        return None
+    return record.params[name], tps, f"answer #{record.number}: {tps_text(tps)} (its estimate)"
 
 
 def slice_groups(data: ReportData, name: str) -> list[tuple[str, bool, list[TrialPoint]]]:

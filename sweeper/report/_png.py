@@ -3,8 +3,10 @@
 Uses matplotlib's object API (``Figure`` + the Agg canvas), never pyplot,
 so nothing global changes in the calling process. Artist labels mirror the
 plotly traces: ``PPL cap``, the trial categories, ``winner``, ``base manifest``,
-``one server's reading``; the answer's label is ``answer #N (STATUS): X tok/s
-(95% interval LOW-HIGH)``, at its configuration's estimate.
+``one server's reading``, the claim and the band of configurations set side by
+side; the answer's label is ``answer #N (STATUS): X tok/s (95% interval
+LOW-HIGH)``, at its configuration's estimate, and every other configuration is
+labelled with its trial and figure.
 """
 
 from __future__ import annotations
@@ -25,25 +27,34 @@ from sweeper.report._plotly import (
     BASE_TRACE,
     BEST_TRACE,
     CAP_TRACE,
+    CLAIM_TRACE,
     FAINT,
     FRONT_TRACE,
     IMPORTANCE_TITLE,
     LEFTOVER_FEASIBLE,
     READINGS_TRACE,
+    SIDE_BY_SIDE_TRACE,
     VERIFIED_TRACE,
     VERIFY_FAILED_TRACE,
     WINNER_TRACE,
-    choose_spot,
+    Label,
+    choose_label_spot,
+    claim_band,
     clipped,
+    config_label,
     config_xs,
     config_xy,
     history_labels,
     history_marks,
+    other_configurations,
     pareto_obstacles,
     plot_xy,
     position,
     ppl_axis,
     ppl_text,
+    side_by_side,
+    side_by_side_text,
+    slice_answer,
     slice_groups,
     whole_ticks,
 )
@@ -84,11 +95,10 @@ def _configurations(ax: Axes, data: ReportData) -> None:
     )
 
 
-def _place_labels(
-    ax: Axes, labels: list[tuple[str, list[tuple[float, float]], dict]], obstacles: list[tuple[float, float]]
-) -> None:
-    """Each (text, anchors, style) label with an arrow to the anchor where it covers the fewest
-    ``obstacles`` (all in data coordinates).
+def _place_labels(ax: Axes, labels: list[Label], obstacles: list[tuple[float, float]]) -> None:
+    """Each (text, anchors, style, close) label with an arrow to the anchor where it covers the
+    fewest ``obstacles`` (all in data coordinates); a ``close`` one right beside its point, with
+    no arrow, where there is room.
 
     The figure is laid out first, so the label boxes and the marks are
     measured where they will be drawn.
@@ -102,14 +112,18 @@ def _place_labels(
     legend = ax.get_legend()
     taken = [tuple(legend.get_window_extent(renderer).extents)] if legend is not None else []
     taken += [tuple(t.get_window_extent(renderer).extents) for t in ax.texts]  # e.g. an off-axis PPL
-    for text, anchors, style in labels:
+    drawn: list[tuple[float, float, float, float]] = []
+    for text, anchors, style, close in labels:
         probe = ax.text(0, 0, text, **style, bbox=BOX)
         extent = probe.get_window_extent(renderer)
         probe.remove()
         pixels = [tuple(xy) for xy in ax.transData.transform(anchors)]
-        spot = choose_spot(pixels, (extent.width, extent.height), points, area, taken, scale=per_point)
+        # a small label keeps clear of the others' arrows too (each one's extent as drawn)
+        avoid = taken + drawn if close else taken
+        size = (extent.width, extent.height)
+        spot, beside = choose_label_spot(pixels, size, points, area, avoid, close=close, scale=per_point)
         taken.append(spot.box)
-        ax.annotate(
+        placed = ax.annotate(
             text,
             anchors[spot.anchor],
             xytext=(spot.dx / per_point, spot.dy / per_point),
@@ -118,9 +132,10 @@ def _place_labels(
             va=spot.va,
             bbox=BOX,
             zorder=6,
-            arrowprops={"arrowstyle": "->", "color": "#333"},
+            arrowprops=None if beside else {"arrowstyle": "->", "color": "#333"},
             **style,
         )
+        drawn.append(tuple(placed.get_window_extent(renderer).extents))
 
 
 def pareto_figure(data: ReportData) -> Figure:
@@ -128,6 +143,16 @@ def pareto_figure(data: ReportData) -> Figure:
     ax = fig.add_subplot()
     configs = data.configurations
     drawn = {n for c in configs for n in c.numbers}
+    for index, (left, right, _) in enumerate(side_by_side(data)):  # the disclosure, under everything
+        ax.axvspan(
+            left,
+            right,
+            color=COLORS[FAILED],
+            alpha=0.12,
+            linewidth=0,
+            zorder=0,
+            label=SIDE_BY_SIDE_TRACE if index == 0 else "_nolegend_",
+        )
     if configs:
         _configurations(ax, data)
     for category in CATEGORIES:
@@ -209,16 +234,24 @@ def pareto_figure(data: ReportData) -> Figure:
             label=BASE_TRACE,
             zorder=4,
         )
+    claim = claim_band(data)
+    if claim is not None:  # the claim itself: answer / base, at the study-wise level
+        cx, low, high = claim
+        ax.vlines(cx, low, high, linewidth=11, color=COLORS["winner"], alpha=0.35, label=CLAIM_TRACE, zorder=2)
     winner = data.winner
     if winner is not None:
         config = data.answer_configuration
         x, y = config_xy(config, data) if config is not None else plot_xy(winner, data)
         ax.scatter([x], [y], s=300, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=WINNER_TRACE)
-    labels = []  # the answer's first: it gets the best spot
+    labels = []  # the answer's first: it gets the best spot; the small ones next, right beside their points
     if winner is not None:
-        labels.append((data.answer_label(sep="\n"), [(x, y)], {"fontsize": 10, "fontweight": "bold"}))
+        labels.append((data.answer_label(sep="\n"), [(x, y)], {"fontsize": 10, "fontweight": "bold"}, False))
+    for other in other_configurations(data):  # every configuration is named; other points: the legend
+        labels.append((config_label(other), [config_xy(other, data)], {"fontsize": 8, "color": COLORS["front"]}, True))
     if base is not None and not base.is_answer:
-        labels.append((data.base_label(sep="\n"), [config_xy(base, data)], {"fontsize": 9, "color": COLORS["base"]}))
+        labels.append(
+            (data.base_label(sep="\n"), [config_xy(base, data)], {"fontsize": 9, "color": COLORS["base"]}, False)
+        )
     axis = ppl_axis(data)
     if axis is not None:
         ax.set_xlim(axis.low, axis.high)
@@ -227,6 +260,9 @@ def pareto_figure(data: ReportData) -> Figure:
     title = f"{data.study_name}: TPS against PPL ({data.trials_text()})"
     if configs:
         title += f"\n{len(configs)} gate-passing configurations at their estimates, bars: {configs[0].level} intervals"
+    moved = side_by_side_text(data)
+    if moved:
+        title += f"\n{moved}"
     ax.set_title(title)
     ax.grid(alpha=0.3)
     legend_below(ax)
@@ -339,7 +375,8 @@ def history_figure(data: ReportData) -> Figure:
     return fig
 
 
-_MARKERS = {"circle-open": "o", "square-open": "s", "diamond-open": "D"}  # plotly symbol -> matplotlib marker
+# plotly symbol -> matplotlib marker
+_MARKERS = {"circle-open": "o", "square-open": "s", "diamond-open": "D", "triangle-up-open": "^"}
 
 
 def slice_figure(data: ReportData, name: str) -> Figure:
@@ -355,6 +392,10 @@ def slice_figure(data: ReportData, name: str) -> Figure:
             zorder=4 if imputed else 3,
             **({"facecolors": "none", "edgecolors": COLORS[category]} if imputed else {"color": COLORS[category]}),
         )
+    mark = slice_answer(data, name)
+    if mark is not None:
+        value, tps, label = mark
+        ax.scatter([value], [tps], s=220, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=label)
     ticks = whole_ticks(data, name)
     if ticks is not None:
         ax.set_xticks(ticks)

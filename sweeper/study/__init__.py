@@ -67,7 +67,7 @@ from sweeper.study._recipe import (
     save_recipe,
     stored_recipe,
 )
-from sweeper.study._run import StudyResult, run_study
+from sweeper.study._run import StudyResult, public_settings, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
 
 __all__ = [
@@ -124,6 +124,7 @@ __all__ = [
     "probability_text",
     "recipe_changes",
     "recipe_from_settings",
+    "public_settings",
     "run_study",
     "save_recipe",
     "stored_recipe",

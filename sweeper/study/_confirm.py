@@ -207,14 +207,24 @@ class Configuration:
     ppl: float
     ppl_cap: float
     is_base: bool
-    # the figures measured after the configuration was picked for a race (its
+    # the trials measured after the configuration was picked for a race (its
     # confirmation trials); the base's own trial counts too (it is measured
     # whatever it reads, so it is not picked for reading high)
-    confirmed_tps: tuple[float, ...] = ()
+    confirmed: tuple[int, ...] = ()
 
     @property
     def first(self) -> int:
         return self.numbers[0]
+
+    @property
+    def readings(self) -> tuple[tuple[int, float], ...]:
+        """(trial, TPS) of each of its servers, in trial order."""
+        return tuple(zip(self.numbers, self.tps))
+
+    @property
+    def confirmed_tps(self) -> tuple[float, ...]:
+        """The figures of ``confirmed``, in trial order."""
+        return tuple(v for n, v in self.readings if n in self.confirmed)
 
     @property
     def estimate(self) -> float:
@@ -396,14 +406,36 @@ class Standing:
         )
         return ([self.incumbent] if self.incumbent is not None else []) + rest
 
-    def tps_interval(self, config: Configuration) -> Interval:
-        """The configuration's TPS (tok/s) with its interval at the study's confidence.
+    def counted(self, config: Configuration) -> tuple[int, ...]:
+        """The trials whose figures make the configuration's one TPS figure (``tps_interval``).
 
-        Made from the figures measured after selection (``confirmed_tps``)
-        when there are any, else from all its figures; the interval is a
-        t-interval of the mean log TPS on the study's between-server spread.
+        With a claim over the base (``basis``), the answer's and the base's are
+        the pairs the claim rests on, so that the answer's figure over the
+        base's is the claim; else the figures measured after selection
+        (``confirmed``), else all of them. The reading that picked a
+        configuration for a race is never among them.
         """
-        figures = config.confirmed_tps or config.tps
+        if self.basis is not None and self.incumbent is not None and self.base is not None:
+            if config.key == self.incumbent.key:
+                return self.basis.answer_trials
+            if config.key == self.base.key:
+                return self.basis.base_trials
+        return config.confirmed or config.numbers
+
+    def counted_readings(self, config: Configuration) -> tuple[tuple[int, float], ...]:
+        """(trial, TPS) of ``counted``, in trial order."""
+        counted = set(self.counted(config))
+        return tuple((n, v) for n, v in config.readings if n in counted)
+
+    def tps_interval(self, config: Configuration) -> Interval:
+        """The configuration's TPS (tok/s) with its interval at the study's confidence: its one
+        figure wherever it is shown.
+
+        Made from the figures of ``counted`` (after selection; for the answer and
+        the base, those of the claim's pairs); the interval is a t-interval of
+        the mean log TPS on the study's between-server spread.
+        """
+        figures = [v for _, v in self.counted_readings(config)]
         return tps_interval(figures, spread=self.spread, confidence=self.settings.confidence)
 
     def front(self) -> list[tuple[Configuration, Interval]]:
@@ -459,12 +491,13 @@ class Standing:
         else:
             head = f"not distinguishable from the base manifest: {_percent(iv.value)} ({span}, which includes 0 %)"
         estimate = self.tps_interval(inc).value
-        servers = len(inc.confirmed_tps) or len(inc.tps)
+        servers = len(self.counted(inc))
         return f"{head}, {ppl}; trial {inc.first}, {estimate:.1f} tok/s over {servers} server(s){pending}"
 
     def _config_dict(self, config: Configuration | None) -> dict[str, Any] | None:
-        """A configuration as data; its ``estimate`` is the figure after selection (``tps_interval``),
-        ``estimate_all`` the geometric mean of every figure, the selecting one included."""
+        """A configuration as data; its ``tps`` (and ``estimate``) is its one figure (``tps_interval``),
+        of the trials ``counted``; ``readings`` every server's, ``estimate_all`` the geometric
+        mean of every reading, the one that selected it included."""
         if config is None:
             return None
         interval = self.tps_interval(config)
@@ -472,8 +505,9 @@ class Standing:
             "trial": config.first,
             "trials": list(config.numbers),
             "params": dict(config.params),
-            "tps": list(config.tps),
-            "confirmed_tps": list(config.confirmed_tps),
+            "tps": interval.value,
+            "readings": [{"trial": n, "tps": v} for n, v in config.readings],
+            "counted": list(self.counted(config)),
             "estimate": interval.value,
             "estimate_all": config.estimate,
             "tps_interval": interval.to_dict(),
@@ -551,9 +585,7 @@ def configurations(records: Iterable[TrialRecord]) -> list[Configuration]:
                 ppl=float(first.ppl),
                 ppl_cap=float(first.ppl_cap if first.ppl_cap is not None else first.ppl),
                 is_base=any(BASELINE in r.role.split("+") for r in group),
-                confirmed_tps=tuple(
-                    float(r.tps) for r in group if is_confirmation(r.role) or BASELINE in r.role.split("+")
-                ),
+                confirmed=tuple(r.number for r in group if is_confirmation(r.role) or BASELINE in r.role.split("+")),
             )
         )
     return sorted(found, key=lambda c: c.first)

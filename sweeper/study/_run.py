@@ -51,6 +51,7 @@ from storage import (
 from sweeper.errors import ServerStopError, StudyError
 from sweeper.serving import stop_servers_with_token
 from sweeper.study._confirm import (
+    ROUND_ATTR_PREFIX,
     ConfirmSettings,
     is_confirmation,
     standing,
@@ -66,6 +67,26 @@ logger = logging.getLogger(__name__)
 
 ENQUEUED_ATTR = f"{STUDY_ATTR_PREFIX}enqueued"
 DIRECTIONS = {"tps": ["maximize"], "pareto": ["maximize", "minimize"]}
+# study attributes that mark how far the runs got (queued races, the first enqueue done), not
+# how the study measures: they are not among its settings as shown
+PROGRESS_MARKS = (ENQUEUED_ATTR, ROUND_ATTR_PREFIX)
+
+
+def public_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's stored settings as ``status --json`` and ``run --json`` show them.
+
+    The marks of progress (``PROGRESS_MARKS``) are left out, the noise prior is
+    ``noise`` (its one name, in older studies too), and ``ppl_cap`` is the
+    cap in force: under a relative cap, the baseline's PPL times ``ppl_cap_rel``
+    once the baseline is measured (None until then).
+    """
+    marks = tuple(mark[len(STUDY_ATTR_PREFIX) :] for mark in PROGRESS_MARKS)
+    shown = {key: value for key, value in settings.items() if not key.startswith(marks)}
+    if "noise_prior" in shown:  # the name a study stored its --noise under before it had one name
+        shown.setdefault("noise", shown.pop("noise_prior"))
+    if shown.get("ppl_cap") is None and shown.get("ppl_cap_rel") is not None:
+        shown["ppl_cap"] = PplGate.from_settings(shown).cap_for(shown.get("reference_ppl"))
+    return shown
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

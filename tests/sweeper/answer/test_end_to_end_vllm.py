@@ -235,9 +235,9 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     expected_s = sum(s for r in trials for _, s in r.phases) + sum(sum(run.phases.values()) for run in runs)
     assert time.total_s == pytest.approx(expected_s)
     assert time.servers == sum(1 for r in trials if r.phases) + len(runs) and time.verification_servers == len(runs)
-    assert [p.name for p in time.phases][:3] == ["spawn", "engine init", "api ready"]
-    assert phase_headline(time) in summary and "| engine init |" in summary
-    assert "of server time in" in page and "engine init" in page
+    assert [p.name for p in time.phases][0] == "api imports" and "kv cache" in [p.name for p in time.phases]
+    assert phase_headline(time) in summary and "| API imports |" in summary
+    assert "of server time in" in page and "memory profile, KV cache" in page
 
     # the export runs unchanged: `sweeper eval` starts it through its own `sweeper serve`
     exported = export_answer(storage=url, study_name="e2e", output=tmp_path / "exported" / "winner.json")
@@ -321,3 +321,34 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     assert shown[best + 1].endswith("(against the baseline on the same records)")
     (status_line,) = [line for line in shown if line.startswith(f"trial #{winner.number}: held-out PPL ")]
     assert_statement(status_line, heldout, rel=1e-3)
+
+    # one figure for the answer in every output, recomputed from the stored trials
+    one_figure = _load_one_figure()
+    expected = one_figure.expected_tps(trials, winner.params)
+    as_json = CliRunner().invoke(app, ["status", "--storage", url, "--study", "e2e", "--json"])
+    trial = CliRunner().invoke(app, ["status", "--storage", url, "--study", "e2e", "--trial", str(winner.number)])
+    assert as_json.exit_code == 0 and trial.exit_code == 0, (as_json.output, trial.output)
+    one_figure.check_outputs(
+        expected,
+        status_text=status.output,
+        status_json=json.loads(as_json.output),
+        trial_text=trial.output,
+        trials_csv=(tmp_path / "report" / "trials.csv").read_text(),
+        summary=summary,
+        page=page,
+        description=manifest["description"],
+    )
+
+
+def _load_one_figure():
+    """tests/sweeper/cli/one_figure.py, by path (the tests are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    name = "sweeper_cli_tests_one_figure"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "cli" / "one_figure.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

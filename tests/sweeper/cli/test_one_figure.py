@@ -206,6 +206,67 @@ def test_status_text_and_json_state_the_one_figure(race) -> None:
     one_figure.check_outputs(expected, status_text=text.output, status_json=json.loads(as_json.output))
 
 
+def test_every_output_states_one_figure_and_the_base_divides_to_the_claim(race, demo, tmp_path) -> None:
+    """status (text, JSON, --trial of the reading that selected it), the report (tile, summary.md,
+    trials.csv) and export (message, description) state one figure for the answer, recomputed
+    from the stored trials; the base's figure beside the claim divides with it to the claim."""
+    url, status, _ = race
+    expected = one_figure.expected_tps(status.trials, {"w": 0, "k": 3})
+    first = min(r.number for r in status.trials if dict(r.params) == {"w": 0, "k": 3})
+    runner = CliRunner()
+    text = runner.invoke(app, ["status", "--storage", url])
+    as_json = runner.invoke(app, ["status", "--storage", url, "--json"])
+    trial = runner.invoke(app, ["status", "--storage", url, "--trial", str(first)])
+    report = runner.invoke(app, ["report", "--storage", url, "-o", str(tmp_path / "report")])
+    exported = runner.invoke(
+        app,
+        ["export", "--storage", url, "--manifest", str(demo.manifest), "-o", str(tmp_path / "a.json")]
+        + ["--allow-unverified"],
+    )
+    for result in (text, as_json, trial, report, exported):
+        assert result.exit_code == 0, result.output
+    assert "TPS 141.00 (this server's reading)" in trial.output  # its own reading, named as one
+    assert "this reading is not counted" in trial.output
+    trials_csv = (tmp_path / "report" / "trials.csv").read_text()
+    one_figure.check_outputs(
+        expected,
+        status_text=text.output,
+        status_json=json.loads(as_json.output),
+        trial_text=trial.output,
+        trials_csv=trials_csv,
+        summary=(tmp_path / "report" / "summary.md").read_text(),
+        page=(tmp_path / "report" / "report.html").read_text(),
+        export_text=exported.stdout,
+        description=json.loads((tmp_path / "a.json").read_text())["description"],
+    )
+    (selecting,) = [row for row in trials_csv.splitlines()[1:] if row.startswith(f"{first},")]
+    assert ",141.0000," in selecting and ",selected it: not counted," in selecting
+    pairs = one_figure.claim_pairs(status.trials, {"w": 0, "k": 3}, {"w": 0, "k": 1})
+    one_figure.check_base_divides_to_the_claim(text.output, pairs)
+    # and the base's reading that no round paired is shown, marked as not counted
+    assert "100.0 (outside the claim's rounds: not counted)" in text.output
+
+
+def test_status_json_holds_public_settings_the_caps_value_and_the_servers_by_kind(race, tmp_path) -> None:
+    url, status, _ = race
+    data = json.loads(CliRunner().invoke(app, ["status", "--storage", url, "--json"]).output)
+    assert not [key for key in data["settings"] if "race-round" in key or key == "enqueued"], data["settings"]
+    assert data["settings"]["noise"] == 0.05 and "noise_prior" not in data["settings"]
+    assert data["settings"]["ppl_cap"] == CAP
+    races = sum(1 for r in status.trials if r.role.startswith("confirm:"))
+    assert {k: data["counts"][k] for k in ("searched", "race_servers", "verification_servers", "servers")} == {
+        "searched": len(status.trials) - races,
+        "race_servers": races,
+        "verification_servers": 0,
+        "servers": len(status.trials),
+    }
+    text = CliRunner().invoke(app, ["status", "--storage", url]).output
+    assert (
+        f"servers: {len(status.trials)} ({len(status.trials) - races} trials searched, {races} race servers, " in text
+    )
+    assert "verification: none yet: 'sweeper verify --study race --storage " in text
+
+
 def test_export_states_the_one_figure_in_its_refusal_message_and_description(race, tmp_path) -> None:
     url, status, _ = race
     expected = one_figure.expected_tps(status.trials, {"w": 0, "k": 3})

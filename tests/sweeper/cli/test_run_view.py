@@ -54,18 +54,20 @@ def console() -> tuple[Console, io.StringIO]:
 def test_the_trial_count_never_reads_past_the_budget() -> None:
     count = TrialCount(2)
     count.running = True
-    assert count.line() == "trial 1 of 2, 1 to go after it"
+    assert count.line() == "searching 1 of 2, 1 to go after it"
     count.running, count.done = False, 1
-    assert count.line() == "1 of 2 done, 1 to go"
+    assert count.line() == "1 of 2 searched, 1 to go"
     count.running = True
-    assert count.line() == "trial 2 of 2, 0 to go after it"
+    assert count.line() == "searching 2 of 2, 0 to go after it"
     count.running, count.done = False, 2
-    assert count.line() == "2 of 2 done, 0 to go"  # not "trial 3 of 2"
+    assert count.line() == "2 of 2 searched, 0 to go"  # not "searching 3 of 2"
+    count.start("confirm:1:1")
+    assert count.line() == "race server 1 of this run (outside the budget), 2 of 2 searched"
     resumed = TrialCount(8, done_before=5)
     resumed.running = True
-    assert resumed.line() == "trial 6 of 8, 2 to go after it"
+    assert resumed.line() == "searching 6 of 8, 2 to go after it"
     unlimited = TrialCount(None, done_before=3)
-    assert unlimited.line() == "3 of ∞ done"
+    assert unlimited.line() == "3 of ∞ searched"
 
 
 def test_the_live_view_shows_phase_progress_and_ends_on_the_last_trial(tmp_path) -> None:
@@ -85,7 +87,7 @@ def test_the_live_view_shows_phase_progress_and_ends_on_the_last_trial(tmp_path)
     shown = out.getvalue()
     assert shown.count("tok/s, PPL 2.000: feasible") == 2  # one line per finished trial, above the view
     last_frame = shown.rsplit("\x1b[2K", 1)[-1].splitlines()
-    assert last_frame[0].split() == ["trials", "2", "of", "2", "done,", "0", "to", "go"]
+    assert last_frame[0].split() == ["trials", "2", "of", "2", "searched,", "0", "to", "go"]
     assert last_frame[1].split() == ["params", "-"] and last_frame[2].split() == ["phase", "-"]
     assert "trial 3" not in shown
 
@@ -94,14 +96,16 @@ def test_the_plain_view_writes_one_line_per_event(tmp_path) -> None:
     lines: list[str] = []
     with PlainView(2, write=lines.append) as view:
         run(tmp_path, view, 2, name="plain")
-    assert lines[0].startswith("trial 1 of 2, 1 to go after it: #0 ")
+    # a trial is named by its number in the study alone; the budget is counted in searched trials
+    assert lines[0].startswith("trial 0 (baseline) {") and lines[0].endswith("}: searching 1 of 2, 1 to go after it")
+    assert not any("#" in line for line in lines)
     assert f"trial 0: PPL records 0/{PPL_RECORDS}" in lines
     assert f"trial 0: PPL records {PPL_RECORDS}/{PPL_RECORDS}" in lines
     assert f"trial 1: TPS requests {TPS_REQUESTS}/{TPS_REQUESTS}" in lines
     assert not any("PPL records 2/" in line for line in lines)  # not one line per request
     finished = [line for line in lines if ": feasible" in line]
-    assert len(finished) == 2 and finished[-1].endswith("; 2 of 2 done, 0 to go")
-    assert lines[-1] == "trials: 2 of 2 done, 0 to go"
+    assert len(finished) == 2 and finished[-1].endswith("; 2 of 2 searched, 0 to go")
+    assert lines[-1] == "trials: 2 of 2 searched, 0 to go"
     assert all("\x1b" not in line for line in lines)  # no terminal control codes
 
 

@@ -191,11 +191,13 @@ def test_plotly_pareto_draws_the_answer_at_the_geometric_mean_of_its_three_serve
     # the base is marked (a square), here under the star: it is the answer
     base = trace(fig, "base manifest")
     assert (base.x[0], base.y[0]) == pytest.approx((1.10, answer)) and base.marker.symbol == "square-open"
-    # one label: the answer's, with the estimate and the interval it rests on
+    # the answer's label, with the estimate and the interval it rests on; every other configuration's
     _, low, high = expected[0]
     assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == [
         OFF_AXIS,
         f"answer #0 (UNVERIFIED), the base manifest: {answer:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})",
+        f"#1: {expected[1][0]:.1f} tok/s",
+        f"#2: {expected[2][0]:.1f} tok/s",
     ]
     # the front is made of the estimates: c=2 (PPL 1.08, 500), then c=1 (1.09, 915), which
     # is above the base at its estimate (the tie went to the base), not at its first reading
@@ -233,6 +235,8 @@ def test_png_pareto_draws_the_same_bars_dots_base_and_answer(base_wins) -> None:
     assert [t.get_text().replace("\n", " ") for t in ax.texts] == [
         OFF_AXIS,
         f"answer #0 (UNVERIFIED), the base manifest: {answer:.1f} tok/s (95 % interval {low:.1f}-{high:.1f})",
+        f"#1: {expected[1][0]:.1f} tok/s",
+        f"#2: {expected[2][0]:.1f} tok/s",
     ]
     assert ax.texts[0].xy == pytest.approx((EDGE, 1200.0))
     assert flat(labelled(ax, "infeasible (PPL over the cap), PPL off the axis").get_offsets()) == pytest.approx(
@@ -272,7 +276,8 @@ def test_a_contender_that_won_its_race_is_the_answer_and_the_base_is_marked_apar
     study, data = contender_wins
     rounds = len(study.readings[1]) - 1
     assert rounds >= 1 and len(study.readings[0]) == rounds + 1  # each round: contender, base
-    base = interval(study.readings[0], data)
+    # the base at its figures of the claim's rounds (its first, before any round, is not paired)
+    base = interval(study.readings[0][1:], data)
     # won on its re-measurements: the first figure (1000) picked it for the race and does not count
     answer = interval(study.readings[1][1:], data)
     fig = _plotly.pareto_figure(data)
@@ -291,8 +296,11 @@ def test_a_contender_that_won_its_race_is_the_answer_and_the_base_is_marked_apar
         OFF_AXIS,
         f"answer #1 (UNVERIFIED): {answer[0]:.1f} tok/s (95 % interval {answer[1]:.1f}-{answer[2]:.1f}) "
         f"{over} over the base",
+        "#2: 500.0 tok/s",
         f"base: {base[0]:.1f} tok/s (95 % interval {base[1]:.1f}-{base[2]:.1f})",
     ]
+    # the answer's figure over the base's is the claim
+    assert f"{(answer[0] / base[0] - 1) * 100:+.1f} %" == over.split(" (")[0]
     # the claim is drawn: the base's estimate as a line under the answer's bar
     assert list(trace(fig, "base's TPS estimate").y) == pytest.approx([base[0]] * 2)
     (ax,) = _png.pareto_figure(data).axes

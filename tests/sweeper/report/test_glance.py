@@ -74,6 +74,10 @@ def numbers(records, key: tuple[int, int], *, confirmation: bool | None = None) 
     return sorted(r.number for r in found)
 
 
+def role_of(records, number: int) -> str:
+    return next(r.role for r in records if r.number == number)
+
+
 def reading(records, number: int) -> float:
     return float(next(r.tps for r in records if r.number == number))
 
@@ -135,7 +139,10 @@ def test_the_claimed_speedup_is_drawn_on_the_pareto_plot(study) -> None:
         return f"{(math.exp(x) - 1) * 100:+.1f}"
 
     claim = f"{pct(mean)} % (95 % {pct(mean - half)} to {pct(mean + half)}) over the base"
-    base = geomean([reading(records, n) for n in numbers(records, BASE)])
+    # the base's figure is that of the claim's rounds: the answer's over it is the claim
+    base = geomean([b for _, b in pairs])
+    answer = geomean([a for a, _ in pairs])
+    assert f"{pct(math.log(answer / base))} %" == claim.split(" (")[0]
     fig = _plotly.pareto_figure(data)
     assert any(a.text.endswith(claim) for a in fig.layout.annotations)
     assert list(trace(fig, "base's TPS estimate").y) == pytest.approx([base, base])
@@ -150,11 +157,18 @@ def test_history_marks_every_reading_the_claim_rests_on_and_hides_none(study) ->
     data = report.data
     first = numbers(records, ANSWER, confirmation=False)[0]
     after = [(n, reading(records, n)) for n in numbers(records, ANSWER, confirmation=True)]
-    base = [(n, reading(records, n)) for n in numbers(records, BASE)]
+    # the base's readings of the answer's rounds, the ones the claim pairs with the answer's
+    rounds = {f"confirm:{first}:{i}" for i in range(1, 5)} | {f"confirm:claim:{first}:{i}" for i in range(1, 5)}
+    base = [(n, reading(records, n)) for n in numbers(records, BASE) if role_of(records, n) in rounds]
+    rest = [(n, reading(records, n)) for n in numbers(records, BASE) if role_of(records, n) not in rounds]
+    assert len(base) == 2 and len(rest) >= 1  # its own first reading, and those of the other race
     (ax,) = _png.history_figure(data).axes
     assert sorted(offsets(labelled(ax, "the answer's readings"))) == after
     assert offsets(labelled(ax, "the reading that selected the answer (not counted)")) == [(first, 215.0)]
     assert sorted(offsets(labelled(ax, "the base's readings"))) == base
+    # the base's other readings (before any round, or in another race) are shown and said not to be counted
+    outside = "the base's readings outside the claim's rounds (not counted)"
+    assert sorted(offsets(labelled(ax, outside))) == rest
     # the readings each round of the claim paired are among the marked ones
     for answer_tps, base_tps in claim_rounds(records, first):
         assert answer_tps in [v for _, v in after] and base_tps in [v for _, v in base]
@@ -173,6 +187,7 @@ def test_history_marks_every_reading_the_claim_rests_on_and_hides_none(study) ->
     assert sorted(zip(mine.x, mine.y)) == after
     assert list(trace(history, "the reading that selected the answer (not counted)").x) == [first]
     assert sorted(trace(history, "the base's readings").x) == [n for n, _ in base]
+    assert sorted(trace(history, outside).x) == [n for n, _ in rest]
     assert [a.xref for a in history.layout.annotations] == ["paper", "paper"]
     assert all(a.x >= 1.0 for a in history.layout.annotations)
 
@@ -234,22 +249,30 @@ def test_the_pareto_axis_fits_the_passing_configurations(demo_like, study) -> No
     off = labelled(ax, f"{IMPUTED}, PPL off the axis")
     assert offsets(off) == [(pytest.approx(edge), pytest.approx(float(refused.tps)))]
     assert "PPL 4.97 \u2192" in [t.get_text() for t in ax.texts]
-    # three configurations share PPL 2.21 (k leaves it alone): set side by side, slowest left,
-    # far enough apart that their bars' caps do not touch
+    # three configurations share PPL 2.21 (k leaves it alone): set side by side in trial order (their
+    # PPL is one), far enough apart that their bars' caps do not touch, over a band that says so
     (container,) = [c for c in ax.containers if c.get_label() == "feasible (PPL under the cap)"]
     line = container.lines[0]
     points = sorted(zip(line.get_xdata(), line.get_ydata()))
     same = [(x, y) for x, y in points if abs(x - demo_like.PPL[0]) < 0.01]
-    expected = sorted(
-        geomean([reading(records, n) for n in (numbers(records, key, confirmation=True) or numbers(records, key))])
-        if key != BASE
-        else geomean([reading(records, n) for n in numbers(records, BASE)])
-        for key in ((0, 1), (0, 2), (0, 3))
-    )
+    keys = sorted(((0, 1), (0, 2), (0, 3)), key=lambda key: numbers(records, key)[0])
+    first = numbers(records, ANSWER, confirmation=False)[0]
+    base_counted = [b for _, b in claim_rounds(records, first)]
+    expected = [
+        geomean(base_counted)
+        if key == BASE
+        else geomean([reading(records, n) for n in (numbers(records, key, confirmation=True) or numbers(records, key))])
+        for key in keys
+    ]
     assert [y for _, y in same] == pytest.approx(expected)
     pixels = ax.transData.transform(same)
     cap_pixels = 2 * 3 * ax.get_figure().dpi / 72  # two caps of 3 points
     assert all(b[0] - a[0] > cap_pixels for a, b in zip(pixels, pixels[1:]))
+    moved = ", ".join(f"#{numbers(records, key)[0]}" for key in keys)
+    assert f"set side by side (the offset is not PPL): {moved} at PPL {demo_like.PPL[0]:.4f}" in ax.get_title()
+    (band,) = [p for p in ax.patches if p.get_label() == "set side by side at (nearly) one PPL: the offset is not PPL"]
+    left, right = band.get_x(), band.get_x() + band.get_width()
+    assert left < min(x for x, _ in same) and max(x for x, _ in same) < right
     # plotly: the same axis, the refused trial at its edge with its PPL written
     fig = _plotly.pareto_figure(data)
     assert fig.layout.xaxis.range[1] == pytest.approx(high)

@@ -79,7 +79,8 @@ def test_pareto_plot_data_holds_the_cap_the_categories_and_the_verified_winner(s
     assert (winner.x[0], winner.y[0]) == pytest.approx((2.28, 174.0))
     assert sorted(trace(fig, "verified on held-out data").customdata) == sorted([best, numbers["B"]])
     labels = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
-    assert labels == [OFF_AXIS, answer_label(data, best, "VERIFIED", 174.0)]
+    others = [f"#{numbers['A']}: 147.0 tok/s", f"#{numbers['B']}: 173.0 tok/s"]  # every configuration named
+    assert labels == [OFF_AXIS, answer_label(data, best, "VERIFIED", 174.0), *others]
     # one reading each: the interval is the spread's alone (the prior: nothing was re-measured)
     assert sorted(trace(fig, "one server's reading").y) == [147.0, 173.0, 174.0]
     assert sorted(feasible.y) == pytest.approx([147.0, 173.0, 174.0])
@@ -94,9 +95,12 @@ def test_png_pareto_draws_the_cap_line_and_labels_the_winner(synthetic, verified
     caps = [line for line in ax.get_lines() if line.get_label().startswith("PPL cap")]
     assert len(caps) == 1 and list(caps[0].get_xdata()) == [synthetic.CAP, synthetic.CAP]
     best = verified.number(synthetic.CONFIGS["C"])
+    a, b = (verified.number(synthetic.CONFIGS[n]) for n in "AB")
     assert [t.get_text().replace("\n", " ") for t in ax.texts] == [
         OFF_AXIS,
         answer_label(data, best, "VERIFIED", 174.0),
+        f"#{a}: 147.0 tok/s",
+        f"#{b}: 173.0 tok/s",
     ]
     labels = ax.get_legend_handles_labels()[1]
     for label in (
@@ -209,7 +213,9 @@ def test_an_unverified_winner_is_flagged(synthetic, tmp_path) -> None:
     )
     fig = _plotly.pareto_figure(written.data)
     labels = [a.text.replace("<br>", " ") for a in fig.layout.annotations]
-    assert labels == [OFF_AXIS, answer_label(written.data, best, "UNVERIFIED", 174.0)]
+    a, b = (study.number(synthetic.CONFIGS[n]) for n in "AB")
+    others = [f"#{a}: 147.0 tok/s", f"#{b}: 173.0 tok/s"]
+    assert labels == [OFF_AXIS, answer_label(written.data, best, "UNVERIFIED", 174.0), *others]
     assert "verified on held-out data" not in [t.name for t in fig.data]
 
 

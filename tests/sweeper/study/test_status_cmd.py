@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -56,10 +57,11 @@ def test_status_summary(study_db: str) -> None:
     result = CliRunner().invoke(app, ["status", "--storage", study_db])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[:8] == [
+    assert lines[:9] == [
         f"study toy in sqlite:///{study_db}",
         "mode tps, gate PPL <= 1.2, space toy",
         "trials: 4 complete (3 pass the gate, 1 fail it), 1 failed, 0 running, 0 queued",
+        "servers: 5 (5 trials searched, 0 race servers, 0 verification servers)",
         # the toy's only phase is its instant TPS, in the 4 trials that have a phase on record
         "time: 0 s of server time in 4 servers: 0.0 % starting, 100.0 % measuring",
         "  TPS          0 s  100.0 %     0.0 s a server",
@@ -141,8 +143,20 @@ def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made
         records += [record(2 * n, {"c": 1}, a, role=role), record(2 * n + 1, BASE, b, role=role)]
     lines = standing_lines(standing(records, FIRM))
     assert lines[0].startswith(
-        "best: trial 1: TPS 130.00 (geometric mean of 2 servers after selection; every reading: 160.0, 131.0, 129.0)"
+        "best: trial 1: TPS 130.00 (geometric mean of the claim's 2 rounds; every reading: "
+        "160.0 (selected it: not counted), 131.0, 129.0)"
     )
+    # the base at its figures of the same rounds, so that the two divide to the claim
+    answer, base = math.sqrt(131.0 * 129.0), math.sqrt(100.0 * 99.0)
+    claim = math.exp((math.log(131.0 / 100.0) + math.log(129.0 / 99.0)) / 2)
+    assert math.isclose(answer / base, claim)
+    (shown,) = [line for line in lines if line.startswith("base manifest: ")]
+    assert shown == (
+        f"base manifest: trial 0: TPS {base:.2f} (geometric mean of the claim's 2 rounds; every reading: "
+        f"100.0 (outside the claim's rounds: not counted), 100.0, 99.0); {answer:.2f} / {base:.2f} = "
+        f"{(claim - 1) * 100:+.1f} %, the claim"
+    )
+    assert f"claim: {(claim - 1) * 100:+.1f} % faster than the base manifest" in lines[1]
     (basis,) = [line for line in lines if line.startswith("claim rests on: ")]
     assert "2 round(s) after selection, answer/base trials 2/3, 4/5 (trial(s) 1 selected it" in basis
     assert "at 95.00 %: the study-wise 95 % shared over its 1 race(s)" in basis

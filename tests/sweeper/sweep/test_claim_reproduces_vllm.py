@@ -136,10 +136,23 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
     expected = one_figure.expected_tps(status.trials, now.incumbent.params)
     status_text = _sweeper(tmp_path, "status", "--storage", "study.db", "--study", "claim").stdout
     status_json = json.loads(_sweeper(tmp_path, "status", "--storage", "study.db", "--study", "claim", "--json").stdout)
-    one_figure.check_outputs(expected, run_text=run.stdout, status_text=status_text, status_json=status_json)
+    trial_text = _sweeper(
+        tmp_path, "status", "--storage", "study.db", "--study", "claim", "--trial", str(now.incumbent.first)
+    ).stdout
     _sweeper(tmp_path, "report", "--storage", "study.db", "--study", "claim", "-o", "report")
-    for page in ("summary.md", "report.html"):  # the report's tiles and summary: the figure with one decimal
-        assert f"{expected:.1f}" in (tmp_path / "report" / page).read_text(), page
+    one_figure.check_outputs(
+        expected,
+        run_text=run.stdout,
+        status_text=status_text,
+        status_json=status_json,
+        trial_text=trial_text,
+        trials_csv=(tmp_path / "report" / "trials.csv").read_text(),
+        summary=(tmp_path / "report" / "summary.md").read_text(),
+        page=(tmp_path / "report" / "report.html").read_text(),
+    )
+    if now.basis is not None:  # a claim over the base: the base's figure shown beside it divides to it
+        pairs = one_figure.claim_pairs(status.trials, now.incumbent.params, now.base.params)
+        one_figure.check_base_divides_to_the_claim(status_text, pairs)
 
     # the interval the study reported for the contender over the base: its claim, or
     # (nothing claimed) its race's interval on the pairs after selection

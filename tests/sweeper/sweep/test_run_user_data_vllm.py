@@ -77,8 +77,9 @@ def test_run_on_user_data_splits_held_out_data_off_and_verifies_on_it(tmp_path, 
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["study"] == "mine"
     lines = done.stderr.splitlines()
-    assert any(line.startswith("trial 1 of 1, 0 to go after it: #0 ") for line in lines), done.stderr[-3000:]
-    assert "trials: 1 of 1 done, 0 to go" in lines
+    started = [line for line in lines if line.startswith("trial 0 (")]  # by its number in the study alone
+    assert any(line.endswith(": searching 1 of 1, 0 to go after it") for line in started), done.stderr[-3000:]
+    assert "trials: 1 of 1 searched, 0 to go" in lines
     assert "gate: PPL <= 3 at 90 % confidence on 4 new records" in lines  # 4: what verify scores
 
     status = study_status(url, "mine")
