@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from evaluators import DEFAULT_CONFIDENCE, PplSettings, TpsSettings
-from storage import DEFAULT_URL, stored_ablation
+from storage import stored_ablation
 from sweeper.ablation import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_CLOSING_PAIRS,
@@ -27,6 +27,7 @@ from sweeper.ablation import (
 from sweeper.answer import place_manifest
 from sweeper.cli._ablation_view import print_ablation
 from sweeper.cli._held_logs import logs_after_checks
+from sweeper.cli._options import storage_option
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest, parse_assignments
 from sweeper.measure import EvalSettings, load_eval_data
@@ -53,8 +54,8 @@ logger = logging.getLogger(__name__)
 @click.option(
     "--follow-up",
     metavar="NAME",
-    help="A second stage: re-measure the --keep switches of stored ablation NAME that read farthest from 1, "
-    "judged on the new servers alone (its switches and mode; not with --flags, --alternative, --add-one-in).",
+    help="A second stage: re-measure the --keep switches of stored ablation NAME that read farthest "
+    "from 1, judged on the new servers alone (not with --flags, --alternative, --add-one-in).",
 )
 @click.option("--keep", default=3, show_default=True, help="Switches a --follow-up re-measures.")
 @click.option("--rounds", default=2, show_default=True, help="Rounds: a fresh server of every switch and base each.")
@@ -75,7 +76,7 @@ logger = logging.getLogger(__name__)
     metavar="NAME",
     help="The ablation's name in the database (default: MANIFEST's name, or NAME-follow-up).",
 )
-@click.option("--storage", "url", default=DEFAULT_URL, show_default=True, help="SQLAlchemy URL of the database.")
+@storage_option(name="url")
 @click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
 @click.option("--ppl-data", metavar="D", help="PPL records (file or hub id; default: the demo's tuning set).")
 @click.option("--num-prompts", default=8, show_default=True, help="TPS prompts a server.")
@@ -100,7 +101,13 @@ logger = logging.getLogger(__name__)
     type=click.Path(dir_okay=False),
     help="Write the manifest with every switch set as its verdict says.",
 )
-@click.option("--run-dir", type=click.Path(file_okay=False), default="ablation-runs", show_default=True)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False),
+    default="ablation-runs",
+    show_default=True,
+    help="Where server logs go.",
+)
 @click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the verdict lines.")
 def command(

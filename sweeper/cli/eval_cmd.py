@@ -21,6 +21,7 @@ from rich.table import Table
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from evaluators.tps import CONNECTIONS
 from sweeper.cli._held_logs import logs_after_checks
+from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest, parse_assignments
 from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
@@ -72,17 +73,17 @@ PHASE_LABELS = {
     metavar="KEY=VALUE",
     help="Override one env value of the manifest (repeatable).",
 )
-@click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True)
-@click.option("--output-len", default=TpsSettings.output_len, show_default=True)
-@click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True)
+@click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True, help=NUM_PROMPTS_HELP)
+@click.option("--output-len", default=TpsSettings.output_len, show_default=True, help=OUTPUT_LEN_HELP)
+@click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True, help=WARMUP_REQUESTS_HELP)
 @click.option("--stream", is_flag=True, help="Stream TPS requests (records TTFT and ITL).")
 @click.option(
     "--connection",
     type=click.Choice(CONNECTIONS),
     default=TpsSettings.connection,
     show_default=True,
-    help="TPS requests: each on a connection of its own, as the harness's client sends them "
-    "(harness), or all on one (keep-alive).",
+    help="harness: each TPS request on a connection of its own, as the harness's client sends "
+    "them; keep-alive: all on one.",
 )
 @click.option("--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64).")
 @click.option("--warmup-seed", type=int, help="Warm-up bridge seed (default: manifest or 42).")

@@ -8,22 +8,16 @@ import os
 
 import click
 
-from storage import DEFAULT_URL
 from sweeper.answer import export_answer
+from sweeper.cli._options import storage_option, study_option
 from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)
 
 
 @click.command("export")
-@click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
-@click.option(
-    "--storage",
-    default=DEFAULT_URL,
-    show_default=True,
-    envvar="SWEEPER_STORAGE",
-    help="Study database: SQLAlchemy URL or SQLite path.",
-)
+@study_option()
+@storage_option()
 @click.option(
     "-o",
     "--output",

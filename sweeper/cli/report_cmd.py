@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from storage import DEFAULT_URL
+from sweeper.cli._options import storage_option, study_option
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest
 from sweeper.report import build_ablation_report, build_report
@@ -16,20 +16,14 @@ logger = logging.getLogger(__name__)
 
 
 @click.command("report")
-@click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
+@study_option()
 @click.option(
     "--ablation",
     "ablation_name",
     metavar="NAME",
     help="Report a stored ablation (sweeper ablate) instead of a study; not with --study.",
 )
-@click.option(
-    "--storage",
-    default=DEFAULT_URL,
-    show_default=True,
-    envvar="SWEEPER_STORAGE",
-    help="Study database: SQLAlchemy URL or SQLite path.",
-)
+@storage_option()
 @click.option(
     "-o",
     "--out",

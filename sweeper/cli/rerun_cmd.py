@@ -10,6 +10,7 @@ from rich.console import Console
 
 from evaluators import TpsSettings, WarmupSettings
 from sweeper.answer import RerunSettings, rerun_against_base
+from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
 from sweeper.manifest import Manifest
 from sweeper.serving import check_serve_env
 
@@ -28,9 +29,9 @@ logger = logging.getLogger(__name__)
 )
 @click.option("--pairs", default=3, show_default=True, help="Answer/base pairs, each run in a fresh server.")
 @click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
-@click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True)
-@click.option("--output-len", default=TpsSettings.output_len, show_default=True)
-@click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True)
+@click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True, help=NUM_PROMPTS_HELP)
+@click.option("--output-len", default=TpsSettings.output_len, show_default=True, help=OUTPUT_LEN_HELP)
+@click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True, help=WARMUP_REQUESTS_HELP)
 @click.option("--warmup-prompts", type=int, help="Warm-up bridge prompts (default: each manifest's own or 64).")
 @click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of lines.")

@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from sweeper.cli._held_logs import HeldLogs
+from sweeper.cli._options import storage_option, study_option
 from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.demo import choose_demo_manifest, demo_paths
 from sweeper.devices import open_devices
@@ -269,17 +270,25 @@ def _clock(seconds: float) -> str:
     "--space",
     help=f"Search-space preset or YAML/TOML file (default: {DEMO_PRESET} for the demo, else the preset that fits the manifest).",
 )
-@click.option("--study", "study_name", help="Study name (default: derived from manifest and space).")
-@click.option("--storage", default=DEMO_STORAGE, show_default=True, help="SQLAlchemy URL or SQLite path.")
+@study_option(help="Study name (default: derived from manifest and space).")
+@storage_option(default=DEMO_STORAGE)
 @click.option(
     "--n-trials",
     type=int,
     help=f"Trials in the study, resumes count (default: 8; the demo {DEMO_TRIALS}; no limit with --timeout, except on the demo).",
 )
 @click.option("--timeout", help="Stop starting new trials after this long (e.g. 8h, 90m).")
-@click.option("--mode", type=click.Choice(list(MODES)), default="tps", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(list(MODES)),
+    default="tps",
+    show_default=True,
+    help="tps: the fastest configuration under the PPL cap; pareto: TPS and PPL both, as a trade-off.",
+)
 @click.option("--sampler", type=click.Choice(list(SAMPLERS)), help=f"Optuna sampler (default: {DEFAULT_SAMPLER}).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the sampler, for a run that can be repeated."
+)
 @click.option("--ppl-cap", type=float, help="Absolute PPL cap (e.g. 2.42).")
 @click.option(
     "--ppl-cap-rel",
@@ -291,10 +300,8 @@ def _clock(seconds: float) -> str:
 @click.option(
     "--ppl-confidence",
     metavar="LEVEL",
-    help="Pass a configuration only when its PPL's upper bound at this level, on a re-run over "
-    "--ppl-rerun-records new records of this kind, is under the cap (e.g. 0.9 or 90%); none: "
-    "the point estimate. Default: 0.9 (with --ppl-cap and --ppl-cap-rel alike); a resumed "
-    "study keeps its own (docs/study.md, 'The gate').",
+    help="Pass only where the PPL's upper bound at this level (0.9 or 90%) on --ppl-rerun-records "
+    "new records is under the cap (default 0.9; none: the point estimate; a study keeps its own).",
 )
 @click.option(
     "--ppl-rerun-records",
@@ -312,12 +319,8 @@ def _clock(seconds: float) -> str:
 @click.option(
     "--confirm-rounds",
     type=int,
-    help="Rounds a confirmation race may take (default: 6; the demo 4): a trial measured "
-    "faster than the best, or within the noise of it, is re-measured with the best and the "
-    "base manifest, side by side in fresh servers, and decided on those figures alone (its "
-    "first figure only picked it); still unclear, it is a tie, and a tie goes to the "
-    "configuration closer to the base. The claim over the base pays for every race run "
-    "(study-wise error), and gets up to as many claim rounds while unclear (0: no races).",
+    help="Rounds (beside the best and the base, fresh servers) a configuration reading as fast "
+    "as the best may take before it is a tie (default: 6; the demo 4; 0: no races; docs/noise.md).",
 )
 @click.option(
     "--screen",
@@ -328,9 +331,8 @@ def _clock(seconds: float) -> str:
 @click.option(
     "--noise",
     type=float,
-    help=f"Between-server spread of one TPS figure (SD of log TPS, 0.10 = 10 %) assumed until "
-    f"the study's repeats measure it (default: {DEFAULT_NOISE}; the GPU demo "
-    f"{GPU_DEMO_NOISE}); benchmarks/gpu_check.py --only noise measures it on a GPU.",
+    help=f"Between-server spread of a TPS figure (SD of log TPS) assumed until the study's repeats "
+    f"measure it (default: {DEFAULT_NOISE}; the GPU demo {GPU_DEMO_NOISE}); verify judges with it too.",
 )
 @click.option(
     "--prompts",
@@ -434,8 +436,8 @@ def _clock(seconds: float) -> str:
 @click.option(
     "--verbose",
     is_flag=True,
-    help="Before the closing block, the derivation behind the claim: the rounds and pairs it rests "
-    "on, the between-server spread, the races and the Pareto set (as 'sweeper status' shows them).",
+    help="Before the closing block, the claim's derivation as 'sweeper status' shows it: its rounds "
+    "and pairs, the between-server spread, the races and the Pareto set.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def command(**options: Any) -> None:

@@ -13,7 +13,6 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from storage import (
-    DEFAULT_URL,
     StudyStatus,
     TrialRecord,
     TrialStore,
@@ -22,6 +21,7 @@ from storage import (
     stored_ablation,
     study_status,
 )
+from sweeper.cli._options import storage_option, study_option
 from sweeper.errors import UserInputError
 from sweeper.measure import phase_headline, phase_rows, time_by_phase
 from sweeper.study import ConfirmSettings, Outcome, PplStatement, Standing, ppl_statement, probability_text
@@ -424,19 +424,8 @@ def show_trial(
 
 
 @click.command("status")
-@click.option(
-    "--study",
-    "study_name",
-    default=None,
-    help="Study name (needed when the database holds several).",
-)
-@click.option(
-    "--storage",
-    default=DEFAULT_URL,
-    show_default=True,
-    envvar="SWEEPER_STORAGE",
-    help="SQLAlchemy URL or SQLite file of the study database (env SWEEPER_STORAGE).",
-)
+@study_option()
+@storage_option()
 @click.option("--trial", "trial_number", type=int, default=None, help="Show one trial in detail.")
 @click.option("--ablation", "ablation_name", metavar="NAME", help="Show a stored ablation (sweeper ablate) instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")

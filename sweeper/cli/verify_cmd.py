@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, DEFAULT_URL, VerificationRecord
+from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, VerificationRecord
 from sweeper.answer import (
     VerifyEvent,
     VerifyResult,
@@ -20,6 +20,7 @@ from sweeper.answer import (
     speedup_text,
     verify_study,
 )
+from sweeper.cli._options import storage_option, study_option
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest
 
@@ -31,14 +32,8 @@ class NotVerifiedError(StudyError):
 
 
 @click.command("verify")
-@click.option("--study", "study_name", metavar="NAME", help="Study name (needed when the database holds several).")
-@click.option(
-    "--storage",
-    default=DEFAULT_URL,
-    show_default=True,
-    envvar="SWEEPER_STORAGE",
-    help="Study database: SQLAlchemy URL or SQLite path.",
-)
+@study_option()
+@storage_option()
 @click.option("--top", default=3, show_default=True, help="Verify the N best feasible configurations.")
 @click.option("--repeats", default=3, show_default=True, help="Fresh servers per candidate.")
 @click.option(
