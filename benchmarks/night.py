@@ -68,19 +68,43 @@ Simplifications: no PPL gate (every configuration passes), no failed servers, no
 a night is one study; co-resident servers read as if alone; the tie-break by distance to the base
 manifest always keeps the incumbent.
 
-    python benchmarks/night.py --setting a10g --studies 200 --seed 1
-    python benchmarks/night.py --setting h200 --studies 200 --seed 1
-    python benchmarks/night.py --quick --designs today,pooled-base
-
 How to read it: each row is a design on the same alt nights (and the same null nights). A design
 beats today where it gets more confirmed answers per night (or fewer GPU hours per confirmed claim)
 at a claim interval no wider, and its false "faster" share on null nights stays at most 5 %.
+
+**Fresh against warm starts (``--starts``, issue 46).** Today's races only, in three
+``sweeper.serving.WarmStarts`` modes on the same nights: ``OFF`` (``--fresh-servers``: every server a
+new process), ``SEARCH`` (the default: the searched trials forked from a warm launcher, the race
+servers, whose readings make the claim, fresh) and ``ALL`` (every server warm). Here the product
+decides: after each trial, ``sweeper.study.standing`` over the trials so far (as synthetic stored
+records) names the race or claim round to run next, as ``run_study`` queues it; otherwise a searched
+trial is drawn as above. The study ends at ``n_trials`` searched trials with no race waiting, or at
+the first server that would pass the budget. A server costs its start (``StartPhases``: imports,
+engine start, weights, compile from the cache or cold, CUDA graphs, the rest of the engine's
+initialisation, the API; fresh or warm), its PPL (a configuration's first server only: sweeper
+reuses a known PPL), the warm-up bridge and one TPS run. A configuration new to the night compiles
+cold at ``--new-compile-share`` (the base's first server always does); a race server re-measures a
+compiled one. A warm server reads as a fresh one (the question ``benchmarks/warm_start.py``
+answers). Settings (``START_SETTINGS``, each printing what it assumes): ``gpu-demo`` (``sweeper run
+--gpus 0 --n-trials 3`` on an H100, its measured phases; the warm start's figures are a probe's and
+a parameter, ``--warm-phases``), ``a10g-e4b`` (an 8 h night on gemma-4-E4B-it at 128 x 512) and
+``a10g-e4b-close`` (the same with gains of 6 % and 3 % left to find). Per mode: the GPU time, the
+servers (searched + race), the confirmed answers, the morning claim's width, and the regret,
+1 - the morning answer's true TPS over the best feasible configuration's (median, 10th and 90th
+percentile over nights, and the mean).
+
+    python benchmarks/night.py --setting a10g --studies 200 --seed 1
+    python benchmarks/night.py --setting h200 --studies 200 --seed 1
+    python benchmarks/night.py --quick --designs today,pooled-base
+    python benchmarks/night.py --starts gpu-demo,a10g-e4b,a10g-e4b-close --studies 200 --seed 1
+    python benchmarks/night.py --starts gpu-demo --warm-phases imports=0,engine_start=5 --studies 200
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import functools
 import math
 import shlex
@@ -95,6 +119,17 @@ import numpy as np
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from evaluators import t_quantile  # noqa: E402
+from storage import TrialRecord  # noqa: E402
+from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts  # noqa: E402
+from sweeper.study import (  # noqa: E402
+    Claim,
+    Configuration,
+    Outcome,
+    Standing,
+    confirmation_role,
+    is_confirmation,
+    standing,
+)
 from sweeper.study._confirm import (  # noqa: E402
     FUTILITY_RATIO,
     ROUNDS_DF_ENOUGH,
@@ -102,7 +137,8 @@ from sweeper.study._confirm import (  # noqa: E402
     claim_confidence,
     race_confidence,
 )
-from sweeper.sweep._plan import CONFIRM_ROUNDS, DEFAULT_NOISE, DEMO_CONFIRM_ROUNDS, GPU_DEMO_NOISE  # noqa: E402
+from sweeper.sweep import DEFAULT_NOISE, GPU_DEMO_NOISE, RunPlan  # noqa: E402
+from sweeper.sweep._plan import CONFIRM_ROUNDS, DEMO_CONFIRM_ROUNDS  # noqa: E402
 
 CONFIGURATIONS = 8  # c = 0 (the base) to 7
 FAST, FASTER = 1.10, 1.25  # the alt landscape's two faster configurations
@@ -309,9 +345,10 @@ class Machine:
             return sd * float(rng.standard_normal())
         return sd * float(rng.standard_t(df)) / math.sqrt(df / (df - 2.0))
 
-    def start(self, ident: int, log_truth: float, *, ppl: bool = False) -> Server:
-        """A fresh server: start (+ PPL for a trial's own server) + warm-up bridge."""
-        self.clock += self.phases.start_s + (self.phases.ppl_s if ppl else 0.0) + self.phases.bridge_s
+    def start(self, ident: int, log_truth: float, *, ppl: bool = False, start_s: float | None = None) -> Server:
+        """A fresh server: start (``start_s``, default the phases') + PPL for a trial's own server + warm-up bridge."""
+        start_s = self.phases.start_s if start_s is None else start_s
+        self.clock += start_s + (self.phases.ppl_s if ppl else 0.0) + self.phases.bridge_s
         server = Server(ident=ident, level=log_truth + self._draw(self.rng_between, self.noise.sd_between))
         self.servers.append(server)
         return server
@@ -329,12 +366,13 @@ class Machine:
         return value
 
 
-def truth(landscape: str, seed: int) -> dict[int, float]:
-    """Each configuration's true TPS over the base's; on ``alt`` the 1.25x and 1.10x are drawn per night."""
+def truth(landscape: str, seed: int, speeds: tuple[float, float] = (FASTER, FAST)) -> dict[int, float]:
+    """Each configuration's true TPS over the base's; on ``alt`` the 1.25x and 1.10x (``speeds``) are
+    drawn per night."""
     ratios = {c: 1.0 for c in range(CONFIGURATIONS)}
     if landscape == "alt":
         faster, fast = np.random.default_rng([seed, 1]).choice(np.arange(1, CONFIGURATIONS), 2, replace=False)
-        ratios[int(faster)], ratios[int(fast)] = FASTER, FAST
+        ratios[int(faster)], ratios[int(fast)] = speeds
     return ratios
 
 
@@ -695,6 +733,521 @@ def simulate(setting: Setting, design: Design, landscape: str, studies: int, see
     return [Night(setting, design, landscape, night_seed(seed, landscape, i)).run() for i in range(studies)]
 
 
+# -- warm starts (issue 46) ----------------------------------------------------------------------------
+# a night as ``sweeper run`` runs it, every race and claim decided by the product's own ``standing``
+# over the trials so far (sweeper.study's public API), each server's start charged by phase and by
+# whether it starts fresh or forked from a warm launcher
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartPhases:
+    """Seconds of one server's start, by phase (the phases sweeper's start split names)."""
+
+    imports: float  # the API process's imports: exec to vLLM's banner
+    engine_start: float  # banner to the engine core's first line (its process and its workers starting)
+    weights: float  # loading the weights
+    compile_hit: float  # the compiled graphs loaded from vLLM's compile cache
+    compile_miss: float  # a cold compile: a configuration the cache has not seen (a new compile key)
+    graphs: float  # CUDA-graph capture
+    engine_rest: float  # the rest of the engine's initialisation (memory profile, KV cache, warm-up)
+    api_ready: float  # the engine ready to the API's first answer
+
+    def seconds(self, *, compiled: bool) -> float:
+        """One start: every phase, the compile as a hit where the cache holds the configuration."""
+        compile_s = self.compile_hit if compiled else self.compile_miss
+        return (
+            self.imports
+            + self.engine_start
+            + self.weights
+            + compile_s
+            + self.graphs
+            + self.engine_rest
+            + self.api_ready
+        )
+
+
+START_PHASES = tuple(field.name for field in dataclasses.fields(StartPhases))
+
+
+def parse_phases(base: StartPhases, text: str | None) -> StartPhases:
+    """``base`` with ``name=seconds,...`` overrides (``--fresh-phases``, ``--warm-phases``)."""
+    if not text:
+        return base
+    changes = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in START_PHASES or not value:
+            raise ValueError(f"phase {part!r}: expected NAME=SECONDS, NAME one of {', '.join(START_PHASES)}")
+        changes[name] = float(value)
+    return dataclasses.replace(base, **changes)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartSetting:
+    """A night of ``sweeper run`` with its measuring, its start phases fresh and warm, and what it assumes."""
+
+    name: str
+    title: str
+    noise: Noise
+    confirm: ConfirmSettings  # the races as ``sweeper run`` sets them (``RunPlan.confirm_settings``)
+    budget_s: float | None  # the night's GPU seconds (None: no limit; the study ends at n_trials)
+    n_trials: int | None  # searched trials, the base's included (None: until the budget ends)
+    ppl_s: float  # a configuration's PPL (its first server only: sweeper reuses a known PPL)
+    bridge_s: float
+    run_s: float  # one TPS run
+    fresh: StartPhases
+    warm: StartPhases
+    # of searched trials with a new configuration, those with a compile key not compiled yet (vLLM's hash
+    # covers the window and the drafter's folder for CENTROID_TOP_K; sweeper's CompileCache adds K)
+    new_compile_share: float
+    assumptions: tuple[str, ...]
+    speeds: tuple[float, float] = (FASTER, FAST)  # the alt landscape's two faster configurations
+    # a night that was measured: (searched trials, race servers, its seconds, what it was)
+    measured: tuple[int, int, float, str] | None = None
+
+
+def _gpu_demo_confirm() -> ConfirmSettings:
+    """``sweeper run --gpus 0`` on the demo: its GPU manifest with the GPU demo's noise prior."""
+    return RunPlan(manifest="manifest-gpu.json", noise=GPU_DEMO_NOISE, n_trials=3).confirm_settings()
+
+
+def _own_manifest_confirm() -> ConfirmSettings:
+    """``sweeper run --manifest ...`` on one's own manifest (the code's own defaults)."""
+    return RunPlan(manifest="manifest.json").confirm_settings()
+
+
+# the GPU demo on an H100 (2026-12-06, vLLM 0.26.0; issue 46): `sweeper status` of `sweeper run --gpus 0
+# --n-trials 3` gave per server spawn 47.0 s (imports 23 s, then 24 s before the engine core's first
+# line, from trial 5's log), engine init 29.6 s (its compiles averaged in: 1 min 21 s over 7 servers),
+# api ready 8.6 s; measuring as the h200 setting
+GPU_DEMO_FRESH = StartPhases(
+    imports=23.0,
+    engine_start=24.0,
+    weights=0.0,
+    compile_hit=0.0,
+    compile_miss=0.0,
+    graphs=0.0,
+    engine_rest=29.6,
+    api_ready=8.6,
+)
+# a fork from a parent that imported vLLM's API server and engine modules was ready after 43.5-52.0 s
+# against 79.4 s fresh (the same lease): 31.65 s saved, 23 s of it the imports; the rest is put on the
+# engine's start (24 - 8.65). Not yet measured through sweeper's launcher on a GPU: an assumption.
+GPU_WARM_ENGINE_START = 15.35
+# gemma-4-E4B-it on an A10G: the imports and the engine's start as on the H100's host; ~8 GB of bf16
+# weights at ~1 GB/s from local disk; a cold compile 45 s (the tiny model's new window took 20 s on an
+# H200, 2026-12-01, docs/gpu.md), 5 s from the cache; CUDA graphs 20 s; memory profile, KV cache and
+# warm-up 10 s; the API 8.6 s as on the H100
+A10G_FRESH = StartPhases(
+    imports=23.0,
+    engine_start=24.0,
+    weights=8.0,
+    compile_hit=5.0,
+    compile_miss=45.0,
+    graphs=20.0,
+    engine_rest=10.0,
+    api_ready=8.6,
+)
+
+START_SETTINGS = {
+    "gpu-demo": StartSetting(
+        name="gpu-demo",
+        title="the GPU demo, `sweeper run --gpus 0 --n-trials 3` (H100, tiny Gemma 4, 8 x 128)",
+        noise=SETTINGS["h200"].noise,
+        confirm=_gpu_demo_confirm(),
+        budget_s=None,
+        n_trials=3,
+        ppl_s=SETTINGS["h200"].phases.ppl_s,
+        bridge_s=SETTINGS["h200"].phases.bridge_s,
+        run_s=SETTINGS["h200"].phases.run_s,
+        fresh=GPU_DEMO_FRESH,
+        warm=dataclasses.replace(GPU_DEMO_FRESH, imports=0.0, engine_start=GPU_WARM_ENGINE_START),
+        new_compile_share=1.0,  # no effect: the compiles are in engine_rest, the demo's measured average
+        speeds=(1.5, FASTER),
+        measured=(3, 4, 637.0, "the GPU demo on an H100, 2026-12-06: 7 servers in 10 min 37 s"),
+        assumptions=(
+            "fresh start: the GPU demo's measured phases on an H100 (2026-12-06): imports 23 s, engine start "
+            "24 s, engine init 29.6 s (its compiles averaged in), api ready 8.6 s: 85.2 s",
+            "warm start: imports 0 s and the engine's start 15.35 s, from a probe on the same lease (a fork "
+            "from a parent with vLLM's engine modules imported: ready after 43.5-52.0 s against 79.4 s fresh); "
+            "not measured through sweeper's launcher on a GPU yet (--warm-phases)",
+            "measuring: PPL 3 s (a configuration's first server), bridge 2 s, a TPS run 1.5 s (the h200 setting)",
+            "noise: the h200 setting's between 0.12, within 0.07, drift 0.05/sqrt(h); "
+            "a warm server reads as a fresh one (warm_start.py's question)",
+            "the landscape: the fastest configuration 1.5x the base (the demo's re-runs read +27 % to +53 %, "
+            "results/gpu-demo-claims.csv), the next 1.25x, the other five as fast as the base",
+        ),
+    ),
+    "a10g-e4b": StartSetting(
+        name="a10g-e4b",
+        title="an A10G-shaped night on one's own manifest (gemma-4-E4B-it, 128 x 512)",
+        noise=SETTINGS["a10g"].noise,
+        confirm=_own_manifest_confirm(),
+        budget_s=8 * 3600.0,
+        n_trials=None,
+        ppl_s=SETTINGS["a10g"].phases.ppl_s,
+        bridge_s=SETTINGS["a10g"].phases.bridge_s,
+        run_s=SETTINGS["a10g"].phases.run_s,
+        fresh=A10G_FRESH,
+        warm=dataclasses.replace(A10G_FRESH, imports=0.0, engine_start=GPU_WARM_ENGINE_START),
+        new_compile_share=1.0,
+        assumptions=(
+            "imports 23 s and engine start 24 s as measured on the H100's host (2026-12-06), the A10G host's "
+            "CPU taken as fast",
+            "weights 8 s (about 8 GB of bf16 weights at about 1 GB/s from local disk)",
+            "compile: 45 s cold for a configuration the compile cache has not seen, 5 s from the cache; the "
+            "base's first server compiles cold, and so does every searched trial of a configuration new to the "
+            "night (a new window, drafter top-k or K is a new compile key; --new-compile-share); a race server "
+            "re-measures a compiled configuration",
+            "CUDA-graph capture 20 s; memory profile, KV cache and warm-up 10 s; api ready 8.6 s (H100)",
+            "warm start: imports 0 s, engine start 15.35 s (the H100 probe's saving of 31.65 s a start)",
+            "measuring: PPL 20 s (a configuration's first server), bridge 10 s, a 128 x 512 TPS run 131 s "
+            "(the a10g setting); noise: between 0.08, within 0.05, drift 0.03/sqrt(h)",
+        ),
+    ),
+}
+# the same night where what is left to find is small: a tuned manifest's next 6 % and 3 %
+START_SETTINGS["a10g-e4b-close"] = dataclasses.replace(
+    START_SETTINGS["a10g-e4b"],
+    name="a10g-e4b-close",
+    title="the A10G-shaped night where the gains left are small (one configuration 1.06x, one 1.03x)",
+    speeds=(1.06, 1.03),
+)
+MODES = (WarmStarts.OFF, WarmStarts.SEARCH, WarmStarts.ALL)
+
+
+def starts_warm(mode: WarmStarts, role: str) -> bool:
+    """Does a server of a trial with ``role`` start warm under ``mode``? (``ServerEvaluator``'s rule
+    for a first start: the night has no failed starts, and a retried one is always fresh.)"""
+    return mode is WarmStarts.ALL or (mode is WarmStarts.SEARCH and not is_confirmation(role))
+
+
+_T0 = datetime.datetime(2026, 12, 6)  # the records' timestamps (standing reads none of them)
+BASE_KEY = 0  # the base's compile key, shared by every configuration that brings no new one
+
+
+def _record(number: int, role: str, ident: int, log_tps: float) -> TrialRecord:
+    """A measured, gate-passing trial as the store would hand it to ``standing``."""
+    return TrialRecord(
+        study_name="night",
+        number=number,
+        optuna_trial_id=number,
+        state="complete",
+        role=role,
+        params={"configuration": f"c{ident}"},  # every other one equally far from the base: ties keep
+        overrides={},
+        manifest=None,
+        tps=100.0 * math.exp(log_tps),
+        ppl=2.0,
+        ppl_cap=2.42,
+        feasible=True,
+        ppl_reused_from=None,
+        early_stopped=False,
+        tps_imputed=False,
+        extras={},
+        versions={},
+        error_kind=None,
+        error_message=None,
+        log_tail=None,
+        server_token=None,
+        host="night",
+        pid=0,
+        started_at=_T0,
+        heartbeat_at=_T0,
+        finished_at=_T0,
+    )
+
+
+def _ident(item: Configuration | TrialRecord) -> int:
+    """The configuration's identity in the night, from its params."""
+    return int(str(item.params["configuration"])[1:])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartNightResult:
+    setting: str
+    mode: str
+    seed: int
+    gpu_s: float
+    start_s: float  # of it, starting servers
+    searched: int  # searched trials (the base's included)
+    race_servers: int  # confirmation trials (races and claim rounds)
+    warm: int  # servers started warm
+    compile_misses: int
+    stopped: str  # n_trials | budget
+    confirmed: int  # races ending "faster" with a configuration truly faster than the base
+    claim: str  # the morning's claim (Claim)
+    low: float | None
+    high: float | None
+    answer_ratio: float  # the morning answer's true TPS over the base's
+    best_ratio: float  # the best feasible configuration's (every configuration passes here)
+
+    @property
+    def servers(self) -> int:
+        return self.searched + self.race_servers
+
+    @property
+    def regret(self) -> float:
+        """1 - the morning answer's true TPS over the best feasible configuration's."""
+        return 1.0 - self.answer_ratio / self.best_ratio
+
+    @property
+    def width(self) -> float | None:
+        return None if self.low is None or self.high is None else self.high / self.low - 1.0
+
+
+class StartNight:
+    """One study under one ``WarmStarts`` mode, as ``sweeper run`` runs it.
+
+    The base's trial first; then, after each trial, the product's ``standing`` over the trials so far:
+    the round of the race (or claim) it asks for, each configuration of its lineup in a server of its
+    own, or else a searched trial (drawn as ``Night`` draws them), until ``n_trials`` searched trials
+    and no race waiting, or a server that would pass the budget (not started).
+    """
+
+    def __init__(self, setting: StartSetting, mode: WarmStarts, landscape: str, seed: int) -> None:
+        self.setting, self.mode, self.seed = setting, mode, seed
+        budget = math.inf if setting.budget_s is None else setting.budget_s
+        phases = Phases(
+            budget_s=budget, start_s=0.0, ppl_s=setting.ppl_s, bridge_s=setting.bridge_s, run_s=setting.run_s
+        )
+        self.machine = Machine(setting.noise, phases, seed)
+        self.classes = truth(landscape, seed, setting.speeds)
+        self.sampler = np.random.default_rng([seed, 2])
+        self.compile_draws = np.random.default_rng([seed, 6])
+        self.class_of: dict[int, int] = {}
+        self.key_of: dict[int, int] = {}
+        self.compiled: set[int] = set()  # compile keys in the cache
+        self.ppl_known: set[int] = set()
+        self.records: list[TrialRecord] = []
+        self.unseen = list(range(1, CONFIGURATIONS))
+        self.start_s = 0.0
+        self.warm = self.misses = self.searched = self.race_servers = 0
+        self.keys = 0
+
+    def configuration(self, cls: int) -> int:
+        """A new configuration of class ``cls``: its identity. The base brings the first compile key;
+        any other a new key at ``new_compile_share``, else one compiled already (the base's)."""
+        ident = len(self.class_of)
+        self.class_of[ident] = cls
+        if ident != BASE and float(self.compile_draws.random()) < self.setting.new_compile_share:
+            self.keys += 1
+            self.key_of[ident] = self.keys
+        else:
+            self.key_of[ident] = BASE_KEY
+        return ident
+
+    def start_seconds(self, ident: int, role: str) -> float:
+        """The start of ``ident``'s server in a trial of ``role``: warm or fresh, the compile a hit or not."""
+        phases = self.setting.warm if starts_warm(self.mode, role) else self.setting.fresh
+        return phases.seconds(compiled=self.key_of[ident] in self.compiled)
+
+    def serve(self, ident: int, role: str) -> bool:
+        """One trial's server and its TPS run; False (nothing started) when it would pass the budget."""
+        m = self.machine
+        start = self.start_seconds(ident, role)
+        ppl = ident not in self.ppl_known  # sweeper reuses a configuration's PPL once measured
+        if not m.fits(start + (self.setting.ppl_s if ppl else 0.0) + self.setting.bridge_s + self.setting.run_s):
+            return False
+        warm, compiled = starts_warm(self.mode, role), self.key_of[ident] in self.compiled
+        server = m.start(ident, math.log(self.classes[self.class_of[ident]]), ppl=ppl, start_s=start)
+        reading = m.run(server)
+        self.ppl_known.add(ident)
+        self.compiled.add(self.key_of[ident])
+        self.records.append(_record(len(self.records), role, ident, reading))
+        self.start_s += start
+        self.warm += warm
+        self.misses += not compiled
+        if is_confirmation(role):
+            self.race_servers += 1
+        else:
+            self.searched += 1
+        return True
+
+    def draw(self) -> int:
+        if self.unseen:
+            return self.unseen.pop(int(self.sampler.integers(len(self.unseen))))
+        return int(self.sampler.integers(1, CONFIGURATIONS))
+
+    def run(self) -> StartNightResult:
+        stopped = "budget"
+        if self.serve(self.configuration(BASE), "baseline"):
+            while True:
+                now = standing(self.records, self.setting.confirm)
+                if now.race is not None:
+                    if not all(self.serve(_ident(c), now.race.role) for c in now.race.lineup()):
+                        break
+                    continue
+                if self.setting.n_trials is not None and self.searched >= self.setting.n_trials:
+                    stopped = "n_trials"
+                    break
+                cls = self.draw()
+                incumbent = _ident(now.incumbent)
+                # the incumbent's own configuration proposed again: one more figure of it
+                ident = incumbent if cls == self.class_of[incumbent] else self.configuration(cls)
+                if not self.serve(ident, "sampled"):
+                    break
+        return self.result(standing(self.records, self.setting.confirm), stopped)
+
+    def result(self, final: Standing, stopped: str) -> StartNightResult:
+        ratio = {ident: self.classes[cls] for ident, cls in self.class_of.items()}
+        by_trial = {r.number: _ident(r) for r in self.records}
+        speedup = final.speedup
+        return StartNightResult(
+            setting=self.setting.name,
+            mode=self.mode.value,
+            seed=self.seed,
+            gpu_s=self.machine.clock,
+            start_s=self.start_s,
+            searched=self.searched,
+            race_servers=self.race_servers,
+            warm=self.warm,
+            compile_misses=self.misses,
+            stopped=stopped,
+            confirmed=sum(d.outcome is Outcome.FASTER and ratio[by_trial[d.contender]] > 1.0 for d in final.decisions),
+            claim=str(final.claim),
+            low=None if speedup is None else speedup.low,
+            high=None if speedup is None else speedup.high,
+            answer_ratio=ratio[_ident(final.incumbent)] if final.incumbent is not None else 1.0,
+            best_ratio=max(self.classes.values()),
+        )
+
+
+def composition_seconds(setting: StartSetting, mode: WarmStarts, searched: int, race: int) -> float:
+    """GPU seconds of a night of ``searched`` trials (each a configuration new to it: its PPL, a cold
+    compile) and ``race`` race servers (compiled configurations), under ``mode``."""
+    search = setting.warm if starts_warm(mode, "sampled") else setting.fresh
+    racing = setting.warm if starts_warm(mode, confirmation_role(1, 1)) else setting.fresh
+    measure = setting.bridge_s + setting.run_s
+    return searched * (search.seconds(compiled=False) + setting.ppl_s + measure) + race * (
+        racing.seconds(compiled=True) + measure
+    )
+
+
+def simulate_starts(setting: StartSetting, mode: WarmStarts, studies: int, seed: int) -> list[StartNightResult]:
+    """``studies`` alt nights under ``mode``: the same seeds (and so the same draws) in every mode."""
+    return [StartNight(setting, mode, "alt", night_seed(seed, "alt", i)).run() for i in range(studies)]
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """A value the nights took (the inverted CDF): no quantile between two nights' values."""
+    return float(np.quantile(np.asarray(values, dtype=float), q, method="inverted_cdf"))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 2 * 3600 else f"{seconds / 3600:.2f} h"
+
+
+def start_table(results: dict[WarmStarts, list[StartNightResult]]) -> str:
+    fresh = results.get(WarmStarts.OFF)
+    head = (
+        "starts",
+        "nights",
+        "GPU time (median)",
+        "time / fresh (median)",
+        "servers: searched + race (median)",
+        "servers / fresh (median)",
+        "warm starts (median)",
+        "start share of GPU time",
+        "confirmed / night",
+        "claims faster",
+        "claim width (median)",
+        "regret: median (p10-p90)",
+        "regret: mean",
+        "answer is the best",
+    )
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for mode, nights in results.items():
+        widths = [r.width for r in nights if r.width is not None]
+        regrets = [r.regret for r in nights]
+        time_ratio = servers_ratio = "-"
+        if fresh is not None and mode is not WarmStarts.OFF:
+            time_ratio = f"{statistics.median(r.gpu_s / f.gpu_s for r, f in zip(nights, fresh)):.2f}"
+            servers_ratio = f"{statistics.median(r.servers / f.servers for r, f in zip(nights, fresh)):.2f}"
+        label = {WarmStarts.OFF: "fresh (--fresh-servers)", WarmStarts.SEARCH: "SEARCH (the default)"}.get(
+            mode, mode.value.upper()
+        )
+        cells = (
+            label,
+            str(len(nights)),
+            _duration(statistics.median(r.gpu_s for r in nights)),
+            time_ratio,
+            f"{statistics.median(r.servers for r in nights):g}: {statistics.median(r.searched for r in nights):g} + "
+            f"{statistics.median(r.race_servers for r in nights):g}",
+            servers_ratio,
+            f"{statistics.median(r.warm for r in nights):g}",
+            f"{sum(r.start_s for r in nights) / sum(r.gpu_s for r in nights):.1%}",
+            f"{statistics.fmean(r.confirmed for r in nights):.2f}",
+            f"{sum(r.claim == Claim.FASTER for r in nights) / len(nights):.1%}",
+            f"{statistics.median(widths):.3f}" if widths else "-",
+            f"{quantile(regrets, 0.5):.3f} ({quantile(regrets, 0.1):.3f}-{quantile(regrets, 0.9):.3f})",
+            f"{statistics.fmean(regrets):.3f}",
+            f"{sum(r.regret == 0.0 for r in nights) / len(nights):.1%}",
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def phase_table(setting: StartSetting) -> str:
+    rows = ["| start | " + " | ".join(START_PHASES) + " | total, compile hit | total, cold compile |"]
+    rows.append("|" + "---|" * (len(START_PHASES) + 3))
+    for label, phases in (("fresh", setting.fresh), ("warm", setting.warm)):
+        cells = [f"{getattr(phases, name):g}" for name in START_PHASES]
+        hit, miss = phases.seconds(compiled=True), phases.seconds(compiled=False)
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {hit:g} | {miss:g} |")
+    return "\n".join(rows)
+
+
+def run_starts(settings: Sequence[StartSetting], studies: int, seed: int) -> None:
+    started = time.process_time()
+    for setting in settings:
+        results = {}
+        for mode in MODES:
+            results[mode] = simulate_starts(setting, mode, studies, seed)
+            print(
+                f"[{setting.name} {mode.value}] {time.process_time() - started:.0f} s CPU", file=sys.stderr, flush=True
+            )
+        budget = "none (the study ends at its trials)" if setting.budget_s is None else f"{setting.budget_s / 3600:g} h"
+        trials = "until the budget ends" if setting.n_trials is None else f"{setting.n_trials} searched"
+        c = setting.confirm
+        print(
+            f"\n## {setting.name}: {setting.title}\n"
+            f"budget {budget}; trials {trials}; races {c.rounds} rounds, prior spread {c.noise:g}; "
+            f"alt landscape (8 configurations: one {setting.speeds[0]:g}x, one {setting.speeds[1]:g}x, the rest as "
+            f"fast as the base); seeds {night_seed(seed, 'alt', 0)}.., "
+            f"{studies} nights a mode, the same nights in each; the default is {DEFAULT_WARM_STARTS.value.upper()}"
+        )
+        print("assumes:")
+        for line in setting.assumptions:
+            print(f"- {line}")
+        print(
+            f"- searched trials of a configuration new to the night that compile cold: {setting.new_compile_share:.0%}"
+        )
+        print()
+        print(phase_table(setting))
+        if setting.measured is not None:
+            searched, race, seconds, what = setting.measured
+            fresh = composition_seconds(setting, WarmStarts.OFF, searched, race)
+            others = ", ".join(
+                f"{mode.value.upper()} {_duration(t)} ({t / fresh:.2f})"
+                for mode in MODES[1:]
+                for t in [composition_seconds(setting, mode, searched, race)]
+            )
+            print(
+                f"\nthe measured night's servers ({searched} searched, {race} race; {what}) at these phases: "
+                f"fresh {_duration(fresh)} (measured {_duration(seconds)}), {others}"
+            )
+        print()
+        print(start_table(results))
+    print(
+        "\nfresh: every server a new process; SEARCH: searched trials warm, race servers (whose readings make the "
+        "claim) fresh; ALL: every server warm. regret: 1 - the morning answer's true TPS over the best feasible "
+        "configuration's (the landscape's fastest); claim width: the morning claim's high / low - 1 (nights whose answer "
+        "is not the base); confirmed: races ending 'faster' with a truly faster configuration"
+    )
+
+
 # -- the table ----------------------------------------------------------------------------------------
 
 
@@ -790,6 +1343,55 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def start_setting(name: str, args: argparse.Namespace) -> StartSetting:
+    """``START_SETTINGS[name]`` with the command line's overrides."""
+    if name not in START_SETTINGS:
+        raise KeyError(f"--starts: unknown setting {name!r}: choose from {', '.join(START_SETTINGS)}")
+    setting = START_SETTINGS[name]
+    noise = dataclasses.replace(
+        setting.noise,
+        **{
+            k: v
+            for k, v in (
+                ("sd_between", args.sd_between),
+                ("sd_within", args.sd_within),
+                ("drift_per_hour", args.drift_per_hour),
+                ("tail_df", args.tail_df),
+            )
+            if v is not None
+        },
+    )
+    confirm = setting.confirm
+    if args.rounds is not None:
+        confirm = dataclasses.replace(confirm, rounds=args.rounds)
+    if args.prior_spread is not None:
+        confirm = dataclasses.replace(confirm, noise=args.prior_spread)
+    if args.new_compile_share is not None and not 0.0 <= args.new_compile_share <= 1.0:
+        raise ValueError("--new-compile-share must be in 0-1")
+    speeds = None
+    if args.speeds:
+        speeds = tuple(float(v) for v in args.speeds.split(","))
+        if len(speeds) != 2 or min(speeds) <= 1.0:
+            raise ValueError(f"--speeds: two ratios above 1 (FASTER,FAST), not {args.speeds!r}")
+    changes = {
+        "budget_s": None if args.budget_h is None else args.budget_h * 3600.0,
+        "n_trials": args.n_trials,
+        "ppl_s": args.ppl_s,
+        "bridge_s": args.bridge_s,
+        "run_s": args.run_s,
+        "new_compile_share": args.new_compile_share,
+        "speeds": speeds,
+    }
+    return dataclasses.replace(
+        setting,
+        noise=noise,
+        confirm=confirm,
+        fresh=parse_phases(setting.fresh, args.fresh_phases),
+        warm=parse_phases(setting.warm, args.warm_phases),
+        **{k: v for k, v in changes.items() if v is not None},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="a10g")
@@ -812,8 +1414,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--warm-k", type=int, default=3, help="warm-pair: rounds per set of live servers")
     parser.add_argument("--base-every", type=int, default=4, help="pooled-base: a base server every this many")
+    parser.add_argument(
+        "--starts",
+        metavar="SETTINGS",
+        help=f"fresh against warm starts instead of the race designs, for these ({', '.join(START_SETTINGS)})",
+    )
+    parser.add_argument("--n-trials", type=int, help="--starts: searched trials, the base's included")
+    parser.add_argument("--speeds", metavar="FASTER,FAST", help="--starts: the alt landscape's two faster ratios")
+    parser.add_argument(
+        "--fresh-phases", metavar="NAME=S,...", help=f"--starts: fresh start ({', '.join(START_PHASES)})"
+    )
+    parser.add_argument("--warm-phases", metavar="NAME=S,...", help="--starts: warm start, the same names")
+    parser.add_argument(
+        "--new-compile-share", type=float, help="--starts: searched configurations new to the night that compile cold"
+    )
     args = parser.parse_args(argv)
     print("python benchmarks/night.py " + shlex.join(sys.argv[1:] if argv is None else argv), flush=True)
+    if args.starts:
+        try:
+            chosen = [start_setting(name, args) for name in args.starts.split(",") if name]
+        except (KeyError, ValueError) as exc:
+            parser.error(str(exc))
+        run_starts(chosen, 10 if args.quick else args.studies, args.seed)
+        return 0
     setting = SETTINGS[args.setting]
     noise = dataclasses.replace(
         setting.noise,

@@ -133,3 +133,132 @@ def test_the_command_prints_itself_and_a_row_per_design(night, capsys) -> None:
     assert len(rows) == 2 and "10/10" in rows[0]
     with pytest.raises(ValueError):
         night.parse_design("repeats-x")
+
+
+# -- warm starts: the start-time accounting against sums made here --------------------------------------
+
+HAND_FRESH = dict(
+    imports=10.0, engine_start=20.0, weights=5.0, compile_hit=1.0, compile_miss=30.0, graphs=4.0, engine_rest=6.0
+)
+
+
+def _start_setting(night, *, rounds: int, share: float, drift: float = 0.0, n_trials: int = 3, budget_s=None):
+    """A trial-limited night with round phases: fresh 48 s (hit) / 77 s (cold compile), warm 25 s less;
+    PPL 3 s, bridge 2 s, a TPS run 7 s."""
+    fresh = night.StartPhases(**HAND_FRESH, api_ready=2.0)
+    return dataclasses.replace(
+        night.START_SETTINGS["gpu-demo"],
+        noise=night.Noise(sd_between=0.12, sd_within=0.07, drift_per_hour=drift),
+        confirm=night.ConfirmSettings(rounds=rounds, noise=0.13),
+        budget_s=budget_s,
+        n_trials=n_trials,
+        ppl_s=3.0,
+        bridge_s=2.0,
+        run_s=7.0,
+        fresh=fresh,
+        warm=dataclasses.replace(fresh, imports=0.0, engine_start=5.0),
+        new_compile_share=share,
+        measured=None,
+    )
+
+
+def test_a_start_is_the_sum_of_its_phases(night) -> None:
+    fresh = night.StartPhases(**HAND_FRESH, api_ready=2.0)
+    assert fresh.seconds(compiled=True) == 10 + 20 + 5 + 1 + 4 + 6 + 2 == 48
+    assert fresh.seconds(compiled=False) == 10 + 20 + 5 + 30 + 4 + 6 + 2 == 77
+    warm = night.parse_phases(fresh, "imports=0,engine-start=5")
+    assert (warm.seconds(compiled=True), warm.seconds(compiled=False)) == (23, 52)
+    with pytest.raises(ValueError):
+        night.parse_phases(fresh, "imports")
+    demo = night.START_SETTINGS["gpu-demo"]
+    assert demo.fresh.seconds(compiled=True) == pytest.approx(23 + 24 + 29.6 + 8.6)  # 85.2 s, as measured
+    assert demo.warm.seconds(compiled=False) == pytest.approx(85.2 - 23 - (24 - 15.35))
+    a10g = night.START_SETTINGS["a10g-e4b"]
+    assert a10g.fresh.seconds(compiled=False) == pytest.approx(23 + 24 + 8 + 45 + 20 + 10 + 8.6)
+
+
+def test_search_starts_the_searched_trials_warm_and_the_race_servers_fresh(night) -> None:
+    warm = night.WarmStarts
+    roles = ("baseline", "sampled", "confirm:4:1", "confirm:claim:4:2")
+    assert [night.starts_warm(warm.OFF, r) for r in roles] == [False] * 4
+    assert [night.starts_warm(warm.SEARCH, r) for r in roles] == [True, True, False, False]
+    assert [night.starts_warm(warm.ALL, r) for r in roles] == [True] * 4
+    assert night.DEFAULT_WARM_STARTS is warm.SEARCH
+
+
+@pytest.mark.parametrize(
+    ("share", "fresh_s", "warm_s"),
+    [
+        # every searched configuration compiles cold: 3 x (77 + 3 + 2 + 7), warm 3 x (52 + 12)
+        (1.0, 3 * 89.0, 3 * 64.0),
+        # only the base's: 89 + 2 x (48 + 12) fresh, 64 + 2 x (23 + 12) warm
+        (0.0, 89.0 + 2 * 60.0, 64.0 + 2 * 35.0),
+    ],
+)
+def test_a_night_without_races_costs_its_servers_by_hand(night, share, fresh_s, warm_s) -> None:
+    setting = _start_setting(night, rounds=0, share=share)
+    for mode, expected in ((night.WarmStarts.OFF, fresh_s), (night.WarmStarts.SEARCH, warm_s)):
+        result = night.StartNight(setting, mode, "alt", 11).run()
+        assert (result.searched, result.race_servers, result.stopped) == (3, 0, "n_trials")
+        assert result.gpu_s == pytest.approx(expected)
+        assert result.compile_misses == (3 if share == 1.0 else 1)
+        assert result.start_s == pytest.approx(expected - 3 * 12.0)
+
+
+def test_warm_starts_save_their_phases_on_the_same_night(night) -> None:
+    """With no drift, every mode reads the same figures, so the same races run: the night is shorter by
+    the 25 s a warm start saves, once per searched trial (SEARCH) or per server (ALL)."""
+    setting = _start_setting(night, rounds=4, share=1.0)
+    raced = 0
+    for seed in range(12):
+        off, search, every = (night.StartNight(setting, m, "alt", seed).run() for m in night.MODES)
+        assert off.servers == search.servers == every.servers
+        assert off.claim == search.claim == every.claim and off.regret == every.regret
+        assert (off.warm, search.warm, every.warm) == (0, off.searched, off.servers)
+        assert off.gpu_s - search.gpu_s == pytest.approx(25.0 * off.searched)
+        assert off.gpu_s - every.gpu_s == pytest.approx(25.0 * off.servers)
+        raced += off.race_servers > 0
+    assert raced >= 6  # most of these nights race
+
+
+def test_a_night_with_races_costs_its_servers_by_hand(night) -> None:
+    """Fresh: 77 s a cold compile, 48 s from the cache, PPL once a configuration, 2 + 7 s for every server."""
+    setting = _start_setting(night, rounds=4, share=1.0)
+    for seed in range(6):
+        study = night.StartNight(setting, night.WarmStarts.OFF, "alt", seed)
+        result = study.run()
+        configurations = len(study.ppl_known)
+        assert result.compile_misses == configurations <= result.searched  # race servers re-measure
+        by_hand = 77.0 * configurations + 48.0 * (result.servers - configurations)
+        by_hand += 3.0 * configurations + 9.0 * result.servers
+        assert result.gpu_s == pytest.approx(by_hand)
+        assert result.start_s == pytest.approx(77.0 * configurations + 48.0 * (result.servers - configurations))
+
+
+def test_the_measured_gpu_demo_night_by_hand(night) -> None:
+    demo = night.START_SETTINGS["gpu-demo"]
+    # 3 searched trials (85.2 s start, PPL 3, bridge 2, a run 1.5) and 4 race servers (no PPL)
+    fresh = 3 * (85.2 + 6.5) + 4 * (85.2 + 3.5)
+    assert night.composition_seconds(demo, night.WarmStarts.OFF, 3, 4) == pytest.approx(fresh)
+    assert fresh == pytest.approx(629.9)  # the study took 637 s on the H100
+    assert night.composition_seconds(demo, night.WarmStarts.SEARCH, 3, 4) == pytest.approx(fresh - 3 * 31.65)
+    assert night.composition_seconds(demo, night.WarmStarts.ALL, 3, 4) == pytest.approx(fresh - 7 * 31.65)
+
+
+def test_a_budgeted_night_keeps_to_its_budget_and_states_its_regret(night) -> None:
+    setting = dataclasses.replace(night.START_SETTINGS["a10g-e4b"], budget_s=2 * 3600.0)
+    for mode in night.MODES:
+        result = night.StartNight(setting, mode, "alt", 5).run()
+        assert 2 * 3600.0 - 600.0 < result.gpu_s <= 2 * 3600.0
+        assert result.stopped == "budget"
+        assert result.answer_ratio in (1.0, night.FAST, night.FASTER)
+        assert result.regret == pytest.approx(1.0 - result.answer_ratio / night.FASTER)
+
+
+def test_the_starts_command_prints_a_row_per_mode(night, capsys) -> None:
+    assert night.main(["--starts", "gpu-demo", "--studies", "4", "--warm-phases", "engine_start=10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "python benchmarks/night.py --starts gpu-demo --studies 4 --warm-phases engine_start=10"
+    rows = [line for line in lines if line.startswith(("| fresh (", "| SEARCH", "| ALL"))]
+    assert len(rows) == 3 and all("| 4 |" in row for row in rows)
+    assert "| warm | 0 | 10 |" in "\n".join(lines)
