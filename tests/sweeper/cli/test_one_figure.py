@@ -267,6 +267,27 @@ def test_status_json_holds_public_settings_the_caps_value_and_the_servers_by_kin
     assert "verification: none yet: 'sweeper verify --study race --storage " in text
 
 
+def test_status_json_states_a_relative_caps_value_once_the_baseline_is_measured(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'relative.db'}"
+    run_study(
+        SPACE,
+        lambda params, context: Measurement(tps=100.0 + params["k"], ppl=2.15 + 0.01 * params["w"]),
+        study_name="relative",
+        storage=url,
+        n_trials=2,
+        ppl_cap_rel=1.05,
+        sampler="random",
+        seed=0,
+        enqueue=[{"w": 1, "k": 2}],
+        enqueue_base=True,
+        handle_signals=False,
+    )
+    baseline = next(r for r in study_status(url).trials if "baseline" in r.role.split("+"))
+    data = json.loads(CliRunner().invoke(app, ["status", "--storage", url, "--json"]).output)
+    assert data["settings"]["ppl_cap_rel"] == 1.05
+    assert math.isclose(data["settings"]["ppl_cap"], 1.05 * baseline.ppl, rel_tol=1e-12)  # 2.2575, not null
+
+
 def test_export_states_the_one_figure_in_its_refusal_message_and_description(race, tmp_path) -> None:
     url, status, _ = race
     expected = one_figure.expected_tps(status.trials, {"w": 0, "k": 3})
