@@ -12,9 +12,7 @@ interact with it, so every trial says something about them.
   it is known to the parameter's resolution, then the smallest feasible
   window. Readings of one window are pooled and judged against the reading
   noise at ``READING_CONFIDENCE`` (feasible, infeasible or uncertain); an
-  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times, and
-  so is the failing end of a closed bracket while it is uncertain; a
-  decided window is not read again for the boundary.
+  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times.
 * **the speed settings**: a small design around each knob's middle, then
   the best untried settings by a ridge-regression surrogate of log TPS,
   within ``TRUST_RADIUS`` of the incumbent; a knob of no measurable effect
@@ -176,37 +174,7 @@ class GuidedPlan:
         probe = self._boundary_probe(observations, pending_q, b.boundary_resolution())
         if probe is not None:
             return probe
-        edge = self._undecided_edge(pooled, pending_q)
-        if edge is not None:
-            return edge
         return min(passing, key=self._oriented)
-
-    def _undecided_edge(self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]) -> Any | None:
-        """The bracket's failing end, read again while undecided (up to ``MAX_UNCERTAIN_READINGS``).
-
-        The bracket closes on the fastest feasible window and the failing
-        window next to it. Where that failing window failed only within the
-        noise (uncertain, read over the cap on average), one unlucky PPL
-        reading would put the boundary a resolution too safe for the rest of
-        the study, and every later trial at that window could not reach the
-        best: it is the one window whose reading can still change the answer.
-        Once decided (infeasible, or feasible) or read ``MAX_UNCERTAIN_READINGS``
-        times, it is not read again for that question.
-        """
-        feasible = [u for u, r in pooled.items() if r.state == FEASIBLE]
-        if not feasible:
-            return None
-        hi = min(feasible)
-        below = [u for u in pooled if u < hi]
-        if not below:
-            return None
-        edge = pooled[max(below)]
-        if edge.state != UNCERTAIN:
-            return None
-        pending = sum(abs(self._oriented(q) - max(below)) < 1e-12 for q in pending_q)
-        if edge.count + pending >= MAX_UNCERTAIN_READINGS:
-            return None
-        return edge.value
 
     def _read_again(self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]) -> Any | None:
         """The fastest uncertain window that reads as passing on average and may be read again.
@@ -394,19 +362,14 @@ class GuidedPlan:
         thawed = self._thawed(fit, window, incumbent, incumbent_mean, live, tried_params)
         if thawed is not None:
             return thawed
-        # nothing may beat the incumbent: the rest stays within its trust region, where a
-        # trial can still move the answer by the 1 % that the fit cannot yet rule out; a
-        # setting far from it (K walked down to 1 at the boundary's window) was decided
-        # by the fit already and would only answer the same question again
-        near = [c for c in ranked if self._near(c, incumbent, fit.frozen)]
-        for candidate in near:
+        for candidate in ranked:
             key = self._live_key({self.boundary.name: window, **candidate}, live)
             if key not in tried_live:
                 return candidate
-        for candidate in near:
+        for candidate in ranked:
             if self._key({self.boundary.name: window, **candidate}) not in tried:
                 return candidate
-        return self._thawed(fit, window, incumbent, -math.inf, live, tried_params)
+        return None
 
     def _thawed(
         self,

@@ -1,5 +1,5 @@
-"""Where the guided plan spends its trials under noise: race servers outside its budget, and the
-bracket's undecided failing edge read again before the boundary is settled (docs/study.md,
+"""Where the guided plan spends its trials under noise: race servers outside its budget, and a
+decided failing edge not read again for the boundary (docs/study.md,
 "Where the search dwelt")."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from test_guided import CAP, SPACE, curve, search, speed_tps
 
 from storage import TrialStore
 from sweeper.study import ConfirmSettings, GuidedPlan, Measurement, Observation, is_confirmation, run_study
-from sweeper.study._guided import MAX_UNCERTAIN_READINGS, READING_CONFIDENCE
+from sweeper.study._guided import READING_CONFIDENCE
 from sweeper.study._sampling import observations
 
 
@@ -55,24 +55,6 @@ def _states(readings: dict[int, list[float]]) -> dict[int, str]:
 def _history(readings: dict[int, list[float]]) -> list[Observation]:
     flat = [(w, g) for w, gates in readings.items() for g in gates]
     return [_read(n, w, g) for n, (w, g) in enumerate(flat)]
-
-
-def test_an_undecided_failing_edge_is_read_again_before_the_boundary_is_settled() -> None:
-    """W300 passes with margin (three readings), W292 next to it read once just over the cap:
-    within the noise, so W292 is read again (up to the plan's limit) before every later trial
-    goes to W300; a second worker's pending reading counts toward that limit."""
-    plan = GuidedPlan(SPACE)
-    readings = {512: [-0.12], 300: [-0.05, -0.04, -0.06], 292: [0.005], 128: [0.30]}
-    assert _states(readings) == {512: "feasible", 300: "feasible", 292: "uncertain", 128: "infeasible"}
-    assert {r.value: r.state for r in plan.window_readings(_history(readings)).values()} == _states(readings)
-    assert plan.next_window(_history(readings)) == 292
-    readings[292].append(0.004)
-    assert _states(readings)[292] == "uncertain"
-    assert plan.next_window(_history(readings)) == 292
-    assert plan.next_window(_history(readings), pending=[{"window": 292}]) == 300
-    readings[292].append(0.006)
-    assert len(readings[292]) == MAX_UNCERTAIN_READINGS and _states(readings)[292] == "uncertain"
-    assert plan.next_window(_history(readings)) == 300
 
 
 def test_a_decided_failing_edge_is_not_read_again() -> None:
