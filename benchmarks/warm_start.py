@@ -87,7 +87,7 @@ def measure_one(
         "tokens": _digest(tokens),
         "engine_config": _digest(resolved_config(log_text)),
         "engine_config_lines": len(resolved_config(log_text)),
-        "log": str(log_path),
+        "log": log_path.name,
     }
 
 

@@ -403,6 +403,18 @@ def _clock(seconds: float) -> str:
     help="Start servers on the manifest's own port (for a serve script that ignores $PORT).",
 )
 @click.option(
+    "--fresh-servers",
+    is_flag=True,
+    help="Start every server as a new process. By default a searched trial's server is forked from one "
+    "that imported vLLM once; the base's own trial, race servers, verify and rerun always start fresh.",
+)
+@click.option(
+    "--fresh-cache",
+    is_flag=True,
+    help="Compile every server's graphs anew, in an empty folder of its own, instead of reusing this "
+    "host's compile cache (kept per speculative-token count; see docs/serve.md).",
+)
+@click.option(
     "--verify-top",
     type=int,
     default=0,

@@ -52,7 +52,7 @@ from sweeper.serving import (
     shared_launchers,
     with_kind,
 )
-from sweeper.study import EvaluationContext, Measurement, is_confirmation
+from sweeper.study import EvaluationContext, Measurement, is_baseline, is_confirmation
 from sweeper.versions import software_versions
 
 logger = logging.getLogger(__name__)
@@ -224,10 +224,13 @@ class ServerEvaluator:
         return self.compile_cache.env_for(manifest.env, context.overrides, manifest.serve, folder)
 
     def _warm(self, context: EvaluationContext, attempt: int) -> bool:
-        """Does this trial's server start warm? A retried start is always fresh."""
+        """Does this trial's server start warm? A retried start is always fresh, and under
+        ``WarmStarts.SEARCH`` so is every server whose reading a claim may rest on: the base
+        manifest's own trial and the race servers."""
         if attempt > 1 or self.warm_starts is WarmStarts.OFF:
             return False
-        return self.warm_starts is WarmStarts.ALL or not is_confirmation(context.role)
+        claimed = is_confirmation(context.role) or is_baseline(context.role)
+        return self.warm_starts is WarmStarts.ALL or not claimed
 
     def _ppl_settings(self, context: EvaluationContext) -> PplSettings | None:
         if self.settings.ppl is None or context.known_ppl is not None:

@@ -226,6 +226,10 @@ _spawn_address: str | None = None  # this process's launcher's socket (abstract 
 _own_key: tuple[tuple[str, str], ...] = ()  # that launcher's start-time environment
 _modules: list[str] = []  # what a launcher imports (one it starts for another environment imports the same)
 _HEADER = struct.Struct("!Q")
+# spawned processes are forked by launchers only where a launcher is one thread after its imports (on
+# CPU); where the imports started native threads (torch with CUDA starts dozens), a spawned process
+# starts a new interpreter as usual: a forked engine could not initialize NVML there (seen on an H100)
+_fork_spawned = True
 
 
 def _reset_signals() -> None:
@@ -383,7 +387,8 @@ def _become_spawned(request: dict[str, Any], received: list[int]) -> None:
             fixup_main(mod_name)
 
         spawn._fixup_main_from_name = _fixup_main_as_fresh
-        _install_spawn_through_launcher()
+        if _fork_spawned:
+            _install_spawn_through_launcher()
         pipe_handle = int(request["pipe_handle"])
         code = spawn._main(pipe_handle, os.dup(pipe_handle))
     except SystemExit as exc:
@@ -416,7 +421,8 @@ def _become_server(request: dict[str, Any]) -> None:
         _show_environment(request["env"])
         os.chdir(request["cwd"])
         _install_exec_intercept()
-        _install_spawn_through_launcher()
+        if _fork_spawned:
+            _install_spawn_through_launcher()
         run_as_main(list(request["argv"]))
         code = 0
     except SystemExit as exc:
@@ -544,6 +550,12 @@ def _answer(connection: socket.socket, children: dict[int, socket.socket | None]
 
 
 def _import(modules: list[str]) -> list[str]:
+    try:  # as sweeper serve's server module does first: packages installed but unloadable are hidden
+        from sweeper.serving.vllm_main import hide_unloadable
+    except ImportError:
+        pass
+    else:
+        hide_unloadable()
     imported = []
     for name in modules:
         try:
@@ -566,13 +578,15 @@ def _cuda_initialized() -> bool:
 def main(arguments: list[str]) -> None:
     """Import, then fork on request until stdin closes (or, for a launcher another launcher started
     with ``--spawned-by-launcher``, until that launcher dies)."""
-    global _logging_state, _spawn_address, _own_key, _modules
+    global _logging_state, _spawn_address, _own_key, _modules, _fork_spawned
     began = time.monotonic()
     sublaunched = arguments[:1] == ["--spawned-by-launcher"]
     _modules = arguments[1:] if sublaunched else arguments
     _own_key = startup_key(os.environ)
     imported = _import(_modules)
     _logging_state = _LoggingState()
+    os_threads = len(os.listdir(f"/proc/{os.getpid()}/task"))
+    _fork_spawned = os_threads == 1
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     _spawn_address = f"\0sweeper-warm-launcher-{os.getpid()}-{os.urandom(6).hex()}"
     listener.bind(_spawn_address)
@@ -584,6 +598,8 @@ def main(arguments: list[str]) -> None:
             "seconds": round(time.monotonic() - began, 3),
             "imported": imported,
             "threads": threading.active_count(),
+            "os_threads": os_threads,
+            "forks_spawned": _fork_spawned,
             # a child forked after CUDA is initialized cannot use it: the caller then starts fresh
             "cuda_initialized": _cuda_initialized(),
         }

@@ -69,6 +69,7 @@ from sweeper.study._recipe import (
 )
 from sweeper.study._run import StudyResult, public_settings, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
+from sweeper.study._trial import is_baseline
 
 __all__ = [
     "record_rows",
@@ -84,6 +85,7 @@ __all__ = [
     "Race",
     "Standing",
     "distance_to_base",
+    "is_baseline",
     "is_confirmation",
     "measured_uncertainty",
     "standing",

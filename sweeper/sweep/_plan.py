@@ -33,7 +33,7 @@ from sweeper.demo import demo_paths
 from sweeper.errors import ManifestError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data, warmup_settings_from
-from sweeper.serving import check_serve_env
+from sweeper.serving import DEFAULT_WARM_STARTS, CompileCache, WarmStarts, check_serve_env
 from sweeper.study import (
     DEFAULT_CONFIDENCE,
     MODES,
@@ -158,6 +158,8 @@ class RunPlan:
     server_python: str | None = None
     server_venv: bool = False
     keep_port: bool = False
+    fresh_servers: bool = False  # no warm launcher: every server a new process (verify and rerun always are)
+    fresh_cache: bool = False  # every server compiles into an empty folder of its own
     verify_top: int = 0
     enqueue: tuple[str, ...] = ()  # "name=value,name=value" configs tried first
     # one trial's wall-clock limit (e.g. "45m"); None: derived from the sizes by the evaluator
@@ -614,7 +616,15 @@ def prepare(plan: RunPlan) -> PreparedRun:
         manifest = manifest.with_server_python(venv.python)
     recipe = dataclasses.replace(recipe, data_counts=counts, server_python=manifest.server_python)
     device = worker_slot(plan.gpus, manifest.env)  # GPU memory wait, CUDA_VISIBLE_DEVICES
-    evaluator = ServerEvaluator(manifest, settings, run_dir=run_dir, data=tuning, device=device)
+    evaluator = ServerEvaluator(
+        manifest,
+        settings,
+        run_dir=run_dir,
+        data=tuning,
+        device=device,
+        warm_starts=WarmStarts.OFF if plan.fresh_servers else DEFAULT_WARM_STARTS,
+        compile_cache=CompileCache(fresh=plan.fresh_cache),
+    )
     return PreparedRun(
         plan=plan,
         manifest=manifest,
