@@ -233,8 +233,9 @@ class WarmLauncher:
             "id": request_id,
             "argv": list(argv),
             "env": dict(env),
-            "cwd": str(cwd),
-            "log": str(log_path),
+            # absolute: the child opens its log before it moves to its folder, in the launcher's folder
+            "cwd": str(Path(cwd).resolve()),
+            "log": str(Path(log_path).resolve()),
             "death_signal": int(death_signal),
         }
         try:

@@ -71,15 +71,16 @@ def script_manifest(tmp_path: Path) -> Manifest:
 
 
 def test_a_forked_server_and_the_process_it_spawns_get_what_a_fresh_start_gives(
-    script_manifest: Manifest, tmp_path: Path
+    script_manifest: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    launchers = WarmLaunchers(tmp_path, modules=("json",))
+    launchers = WarmLaunchers(tmp_path / "launchers", modules=("json",))
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path / "runs")  # a run folder given relative, as `sweeper run` gives it
     try:
-        server = ServerProcess(
-            script_manifest, launchers=launchers, overrides={"KNOB": "8"}, log_path=tmp_path / "s.log"
-        )
+        server = ServerProcess(script_manifest, launchers=launchers, overrides={"KNOB": "8"}, log_path="trial/s.log")
         with server:
             assert server.start_kind == "warm"
+            assert (tmp_path / "runs" / "trial" / "s.log").is_file()
             seen = json.loads((tmp_path / "server.json").read_text())
             spawned = json.loads((tmp_path / "spawned.json").read_text())
             ended = json.loads((tmp_path / "spawned-exit.json").read_text())
