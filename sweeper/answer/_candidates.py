@@ -36,6 +36,7 @@ from storage import (
     VerificationRecord,
     VerificationRun,
 )
+from sweeper import invocation
 from sweeper.study import Configuration, ConfirmSettings, Standing, standing
 
 UNVERIFIED = "unverified"
@@ -365,7 +366,7 @@ def verify_command(study_name: str, storage_url: str | None = None) -> str:
     """The command line that verifies a study (``--storage`` only when not the default)."""
     from storage import DEFAULT_URL, normalize_url, redact
 
-    command = f"sweeper verify --study {study_name}"
+    command = invocation.command(f"verify --study {study_name}")
     if storage_url and normalize_url(storage_url) != normalize_url(DEFAULT_URL):
         command += f" --storage {redact(normalize_url(storage_url))}"
     return command

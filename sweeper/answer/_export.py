@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from storage import TrialRecord, study_status
+from sweeper import invocation
 from sweeper.answer._candidates import Answer, study_answer, verify_command
 from sweeper.answer._figure import answer_figure
 from sweeper.answer._placement import PlacedManifest, absolute_paths_warning, place_manifest
@@ -71,7 +72,7 @@ class ExportResult:
         shown = shown or str(self.path)
         serve = self.manifest.serve
         if serve and serve[0] == "sweeper":
-            return f"run it with: sweeper serve {shlex.quote(shown)}"
+            return f"run it with: {invocation.command('serve ' + shlex.quote(shown))}"
         folder = os.path.dirname(shown) or "."
         return f"run it as the harness does: in {folder}, {shlex.join(serve)} with the manifest's env"
 

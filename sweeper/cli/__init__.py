@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from sweeper import __version__
+from sweeper import __version__, invocation
 from sweeper.errors import SweeperError
 
 # module name -> the click command it defines (the one table of commands)
@@ -75,6 +75,7 @@ def app(ctx: click.Context, debug: bool) -> None:
 def main() -> None:
     """Console-script entry point: one exit path for user-facing errors."""
     debug = "--debug" in sys.argv[1:] or os.environ.get("SWEEPER_DEBUG") == "1"
+    invocation.set_program(invocation.program_from(sys.argv[0]))  # every hint as the user can type it
     try:
         app.main(standalone_mode=False)
     except SweeperError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 from storage import DEFAULT_URL, TrialRecord, VerificationRecord, normalize_url, redact
 from sweeper.answer import ServerCount, answer_tps, tps_figure_text
+from sweeper.invocation import command
 from sweeper.measure import duration_text
 from sweeper.study import Claim, PplStatement, Standing, ppl_statement, probability_text
 
@@ -124,12 +125,14 @@ def closing_block(
     answer_lines = [f"{answer} with {params}"] if params else [answer]
     record = next((r for r in records if r.number == inc.first), None)
     statement = None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, settings)
-    export = f"sweeper export{options} -o {EXPORT_TO}"
+    export = command(f"export{options} -o {EXPORT_TO}")
     if verified:
         next_lines = [f"next: {export}"]
     else:
-        together = f"next: sweeper verify{options}, then {export}"
-        next_lines = [together] if len(together) <= WIDTH else [f"next: sweeper verify{options}", f"then: {export}"]
+        together = f"next: {command('verify' + options)}, then {export}"
+        next_lines = (
+            [together] if len(together) <= WIDTH else [f"next: {command('verify' + options)}", f"then: {export}"]
+        )
     if len(answer_lines[0]) > WIDTH and len(next_lines) == 1:  # room for the settings on a line of their own
         answer_lines = [answer, f"  with {params}"]
     lines = [head, *answer_lines, claim_line(now), ppl_line(statement, inc.ppl, inc.ppl_cap)]

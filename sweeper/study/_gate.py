@@ -36,6 +36,7 @@ import optuna
 from evaluators.ppl import RecordScore
 from evaluators.ppl_uncertainty import PplEstimate, paired_log_ppl, record_stderr, rerun_spread
 from storage import STUDY_ATTR_PREFIX
+from sweeper import invocation
 from sweeper.errors import StudyError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -396,7 +397,7 @@ def wait_for_reference(
         if baseline_done():
             raise StudyError(
                 "the baseline trial ended without a PPL, so the relative cap cannot be "
-                "computed: look at the baseline trial with 'sweeper status --trial N'"
+                f"computed: look at the baseline trial with '{invocation.command('status --trial N')}'"
             )
         if should_stop():
             raise StudyError("stopped while waiting for the baseline trial's PPL")

@@ -48,6 +48,7 @@ from storage import (
     redact,
     study_status,
 )
+from sweeper import invocation
 from sweeper.errors import ServerStopError, StudyError
 from sweeper.serving import stop_servers_with_token
 from sweeper.study._confirm import (
@@ -482,7 +483,7 @@ class Sweep:
             f"stopping now. The last attempt, trial {record.number} with {dict(record.params)}, "
             f"failed with {record.error_kind}: {record.error_message}.{hint} Fix the base "
             f"manifest (it must serve as is), or give an absolute cap with --ppl-cap; see "
-            f"'sweeper status --study {self.options.study_name} --storage {redact(self.url)} "
+            f"'{invocation.command('status')} --study {self.options.study_name} --storage {redact(self.url)} "
             f"--trial {record.number}'."
         )
 
@@ -496,7 +497,7 @@ class Sweep:
             f"({', '.join(f'#{r.number}' for r in failed)}: {', '.join(kinds)}). "
             f"The last one, trial {last.number} with {dict(last.params)}, failed with "
             f"{last.error_kind}: {last.error_message}.{hint} Look at its error and server log "
-            f"with 'sweeper status --study {self.options.study_name} --storage "
+            f"with '{invocation.command('status')} --study {self.options.study_name} --storage "
             f"{redact(self.url)} --trial {last.number}'; a server that cannot start at all "
             f"usually means a bad base manifest or a busy port, one that crashes on some "
             f"settings means the search space reaches values the server cannot take."

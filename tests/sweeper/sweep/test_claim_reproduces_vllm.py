@@ -46,6 +46,7 @@ import pytest
 from scipy.stats import t as student_t
 
 from storage import study_status
+from sweeper import invocation
 from sweeper.answer import study_answer
 from sweeper.study import ConfirmSettings
 
@@ -127,7 +128,9 @@ def test_the_stated_speedup_over_the_base_reproduces_in_fresh_servers(tmp_path, 
     # the closing block, short, and one TPS figure for the answer in every output
     one_figure = _one_figure()
     block = one_figure.check_closing_block(run.stdout)
-    assert any(line.startswith("next: sweeper verify --storage study.db --study claim") for line in block), block
+    # the hint as this run can be repeated: `python -m sweeper` with no sweeper of this venv on PATH
+    program = invocation.program_from("__main__.py")
+    assert any(line.startswith(f"next: {program} verify --storage study.db --study claim") for line in block), block
     (claim_line,) = [line for line in block if line.startswith("claim: ")]
     if now.claim == "faster":
         assert "faster than the base (study-wise 95 % interval" in claim_line, block
