@@ -405,8 +405,8 @@ def _clock(seconds: float) -> str:
 @click.option(
     "--fresh-servers",
     is_flag=True,
-    help="Start every server as a new process. By default a searched trial's server is forked from one "
-    "that imported vLLM once; the base's own trial, race servers, verify and rerun always start fresh.",
+    help="Start every server as a new process (by default a searched trial's server is forked from one "
+    "that imported vLLM once; the servers a claim rests on always start fresh).",
 )
 @click.option(
     "--fresh-cache",
