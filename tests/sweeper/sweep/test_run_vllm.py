@@ -192,7 +192,7 @@ def test_study_survives_sigkill_and_resumes(tmp_path: Path, demo: DemoPaths):
     time_lines = phase_lines(study_status(url, STUDY))
     total = sum(seconds for r in records.values() for _, seconds in r.phases)
     servers = sum(1 for r in records.values() if r.phases)
-    assert time_lines[0].startswith(f"time: {duration_text(total)} of server time in {servers} servers: ")
+    assert time_lines[0].startswith(f"time: {duration_text(total)} of server time in {servers} servers (")
     measuring = sum(s for r in records.values() for n, s in r.phases if n in ("ppl", "warmup", "tps"))
     assert f"{measuring / total * 100:.1f} % measuring" in time_lines[0]
     labels = [line.split("  ")[1].strip() for line in time_lines[1:]]
