@@ -16,20 +16,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from storage import TrialRecord, VerificationRecord
+from sweeper.serving import API_READY, ENGINE_INIT, SPAWN, START_PHASES
 
 # the order phases happen in a server's life; names a study stores that are not here come last
+# a start stored whole, the older split (spawn, engine init), then the split of START_PHASES
+STARTING_ORDER = ("start", SPAWN, *START_PHASES[:-1], ENGINE_INIT, API_READY)
 PHASE_ORDER = (
-    "start",
-    "spawn",
-    "api imports",
-    "engine start",
-    "weights",
-    "compile",
-    "kv cache",
-    "graph capture",
-    "engine warm-up",
-    "engine init",
-    "api ready",
+    *STARTING_ORDER,
     "ppl",
     "warmup",
     "screen",
@@ -58,21 +51,7 @@ PHASE_LABELS = {
     "reference": "reference",
     "teardown": "stop",
 }
-STARTING = frozenset(
-    {
-        "start",
-        "spawn",
-        "api imports",
-        "engine start",
-        "weights",
-        "compile",
-        "kv cache",
-        "graph capture",
-        "engine warm-up",
-        "engine init",
-        "api ready",
-    }
-)
+STARTING = frozenset(STARTING_ORDER)
 MEASURING = frozenset({"ppl", "warmup", "screen", "tps", "fidelity", "reference"})
 
 

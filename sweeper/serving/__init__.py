@@ -35,7 +35,16 @@ from sweeper.serving._process import (
     port_is_free,
     stop_servers_with_token,
 )
-from sweeper.serving._startup import LEGACY_START_PHASES, START_PHASES, Startup, parse_startup, resolved_config
+from sweeper.serving._startup import (
+    API_READY,
+    ENGINE_INIT,
+    LEGACY_START_PHASES,
+    SPAWN,
+    START_PHASES,
+    Startup,
+    parse_startup,
+    resolved_config,
+)
 from sweeper.serving._venv import (
     CACHE_VARIABLE,
     ServerVenv,
@@ -46,7 +55,10 @@ from sweeper.serving._venv import (
 )
 
 __all__ = [
+    "API_READY",
     "CACHE_VARIABLE",
+    "ENGINE_INIT",
+    "SPAWN",
     "COMPILE_CACHE_VARIABLE",
     "CompileCache",
     "DEFAULT_HOST",
