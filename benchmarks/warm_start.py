@@ -179,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reference-prompts", type=int, default=4, help="prompts whose greedy tokens are compared")
     parser.add_argument("--margin", type=float, default=0.03, help="equivalence margin (default 0.03: +-3 %%)")
     parser.add_argument("--out", default="warm-start", help="folder for the records and logs")
+    parser.add_argument("--warm-first", action="store_true", help="warm first in odd pairs (default: fresh first)")
     parser.add_argument("--summary", help="only summarize this warm_start.jsonl")
     args = parser.parse_args(argv)
     if args.summary:
@@ -198,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = load_eval_data(manifest, settings)
     began = time.monotonic()
     for pair in range(1, args.pairs + 1):
-        order = KINDS if pair % 2 else KINDS[::-1]
+        order = KINDS if (pair % 2) != args.warm_first else KINDS[::-1]
         for kind in order:
             if any(r["pair"] == pair and r["kind"] == kind for r in done):
                 continue  # resumed: already measured

@@ -183,11 +183,13 @@ class WarmLauncher:
             )
         self.ready_info = json.loads(first)
         self.started_s = time.monotonic() - began
-        if self.ready_info.get("cuda_initialized") or self.ready_info.get("threads", 1) > 1:
+        if self.ready_info.get("refused"):
+            self.close()
+            raise ServerStartError(str(self.ready_info["refused"]))
+        if self.ready_info.get("threads", 1) > 1:
             self.close()
             raise ServerStartError(
-                f"the warm launcher of {python} cannot fork servers safely: its imports "
-                + ("initialized CUDA" if self.ready_info.get("cuda_initialized") else "started threads")
+                f"the warm launcher of {python} cannot fork servers safely: its imports started threads"
             )
         self._reader = threading.Thread(target=self._read, name="warm-launcher-reader", daemon=True)
         self._reader.start()

