@@ -4,6 +4,9 @@
     python benchmarks/warm_start.py --manifest sweeper/demo/data/manifest-gpu.json --pairs 6 --out ws/
     python benchmarks/warm_start.py --summary ws/warm_start.jsonl
 
+With a CUDA build of torch the launcher refuses to fork (``warm_launcher.CUDA_REFUSAL``): the "warm"
+servers then start fresh, and each record's ``started`` says so.
+
 Each pair starts the same configuration twice, once fresh (a new process, as the organizers
 start it) and once warm (forked from a launcher that has imported vLLM once; see
 ``sweeper.serving.WarmLaunchers``), fresh first in odd pairs and warm first in even ones. Each
