@@ -562,13 +562,16 @@ def _answer(connection: socket.socket, children: dict[int, socket.socket | None]
         print(f"sweeper warm launcher: spawned pid {pid} has no parent to tell: {exc}", file=sys.stderr)
 
 
-def _import(modules: list[str]) -> list[str]:
+def _hide_unloadable() -> None:
     try:  # as sweeper serve's server module does first: packages installed but unloadable are hidden
         from sweeper.serving.vllm_main import hide_unloadable
     except ImportError:
         pass
     else:
         hide_unloadable()
+
+
+def _import(modules: list[str]) -> list[str]:
     imported = []
     for name in modules:
         try:
@@ -610,6 +613,7 @@ def main(arguments: list[str]) -> None:
     sublaunched = arguments[:1] == ["--spawned-by-launcher"]
     _modules = arguments[1:] if sublaunched else arguments
     _own_key = startup_key(os.environ)
+    _hide_unloadable()
     refusal = _cuda_refusal() if "torch" in _modules else ""
     if refusal:
         _send({"ready": False, "refused": refusal})
