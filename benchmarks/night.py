@@ -26,7 +26,7 @@ sampler is smarter, and the night would hold more distinct configurations than e
 
 **The designs.**
 
-* ``today``: sweeper/study/_confirm.py as it stands, with ``ConfirmSettings`` as ``sweeper run``
+* ``today``: sweeper/study/_race_decision.py as it stands, with ``ConfirmSettings`` as ``sweeper run``
   sets it (rounds ``CONFIRM_ROUNDS`` = 6 and prior spread 0.10 for A10G, the demo's
   ``DEMO_CONFIRM_ROUNDS`` = 4 and ``GPU_DEMO_NOISE`` for the H200 demo; screen 1 SE). A contender
   within ``screen`` standard errors of the incumbent (its first figure against all the
@@ -130,13 +130,9 @@ from sweeper.study import (  # noqa: E402
     is_confirmation,
     standing,
 )
-from sweeper.study._confirm import (  # noqa: E402
-    FUTILITY_RATIO,
-    ROUNDS_DF_ENOUGH,
-    ConfirmSettings,
-    claim_confidence,
-    race_confidence,
-)
+from sweeper.study._race_decision import FUTILITY_RATIO, claim_confidence, race_confidence  # noqa: E402
+from sweeper.study._race_replay import ROUNDS_DF_ENOUGH  # noqa: E402
+from sweeper.study._race_settings import ConfirmSettings  # noqa: E402
 from sweeper.sweep import DEFAULT_NOISE, GPU_DEMO_NOISE, RunPlan  # noqa: E402
 from sweeper.sweep._plan import CONFIRM_ROUNDS, DEMO_CONFIRM_ROUNDS  # noqa: E402
 

@@ -30,7 +30,6 @@ race of that manifest against the original says (``_closing``).
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,27 +45,21 @@ from evaluators import (
 )
 from sweeper.ablation._schedule import Slot, blocks
 from sweeper.ablation._switches import AblationMode, Switch
+from sweeper.words import Word
 
 # a PPL ratio within this of 1 is the same PPL (float rounding of the logprobs
 # moves log PPL by far less; a change the gate could notice is larger)
 PPL_SAME_WITHIN = 0.001
 
 
-class _Word(str, enum.Enum):
-    """A decision stored, compared and printed as its word (``str(Verdict.HELPS)`` is ``helps``)."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-
-class Speed(_Word):
+class Speed(Word):
     FASTER = "faster"
     SLOWER = "slower"
     NO_EFFECT = "no effect"
     UNMEASURED = "unmeasured"
 
 
-class OutputCheck(_Word):
+class OutputCheck(Word):
     """Greedy fidelity of a switch's arm against the base's tokens."""
 
     SAME = "same tokens"
@@ -75,14 +68,14 @@ class OutputCheck(_Word):
     NOT_MEASURED = "not measured"
 
 
-class PplCheck(_Word):
+class PplCheck(Word):
     SAME = "no PPL change"  # within PPL_SAME_WITHIN, or not shown at the study-wise level
     HIGHER = "higher PPL"
     LOWER = "lower PPL"
     NOT_MEASURED = "not measured"
 
 
-class Verdict(_Word):
+class Verdict(Word):
     HELPS = "helps"  # faster, outputs and PPL unchanged
     HELPS_CHANGES_OUTPUT = "helps, changes outputs"  # faster, but the tokens or PPL moved
     NO_EFFECT = "no effect"  # within the noise
@@ -90,7 +83,7 @@ class Verdict(_Word):
     FAILS_TO_START = "fails to start"  # the arm's server never measured
 
 
-class ClosingVerdict(_Word):
+class ClosingVerdict(Word):
     """What the closing race of the exported manifest against the original says."""
 
     CONFIRMED = "confirmed faster"  # faster at the race's level, the same tokens

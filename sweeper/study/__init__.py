@@ -7,22 +7,6 @@ study from an existing manifest. It knows nothing of HTTP: what measures a
 configuration comes in through the ``Evaluator`` seam.
 """
 
-from sweeper.study._confirm import (
-    CONFIRM_ROLE,
-    Claim,
-    ClaimBasis,
-    Configuration,
-    ConfirmSettings,
-    ConfirmSettingsError,
-    Decision,
-    Outcome,
-    Race,
-    Standing,
-    confirmation_role,
-    distance_to_base,
-    is_confirmation,
-    standing,
-)
 from sweeper.study._evaluator import (
     EvaluationContext,
     Evaluator,
@@ -55,6 +39,9 @@ from sweeper.study._gate import (
 )
 from sweeper.study._guided import GuidedPlan, Observation
 from sweeper.study._options import StudyOptions, StudyOptionsError, parse_duration
+from sweeper.study._race_decision import Claim, Outcome, distance_to_base
+from sweeper.study._race_replay import standing
+from sweeper.study._race_settings import ConfirmSettings, ConfirmSettingsError
 from sweeper.study._recipe import (
     MEASURING_FIELDS,
     StoredStudy,
@@ -69,6 +56,16 @@ from sweeper.study._recipe import (
 )
 from sweeper.study._run import StudyResult, public_settings, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
+from sweeper.study._standing import (
+    CONFIRM_ROLE,
+    ClaimBasis,
+    Configuration,
+    Decision,
+    Race,
+    Standing,
+    confirmation_role,
+    is_confirmation,
+)
 from sweeper.study._trial import is_baseline
 
 __all__ = [

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sweeper.errors import UserInputError
-from sweeper.study._confirm import ConfirmSettings
 from sweeper.study._evaluator import TrialEvent
 from sweeper.study._gate import PplGate
+from sweeper.study._race_settings import ConfirmSettings
 from sweeper.study._sampling import MODES, SAMPLERS
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class StudyOptions:
     trial's evaluation (None: the evaluator's own ``trial_timeout_s``, which
     ``ServerEvaluator`` derives from the sizes, else no limit); a trial over
     it is failed with kind ``timeout`` and its server stopped.
-    ``confirm``: how the study confirms its best (races; ``sweeper.study._confirm``).
+    ``confirm``: how the study confirms its best (races; ``sweeper.study._race_decision``).
     ``enqueue_base``: measure the base manifest's own configuration first
     (the control every claimed speedup is stated against).
     """

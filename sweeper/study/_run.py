@@ -6,7 +6,7 @@ detail, and Optuna is told the objective(s) with the PPL gate as a
 constraint. The loop survives failed trials, stops cleanly on Ctrl-C or
 SIGTERM, and a second run of the same command resumes the same study.
 
-Claims are confirmed (``sweeper.study._confirm``): after each trial the
+Claims are confirmed (``sweeper.study._race_decision``): after each trial the
 study's standing is replayed from the stored trials, and a contender that
 measured faster than the incumbent, but not clearly so, gets a round of
 confirmation trials (contender, incumbent, base; role ``confirm``) queued
@@ -51,17 +51,14 @@ from storage import (
 from sweeper import invocation
 from sweeper.errors import ServerStopError, StudyError
 from sweeper.serving import stop_servers_with_token
-from sweeper.study._confirm import (
-    ROUND_ATTR_PREFIX,
-    ConfirmSettings,
-    is_confirmation,
-    standing,
-)
 from sweeper.study._evaluator import Evaluator, TrialEvent
 from sweeper.study._gate import PplGate, reference_ppl, study_settings
 from sweeper.study._options import StudyOptions, StudyOptionsError, parse_duration
+from sweeper.study._race_replay import standing
+from sweeper.study._race_settings import ConfirmSettings
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
 from sweeper.study._sampling import make_sampler
+from sweeper.study._standing import ROUND_ATTR_PREFIX, is_confirmation
 from sweeper.study._trial import REFUSED, TrialRunner, is_baseline
 
 logger = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from optuna.trial import FrozenTrial, TrialState
 from search_spaces import SearchSpace
 from storage import TPS_IMPUTED_ATTR
 from sweeper.errors import UserInputError
-from sweeper.study._confirm import is_confirmation
 from sweeper.study._gate import CONSTRAINT
 from sweeper.study._guided import GuidedPlan, Observation
 from sweeper.study._recovery import ROLE_ATTR
+from sweeper.study._standing import is_confirmation
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
 from sweeper.errors import MeasurementError, ServerError, StorageError, StudyError, SweeperError
 from sweeper.serving import FailureKind, classify
-from sweeper.study._confirm import Standing, is_confirmation, standing
 from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
 from sweeper.study._gate import (
     BOUND_KEY,
@@ -46,7 +45,9 @@ from sweeper.study._gate import (
     wait_for_reference,
 )
 from sweeper.study._options import StudyOptions
+from sweeper.study._race_replay import standing
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, fail_trial
+from sweeper.study._standing import Standing, is_confirmation
 from sweeper.study._watchdog import TrialTimedOut, TrialWatchdog
 from sweeper.versions import software_versions
 

@@ -133,7 +133,7 @@ class RunPlan:
     ppl_rerun_records: int | None = None
     reuse_quality: bool = True
     max_consecutive_failures: int = 3
-    # confirmation races (sweeper.study._confirm): rounds per race, and the between-server
+    # confirmation races (sweeper.study._race_decision): rounds per race, and the between-server
     # spread (SD of log TPS) assumed until repeats measure it
     confirm_rounds: int | None = None  # None: DEMO_CONFIRM_ROUNDS on the demo, else CONFIRM_ROUNDS
     noise: float | None = None  # None: DEFAULT_NOISE

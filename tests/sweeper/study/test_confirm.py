@@ -23,7 +23,8 @@ from sweeper.study import (
     distance_to_base,
     standing,
 )
-from sweeper.study._confirm import ConfirmSettingsError, claim_confidence, race_confidence
+from sweeper.study._race_decision import claim_confidence, race_confidence
+from sweeper.study._race_settings import ConfirmSettingsError
 from sweeper.sweep._plan import CONFIRM_ROUNDS
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
