@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+import search_spaces
 from search_spaces import SearchSpace, space_from_dict
 from sweeper.study import Measurement
 
@@ -73,8 +74,6 @@ TOKENS = np.arange(1, 9)
 
 def search_space(*, dead_knob: bool = True) -> SearchSpace:
     """The preset's space read from its YAML file, with the dead knob appended (unbound)."""
-    import search_spaces
-
     preset = Path(search_spaces.__file__).resolve().parent / "presets" / f"{PRESET}.yaml"
     data = yaml.safe_load(preset.read_text(encoding="utf-8"))
     if dead_knob:

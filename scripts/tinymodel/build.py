@@ -16,8 +16,8 @@ from .configs import DrafterSpec, TargetSpec, drafter_config, target_config
 from .corpus import CorpusSpec, Language, make_words
 from .demo_data import DataSpec, write_data, write_manifest
 from .tokenizer import FIRST_WORD_ID, save_tokenizer
-from .train_drafter import DrafterTraining
-from .train_target import TargetTraining
+from .train_drafter import DrafterTraining, train_drafter
+from .train_target import TargetTraining, silence_global_attention, train_target
 from .widen import widen_mlps
 
 logger = logging.getLogger(__name__)
@@ -87,9 +87,6 @@ def build(settings: BuildSettings) -> dict[str, object]:
         sum(p.numel() for p in drafter.parameters()) / 1e6,
     )
     if settings.train:
-        from .train_drafter import train_drafter
-        from .train_target import train_target
-
         started = time.monotonic()
         report["target"] = train_target(target, language, settings.target_training, settings.seed, drafter=drafter)
         report["target_seconds"] = round(time.monotonic() - started)
@@ -106,7 +103,6 @@ def build(settings: BuildSettings) -> dict[str, object]:
     else:
         logger.info("--random: weights stay untrained")
         from .centroids import install_centroids
-        from .train_target import silence_global_attention
 
         silence_global_attention(target)
         install_centroids(drafter, settings.drafter.num_centroids, settings.seed)

@@ -29,12 +29,15 @@ from evaluators.intervals import (
     speedup_interval,
 )
 from storage import (
+    DEFAULT_URL,
     FAILED,
     VERIFIED,
     Control,
     TrialRecord,
     VerificationRecord,
     VerificationRun,
+    normalize_url,
+    redact,
 )
 from sweeper import invocation
 from sweeper.study import Configuration, ConfirmSettings, Standing, standing
@@ -364,8 +367,6 @@ def study_answer(
 
 def verify_command(study_name: str, storage_url: str | None = None) -> str:
     """The command line that verifies a study (``--storage`` only when not the default)."""
-    from storage import DEFAULT_URL, normalize_url, redact
-
     command = invocation.command(f"verify --study {study_name}")
     if storage_url and normalize_url(storage_url) != normalize_url(DEFAULT_URL):
         command += f" --storage {redact(normalize_url(storage_url))}"

@@ -17,7 +17,7 @@ from typing import Any
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest
-from sweeper.measure import DataSplit, EvalSettings
+from sweeper.measure import DataSplit, EvalSettings, ServerEvaluator
 from sweeper.study import StudyRecipe, base_manifest_of
 
 logger = logging.getLogger(__name__)
@@ -146,8 +146,6 @@ def heldout_evaluator(
     run_dir: str | Path,
 ) -> tuple[Any, dict[str, Any]]:
     """A ServerEvaluator on held-out data, and what to store about that data."""
-    from sweeper.measure import ServerEvaluator
-
     manifest = base_manifest_of(recipe, base_manifest)
     if recipe.server_python and manifest.server_python is None:
         manifest = manifest.with_server_python(recipe.server_python)
@@ -190,8 +188,6 @@ class _PerCandidate:
         self.run_dir = run_dir
 
     def __call__(self, params: Any, context: Any) -> Any:
-        from sweeper.measure import ServerEvaluator
-
         number = getattr(context, "trial_number", 0)
         folder = f"trial-{number:04d}" + ("-base" if getattr(context, "subject", "") == "base" else "")
         evaluator = ServerEvaluator(

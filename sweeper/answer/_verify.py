@@ -58,7 +58,7 @@ from sweeper.answer._candidates import (
     study_answer,
 )
 from sweeper.answer._figure import answer_figure
-from sweeper.errors import MeasurementError, SweeperError, UserInputError
+from sweeper.errors import MeasurementError, StudyError, SweeperError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.study import (
     Claim,
@@ -460,8 +460,6 @@ def _plan(
 def _choose(
     status: StudyStatus, latest: Mapping[int, VerificationRecord], settings: VerifySettings
 ) -> list[tuple[TrialRecord, str | None]]:
-    from sweeper.errors import StudyError
-
     if not status.trials:
         raise StudyError(f"study {status.study_name!r} has no trials yet: run 'sweeper run' first, then verify")
     chosen = candidates(status.trials, settings.top, ConfirmSettings.from_settings(status.settings))

@@ -24,7 +24,7 @@ from sweeper.cli._held_logs import logs_after_checks
 from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest, parse_assignments
-from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
+from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data, warmup_settings_from
 from sweeper.serving import check_serve_env
 
 logger = logging.getLogger(__name__)
@@ -131,8 +131,6 @@ def command(
     both = not want_tps and not want_ppl
     warmup = None
     if no_warmup or warmup_prompts is not None or warmup_seed is not None:
-        from sweeper.measure import warmup_settings_from
-
         base = warmup_settings_from(manifest, parse_assignments(assignments))
         warmup = WarmupSettings(
             enabled=not no_warmup,

@@ -24,7 +24,15 @@ from storage import (
 from sweeper.cli._options import storage_option, study_option
 from sweeper.errors import UserInputError
 from sweeper.measure import phase_headline, phase_rows, time_by_phase
-from sweeper.study import ConfirmSettings, Outcome, PplStatement, Standing, ppl_statement, probability_text
+from sweeper.study import (
+    ConfirmSettings,
+    Outcome,
+    PplStatement,
+    Standing,
+    ppl_statement,
+    probability_text,
+    recipe_from_settings,
+)
 
 LOG_TAIL_LINES = 20
 
@@ -62,8 +70,6 @@ def _settings_line(status: StudyStatus) -> str:
 
 def recipe_lines(status: StudyStatus) -> list[str]:
     """How the study measures (its recorded recipe): sizes, data and the held-out split."""
-    from sweeper.study import recipe_from_settings
-
     if status.settings.get("recipe") is None:
         return []  # a study made outside 'sweeper run' (run_study from Python)
     recipe = recipe_from_settings(status.settings)

@@ -17,6 +17,8 @@ from sweeper.answer import (
     VerifyResult,
     VerifySettings,
     heldout_speedup,
+    heldout_statement,
+    heldout_text,
     speedup_text,
     verify_study,
 )
@@ -209,8 +211,6 @@ def heldout_ppl_lines(verifications: Iterable[VerificationRecord], settings: Map
     """Each verification's held-out PPL with its interval and the re-run's chance (also used by
     'sweeper status'); one within the noise of the cap is flagged even when it passed. A
     verification without per-record figures (an evaluator of one's own) has no line."""
-    from sweeper.answer import heldout_statement, heldout_text
-
     lines = []
     for v in verifications:
         statement = heldout_statement(v, settings)

@@ -6,7 +6,6 @@ into measured TPS, PPL and fidelity; ``sweeper eval``, every study trial
 """
 
 from sweeper.measure._evaluate import (
-    PHASES,
     DataSplit,
     EvalData,
     EvalResult,
@@ -30,7 +29,6 @@ from sweeper.measure._phases import (
 from sweeper.measure._server_evaluator import ServerEvaluator
 
 __all__ = [
-    "PHASES",
     "PHASE_LABELS",
     "PhaseTime",
     "TimeByPhase",

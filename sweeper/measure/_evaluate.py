@@ -58,8 +58,6 @@ from sweeper.serving import ServerProcess, model_limits, shared_launchers
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("ready", "warmup", "ppl", "screen", "tps", "fidelity", "teardown")
-
 SPLIT_PARTS = ("tuning", "heldout")
 
 

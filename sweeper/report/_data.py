@@ -26,6 +26,7 @@ from storage import (
     pareto_front,
     study_status,
 )
+from storage import verifications as all_verifications
 from sweeper.answer import Answer, study_answer, tps_text, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
@@ -593,8 +594,6 @@ def assemble_report_data(
     recipe = recipe_from_settings(status.settings)
     base_env, base_name = _base_env(base_manifest, recipe, records)
     values, note = importance(url, status.study_name)
-    from storage import verifications as all_verifications
-
     return ReportData(
         study_name=status.study_name,
         storage=status.url,

@@ -47,12 +47,10 @@ from sweeper.study._recipe import (
     StoredStudy,
     StudyRecipe,
     base_manifest_of,
-    existing_study_attrs,
     read_stored_study,
     recipe_changes,
     recipe_from_settings,
     save_recipe,
-    stored_recipe,
 )
 from sweeper.study._run import StudyResult, public_settings, run_study
 from sweeper.study._sampling import DEFAULT_SAMPLER, MODES, SAMPLERS
@@ -106,7 +104,6 @@ __all__ = [
     "StudyOptions",
     "StudyOptionsError",
     "StudyRecipe",
-    "existing_study_attrs",
     "read_stored_study",
     "StoredStudy",
     "StudyResult",
@@ -126,7 +123,6 @@ __all__ = [
     "public_settings",
     "run_study",
     "save_recipe",
-    "stored_recipe",
     "trial_pass_probability",
     "uncertainty_extras",
 ]

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from storage import STUDY_ATTR_PREFIX, normalize_url, optuna_storage, redact
+from storage import STUDY_ATTR_PREFIX, TrialStore, normalize_url, optuna_storage, redact
 from sweeper.errors import StorageError, UserInputError
 from sweeper.manifest import Manifest
 
@@ -241,26 +241,6 @@ def recipe_changes(stored: StudyRecipe, new: StudyRecipe) -> dict[str, tuple[Any
     }
 
 
-def existing_study_attrs(url: str | None, study_name: str) -> dict[str, Any] | None:
-    """A stored study's user attributes; None for a study (or SQLite file) that does not
-    exist yet. Creates no file."""
-    import optuna
-    from sqlalchemy.engine import make_url
-
-    url = normalize_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
-        return None
-    storage = optuna_storage(url)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        return None
-    finally:
-        storage.remove_session()
-    return dict(study.user_attrs)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StoredStudy:
     """What a run needs to know of a study that exists: its user attributes (its recipe and
@@ -281,8 +261,6 @@ def read_stored_study(url: str | None, study_name: str) -> StoredStudy | None:
     import optuna
     from sqlalchemy.engine import make_url
 
-    from storage import TrialStore
-
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
@@ -300,14 +278,6 @@ def read_stored_study(url: str | None, study_name: str) -> StoredStudy | None:
         storage.remove_session()
         storage.engine.dispose()
     return StoredStudy(attrs=attrs, trials_done=done)
-
-
-def stored_recipe(url: str | None, study_name: str) -> StudyRecipe | None:
-    """The recipe a study recorded; None for a study (or SQLite file) that does not exist yet,
-    or one without a recipe. Creates no file."""
-    attrs = existing_study_attrs(url, study_name)
-    value = None if attrs is None else attrs.get(RECIPE_ATTR)
-    return None if value is None else StudyRecipe.from_attr(value)
 
 
 def base_manifest_of(recipe: StudyRecipe, base_manifest: Manifest | None = None) -> Manifest:

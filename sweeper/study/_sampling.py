@@ -119,7 +119,8 @@ class GuidedSampler(BaseSampler):
     ) -> dict[str, Any]:
         if not search_space:
             return {}
-        trials = study._get_trials(deepcopy=False, use_cache=False)
+        # get_trials reads the storage, never the trial cache of an optimize loop: other workers add trials
+        trials = study.get_trials(deepcopy=False)
         others = [t for t in trials if t.number != trial.number]
         waiting = [t for t in others if t.state in (TrialState.RUNNING, TrialState.WAITING)]
         pending = [_params_of(t) for t in waiting]

@@ -33,7 +33,15 @@ from sweeper.demo import demo_paths
 from sweeper.errors import ManifestError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit, EvalData, EvalSettings, ServerEvaluator, load_eval_data, warmup_settings_from
-from sweeper.serving import DEFAULT_WARM_STARTS, CompileCache, WarmStarts, check_serve_env
+from sweeper.serving import (
+    DEFAULT_HOST,
+    DEFAULT_WARM_STARTS,
+    CompileCache,
+    WarmStarts,
+    check_serve_env,
+    port_is_free,
+    server_venv,
+)
 from sweeper.study import (
     DEFAULT_CONFIDENCE,
     MODES,
@@ -610,8 +618,6 @@ def prepare(plan: RunPlan) -> PreparedRun:
         scored = min(scored, plan.sizes.ppl_records)
     confidence, rerun_records = gate_settings(plan, stored_gate(stored), scored or None, study_name)
     if plan.server_venv:
-        from sweeper.serving import server_venv
-
         venv = server_venv(manifest.dependencies, cwd=manifest.folder)
         manifest = manifest.with_server_python(venv.python)
     recipe = dataclasses.replace(recipe, data_counts=counts, server_python=manifest.server_python)
@@ -679,8 +685,6 @@ def _check_resume(study: StoredStudy | None, study_name: str, recipe: StudyRecip
 
 
 def _check_port_free(manifest: Manifest, label: str) -> None:
-    from sweeper.serving import DEFAULT_HOST, port_is_free
-
     host = manifest.env.get("HOST") or DEFAULT_HOST
     if not port_is_free(manifest.port, host):
         raise UserInputError(

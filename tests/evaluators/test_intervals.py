@@ -11,11 +11,16 @@ import pytest
 
 from evaluators.intervals import (
     PriorFit,
+    paired_ratio_interval,
     pooled_spread,
     prior_fit,
+    ratio_interval,
     repeat_interval,
     request_interval,
+    screen_floor,
     speedup_interval,
+    t_cdf,
+    t_quantile,
 )
 from sweeper.errors import MeasurementError
 
@@ -99,8 +104,6 @@ def test_bad_input_is_a_clear_error() -> None:
 
 
 def test_pooled_spread_equals_the_one_way_anova_residual_spread_with_the_prior_as_extra_df() -> None:
-    import numpy as np
-
     groups = [[100.0, 110.0, 95.0], [200.0, 180.0], [150.0]]
     spread = pooled_spread(groups, prior=0.1, prior_df=2.0)
     # written out independently: residual sum of squares of log TPS around each group's mean
@@ -211,16 +214,12 @@ def test_speedup_interval_covers_the_true_ratio_about_95_times_in_100() -> None:
     [(0.975, 3, 3.182446), (0.975, 10, 2.228139), (0.95, 5, 2.015048)],
 )
 def test_t_quantile_matches_printed_tables(p: float, df: int, table: float) -> None:
-    from evaluators.intervals import t_quantile
-
     assert t_quantile(p, df) == pytest.approx(table, abs=5e-7)  # tables print six decimals
     assert t_quantile(1.0 - p, df) == pytest.approx(-table, abs=5e-7)
 
 
 @pytest.mark.parametrize("x", [-3.0, -0.4, 0.0, 0.7, 5.0])
 def test_t_cdf_and_quantile_match_the_closed_forms_on_one_and_two_df(x: float) -> None:
-    from evaluators.intervals import t_cdf, t_quantile
-
     assert t_cdf(x, 1) == pytest.approx(0.5 + math.atan(x) / math.pi, abs=1e-12)  # Cauchy
     assert t_cdf(x, 2) == pytest.approx(0.5 + x / (2.0 * math.sqrt(2.0 + x * x)), abs=1e-12)
     p = 0.5 + math.atan(x) / math.pi
@@ -230,8 +229,6 @@ def test_t_cdf_and_quantile_match_the_closed_forms_on_one_and_two_df(x: float) -
 
 
 def test_t_quantile_without_degrees_of_freedom_is_infinite_and_bad_input_is_an_error() -> None:
-    from evaluators.intervals import t_cdf, t_quantile
-
     assert t_quantile(0.95, 0) == math.inf
     assert t_quantile(0.05, 0) == -math.inf
     with pytest.raises(MeasurementError, match="t_quantile: p"):
@@ -241,8 +238,6 @@ def test_t_quantile_without_degrees_of_freedom_is_infinite_and_bad_input_is_an_e
 
 
 def test_paired_ratio_interval_is_the_t_interval_of_the_log_ratios() -> None:
-    from evaluators.intervals import paired_ratio_interval, ratio_interval
-
     pairs = [(121.0, 99.0), (119.0, 101.0), (124.0, 100.0), (118.0, 103.0)]
     logs = [math.log(a / b) for a, b in pairs]
     mean = statistics.fmean(logs)
@@ -262,8 +257,6 @@ def test_paired_ratio_interval_is_the_t_interval_of_the_log_ratios() -> None:
 
 
 def test_screen_floor_is_two_standard_errors_of_a_single_figure_difference_below_the_geometric_mean() -> None:
-    from evaluators.intervals import screen_floor
-
     screens = [80.0, 90.0, 85.0]
     geometric = (80.0 * 90.0 * 85.0) ** (1.0 / 3.0)
     # a difference of two single figures at SD 0.10 of log TPS has SD 0.10 * sqrt(2); two of them below
@@ -274,7 +267,6 @@ def test_screen_floor_is_two_standard_errors_of_a_single_figure_difference_below
 
 
 def test_nested_spread_splits_between_and_within_servers() -> None:
-    import numpy as np
     from scipy import stats
 
     from evaluators import nested_spread
@@ -301,8 +293,6 @@ def test_nested_spread_splits_between_and_within_servers() -> None:
 
 
 def test_nested_spread_recovers_the_parts_it_was_drawn_from() -> None:
-    import numpy as np
-
     from evaluators import nested_spread
 
     rng = np.random.default_rng(7)

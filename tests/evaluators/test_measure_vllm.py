@@ -15,6 +15,7 @@ import pytest
 from evaluators import (
     FidelityReference,
     PplRecord,
+    PplRecordSet,
     PplSettings,
     TpsSettings,
     WarmupSettings,
@@ -216,6 +217,4 @@ def test_measure_server_phases(tiny_server, demo):
 
 
 def type_set(records):
-    from evaluators import PplRecordSet
-
     return PplRecordSet(source="inline records", records=tuple(records))

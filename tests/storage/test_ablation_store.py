@@ -7,7 +7,7 @@ import math
 import pytest
 
 from errortree import StorageError
-from storage import ABLATION_FINISHED, ABLATION_RUNNING, AblationServer, AblationStore, ClosingServer
+from storage import ABLATION_FINISHED, ABLATION_RUNNING, AblationServer, AblationStore, ClosingServer, stored_ablation
 
 SWITCHES = [{"key": "ENFORCE_EAGER", "subject": "1", "reference": "0", "manifest_value": "1"}]
 SETTINGS = {"rounds": 2, "block_size": 4, "confidence": 0.95}
@@ -59,19 +59,37 @@ def test_the_closing_race_and_the_run_options_round_trip(storage_url: str) -> No
     fidelity = {"compared": 4, "identical": 3, "divergences": [], "duration_s": 0.5}
     with AblationStore(storage_url) as store:
         record = store.start(
-            name="abl", mode="leave-one-out", manifest={}, switches=SWITCHES, settings=SETTINGS,
+            name="abl",
+            mode="leave-one-out",
+            manifest={},
+            switches=SWITCHES,
+            settings=SETTINGS,
             run_options={"allow_output_change": True},
-        )  # fmt: skip
+        )
         store.add_closing(
             record.id,
-            ClosingServer(changes={"ENFORCE_EAGER": "0"}, pair=1, side="exported", state="complete", tps=880.5,
-                          fidelity=fidelity, seconds=48.0),
-        )  # fmt: skip
+            ClosingServer(
+                changes={"ENFORCE_EAGER": "0"},
+                pair=1,
+                side="exported",
+                state="complete",
+                tps=880.5,
+                fidelity=fidelity,
+                seconds=48.0,
+            ),
+        )
         store.add_closing(
             record.id,
-            ClosingServer(changes={"ENFORCE_EAGER": "0"}, pair=1, side="original", state="failed",
-                          error_kind="oom", error_message="out of memory", tps=math.nan),
-        )  # fmt: skip
+            ClosingServer(
+                changes={"ENFORCE_EAGER": "0"},
+                pair=1,
+                side="original",
+                state="failed",
+                error_kind="oom",
+                error_message="out of memory",
+                tps=math.nan,
+            ),
+        )
         assert store.record(record.id).settings["run_options"] == {"allow_output_change": True}
     with AblationStore(storage_url) as store:  # resumed without the option: the settings still match
         again = store.start(name="abl", mode="leave-one-out", manifest={}, switches=SWITCHES, settings=SETTINGS)
@@ -97,7 +115,6 @@ def test_the_same_name_with_other_switches_is_refused(tmp_path) -> None:
 
 
 def test_stored_ablation_never_creates_a_database_and_names_what_is_stored(tmp_path) -> None:
-    from storage import stored_ablation
     from storage._queries import StudyNotFoundError
 
     missing = tmp_path / "none.db"

@@ -98,6 +98,7 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
 
     out = tmp_path / "answer" / "manifest.json"
     runner = CliRunner()
+    # the command line grouped as typed, an option beside its value (hence fmt: skip)
     cli = runner.invoke(
         app,
         [

@@ -21,7 +21,7 @@ from storage._queries import StudyNotFoundError
 from sweeper.ablation import AblationMode, AblationPlan, analyse, find_switches, follow_up_switches, run_ablation
 from sweeper.cli import app
 from sweeper.cli.ablate_cmd import _follow_up
-from sweeper.errors import UserInputError
+from sweeper.errors import ServerStartError, UserInputError
 from sweeper.measure import EvalResult, EvalSettings
 
 TPS = TpsSettings(num_prompts=2, output_len=8)
@@ -40,8 +40,6 @@ class Scripted:
     def __call__(self, manifest, settings: EvalSettings) -> EvalResult:
         self.calls.append(dict(settings.overrides))
         if self.broken and settings.overrides.get(self.broken) == "1":
-            from sweeper.errors import ServerStartError
-
             raise ServerStartError("exited with code 1 during start-up", kind="crash")
         tps = 100.0 * math.prod(FACTORS[k] for k, v in settings.overrides.items() if v == "1")
         return EvalResult(

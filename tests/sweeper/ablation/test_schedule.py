@@ -20,6 +20,7 @@ def test_blocks_split_the_switches_evenly_in_order() -> None:
 
 def test_a_round_is_the_base_then_its_switches_and_the_next_round_reversed() -> None:
     order = [(s.round, s.block, s.arm) for s in schedule(3, rounds=2, block_size=2)]
+    # one round a row, in the order its servers run (hence fmt: skip)
     assert order == [
         (1, 0, None), (1, 0, 0), (1, 0, 1), (1, 1, None), (1, 1, 2),
         (2, 0, 1), (2, 0, 0), (2, 0, None), (2, 1, 2), (2, 1, None),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from evaluators import FidelityResult, Interval, PairedPpl
+from evaluators import Divergence, FidelityResult, Interval, PairedPpl
 from sweeper.ablation import (
     AblationMode,
     OutputCheck,
@@ -41,6 +41,7 @@ def _figures(table: dict[tuple[int, int | None], float | None], *, block_size: i
     ]
 
 
+# one round a row, so each arm's column reads down the rounds (hence fmt: skip)
 TABLE = {
     (1, None): 100.0, (1, 0): 90.0, (1, 1): 104.0, (1, 2): 101.0,
     (2, None): 110.0, (2, 0): 97.0, (2, 1): 108.0, (2, 2): 112.0,
@@ -155,8 +156,6 @@ def test_export_sets_helps_on_and_hurts_off_and_leaves_no_effect_as_it_was() -> 
 
 
 def test_a_stored_fidelity_result_reads_back_as_it_was_written() -> None:
-    from evaluators import Divergence
-
     result = FidelityResult(
         compared=3,
         identical=1,

@@ -16,7 +16,7 @@ from sweeper.answer import (
     judge,
     verify_study,
 )
-from sweeper.errors import StudyError, UserInputError
+from sweeper.errors import ServerStartError, StudyError, UserInputError
 from sweeper.study import StudyRecipe
 
 
@@ -175,7 +175,6 @@ def test_verified_candidates_are_skipped_unless_redo(synthetic, tmp_path) -> Non
 
 def test_a_failing_server_fails_the_candidate_not_the_command(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path)
-    from sweeper.errors import ServerStartError
 
     def evaluate(params, context):
         raise ServerStartError("server exited with code 1 during start-up", log_tail="CUDA out of memory")

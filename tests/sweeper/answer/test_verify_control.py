@@ -28,7 +28,7 @@ from sweeper.answer import (
     speedup_text,
     verify_study,
 )
-from sweeper.study import Measurement
+from sweeper.study import ConfirmSettings, Measurement, run_study, standing
 
 
 def run(
@@ -317,7 +317,6 @@ def _study_with_cap(synthetic, folder, *, cap: float, configs):
     from search_spaces import load_preset
     from sweeper.demo import demo_paths
     from sweeper.manifest import Manifest
-    from sweeper.study import run_study
 
     url = f"sqlite:///{folder / 'loose.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(demo_paths().manifest).env)
@@ -340,7 +339,6 @@ def test_a_study_that_confirmed_a_speedup_claims_it_by_default(synthetic, tmp_pa
     from search_spaces import load_preset
     from sweeper.demo import demo_paths
     from sweeper.manifest import Manifest
-    from sweeper.study import ConfirmSettings, run_study, standing
 
     plain = synthetic.synthetic_evaluator()
     jitter = iter([1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.02, 0.98] * 4)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators import PplResult, PplSettings, RequestRecord, TpsResult, TpsSettings
+from evaluators import PplResult, PplSettings, RequestRecord, TpsResult, TpsSettings, load_ppl_records
 from evaluators.spec_metrics import SpecDecodeStats
 
 
@@ -86,8 +86,6 @@ def test_eval_json_on_the_demo(demo, tmp_path: Path):
     assert (out["completed"], out["total"], out["output_tokens"]) == (2, 2, 48)
     assert out["tps"] == pytest.approx(48 / out["duration_s"])
     assert out["ppl_finite"] and out["ppl"] > 1.0 and out["ppl_records"] == 4
-    from evaluators import load_ppl_records
-
     assert out["ppl_tokens"] == load_ppl_records(demo.ppl_tuning).head(4).scored_tokens
     assert out["spec_drafts"] > 0 and out["mean_acceptance_length"] >= 1.0
     assert len(out["spec_per_position_acceptance"]) == 1  # the demo manifest: 1 speculative token

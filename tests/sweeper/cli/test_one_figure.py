@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 from search_spaces import space_from_dict
 from storage import study_status
-from sweeper.answer import answer_tps, study_answer
-from sweeper.cli import app
+from sweeper.answer import answer_tps, study_answer, verify_study
+from sweeper.cli import app, run_cmd
 from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.measure import duration_text
-from sweeper.study import ConfirmSettings, Measurement, run_study
+from sweeper.study import ConfirmSettings, Measurement, StudyResult, run_study
 
 
 def _load(name: str):
@@ -310,8 +310,6 @@ def test_export_and_status_of_a_missing_database_exit_2_naming_it(tmp_path) -> N
 
 
 def test_status_piped_to_a_file_keeps_each_table_row_on_one_line(synthetic, tmp_path) -> None:
-    from sweeper.answer import verify_study
-
     study = synthetic.make_study(tmp_path, name="wide")  # params: sliding_window, centroid_top_k, ...
     verify_study(storage=study.url, study_name=study.name, top=2, repeats=2, evaluate=synthetic.synthetic_evaluator())
     result = CliRunner().invoke(app, ["status", "--storage", study.url])  # not a terminal: 80 columns
@@ -445,9 +443,6 @@ def test_a_storage_that_is_not_a_database_url_and_an_unnamed_study_exit_2(race, 
 def test_sweeper_run_ends_with_the_closing_block_and_verbose_adds_the_derivation(demo, tmp_path, monkeypatch) -> None:
     """`sweeper run` itself, its server work replaced by the scripted race study (run_study, real SQLite)."""
     import types
-
-    from sweeper.cli import run_cmd
-    from sweeper.study import StudyResult
 
     url = f"sqlite:///{tmp_path / 'race.db'}"
 

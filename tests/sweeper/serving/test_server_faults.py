@@ -19,7 +19,7 @@ import pytest
 
 from sweeper.errors import ServerError, ServerIdentityError, ServerStartError, ServerTimeoutError
 from sweeper.manifest import Manifest
-from sweeper.serving import ServerProcess, port_is_free, processes
+from sweeper.serving import ServerProcess, free_port, port_is_free, processes
 
 
 def stand_in(tmp_path: Path, body: str) -> Manifest:
@@ -170,8 +170,6 @@ def test_leftover_server_is_found_by_its_token(tmp_path: Path):
 
 
 def test_free_port_is_bindable():
-    from sweeper.serving import free_port
-
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))

@@ -15,7 +15,7 @@ import pytest
 import toy
 
 import sweeper
-from storage import TrialStore
+from storage import TrialOutcome, TrialStore
 from sweeper.errors import ServerError, StudyError
 from sweeper.serving import TOKEN_VARIABLE, processes
 from sweeper.study import Measurement
@@ -291,8 +291,6 @@ def _orphan(url: str, *, host: str, pid: int, state: str = "running", **outcome)
     import datetime
 
     import sqlalchemy
-
-    from storage import TrialOutcome
 
     study = optuna.load_study(study_name="toy", storage=url)
     trial = study.ask()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluators import TpsSettings, WarmupSettings
+from evaluators import TpsSettings, WarmupSettings, load_ppl_records, load_prompts
 from sweeper.cli import main
-from sweeper.errors import UserInputError
+from sweeper.errors import ServerError, UserInputError
 from sweeper.sweep import CHALLENGE_SIZES, DEMO_SIZES, RunPlan, RunSizes, prepare
 
 
@@ -100,7 +100,6 @@ def test_the_readme_night_without_data_is_refused_on_a_challenge_manifest(
 
 
 def test_the_challenge_prompts_split_into_disjoint_reproducible_parts(challenge_data) -> None:
-    from evaluators import load_ppl_records, load_prompts
     from sweeper.measure import DataSplit
 
     prompts = load_prompts(challenge_data / "eval_prompts_sharegpt.json")
@@ -624,7 +623,6 @@ def test_keep_port_refuses_a_busy_manifest_port_before_any_server(monkeypatch, c
 
 def test_keep_port_starts_a_serve_script_that_ignores_PORT_on_the_manifests_port(tmp_path) -> None:
     """A user's serve.py that listens on its own fixed port: found only with keep_port."""
-    from sweeper.errors import ServerError
     from sweeper.manifest import Manifest
     from sweeper.measure import EvalData, EvalSettings, evaluate
     from sweeper.serving import free_port

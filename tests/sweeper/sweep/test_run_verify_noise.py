@@ -20,8 +20,8 @@ from typing import Any
 from scipy import stats
 
 from storage import VerificationStore, study_status
-from sweeper.answer import judge
-from sweeper.cli import main
+from sweeper.answer import _heldout, judge
+from sweeper.cli import main, run_cmd
 from sweeper.study import Measurement
 
 BASE_PARAMS = {"sliding_window": 32, "centroid_top_k": 8, "num_speculative_tokens": 1}  # the demo manifest's
@@ -54,9 +54,6 @@ def interval_with_prior(candidate: list[float], base: list[float], prior: float,
 
 
 def test_run_verify_top_judges_the_heldout_speedup_with_the_studys_noise(monkeypatch, capsys, tmp_path) -> None:
-    from sweeper.answer import _heldout
-    from sweeper.cli import run_cmd
-
     servers = Servers()
     real_prepare = run_cmd.prepare
     monkeypatch.setattr(run_cmd, "prepare", lambda plan: dataclasses.replace(real_prepare(plan), evaluator=servers))

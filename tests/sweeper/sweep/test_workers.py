@@ -15,15 +15,9 @@ import pytest
 from storage import TrialStore, study_status
 from sweeper.cli.status_cmd import running_devices
 from sweeper.errors import UserInputError
-from sweeper.study import Measurement, run_study
-from sweeper.sweep import gpu_groups, run_workers, worker_slot
-from sweeper.sweep._workers import (
-    WorkerSpec,
-    cpu_shares,
-    parse_gpus,
-    tensor_parallel_size,
-    worker_specs,
-)
+from sweeper.study import ConfirmSettings, Measurement, run_study, standing
+from sweeper.sweep import RunPlan, gpu_groups, prepare, run_workers, worker_slot
+from sweeper.sweep._workers import WorkerSpec, _report, cpu_shares, parse_gpus, tensor_parallel_size, worker_specs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workers_standin  # noqa: E402
@@ -235,8 +229,6 @@ def test_ctrl_c_reaches_every_worker_once_and_each_marks_its_trial(tmp_path: Pat
 
 
 def test_prepare_gives_the_evaluator_its_device_slot(tmp_path: Path) -> None:
-    from sweeper.sweep import RunPlan, prepare
-
     plain = prepare(RunPlan(storage=str(tmp_path / "a.db"), run_dir=str(tmp_path)))
     assert plain.evaluator.device.server_env() == {}  # no --gpus: the manifest decides
     one = prepare(RunPlan(storage=str(tmp_path / "b.db"), run_dir=str(tmp_path), gpus="1"))
@@ -248,8 +240,6 @@ def test_the_parent_reports_the_confirmed_best_not_the_fastest_figure(synthetic,
     from search_spaces import load_preset
     from sweeper.demo import demo_paths
     from sweeper.manifest import Manifest
-    from sweeper.study import ConfirmSettings, standing
-    from sweeper.sweep._workers import _report
 
     # 5 speculative tokens read 189 tok/s against the base's 179 in every server: within the
     # noise assumed (10 %), so after its round the race is a tie, and a tie keeps the base
