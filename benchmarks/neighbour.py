@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluators import TpsSettings, WarmupSettings, paired_ratio_interval  # noqa: E402
 from sweeper.demo import demo_paths  # noqa: E402
-from sweeper.errors import SweeperError  # noqa: E402
+from sweeper.errors import ERROR_ROOTS  # noqa: E402
 from sweeper.manifest import Manifest  # noqa: E402
 from sweeper.measure import EvalSettings, load_eval_data, measure_server, warmup_settings_from  # noqa: E402
 from sweeper.serving import ServerProcess  # noqa: E402
@@ -103,7 +103,7 @@ def measure_round(manifest: Manifest, round_: int, args: argparse.Namespace, dat
             write("ready", round=round_, shape=shape, servers=count, all_ready_s=round(both, 3))
             for index, server in enumerate(servers, start=1):
                 _measure(server, data, settings, args.runs, write, round=round_, shape=shape, server=index)
-        except (SweeperError, OSError) as exc:
+        except (*ERROR_ROOTS, OSError) as exc:
             write("failed", round=round_, shape=shape, error=str(exc).splitlines()[0])
         finally:
             for server in servers:

@@ -42,7 +42,7 @@ from typing import Any
 
 from evaluators import PplSettings, TpsSettings, paired_ratio_interval
 from sweeper.demo import demo_paths
-from sweeper.errors import SweeperError
+from sweeper.errors import ERROR_ROOTS
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, evaluate, load_eval_data
 from sweeper.serving import ServerProcess, resolved_config, shared_launchers
@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue  # resumed: already measured
             try:
                 record = measure_one(manifest, settings, data, kind, folder, pair)
-            except SweeperError as exc:
+            except ERROR_ROOTS as exc:
                 record = {"pair": pair, "kind": kind, "error": str(exc)[:500]}
             record["at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             with open(records_path, "a") as handle:

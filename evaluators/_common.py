@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from errortree import MeasurementError
+from evaluators.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from errortree import DataError
+from evaluators.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 
-from errortree import DataError, MeasurementError
 from evaluators._common import (
     DEFAULT_TIMEOUT_S,
     ProgressCallback,
@@ -31,6 +30,7 @@ from evaluators._common import (
     post_json,
     report,
 )
+from evaluators.errors import DataError, MeasurementError
 from evaluators.prompts import Prompt, PromptSet
 
 logger = logging.getLogger(__name__)

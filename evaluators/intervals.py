@@ -39,7 +39,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from errortree import MeasurementError
+from evaluators.errors import MeasurementError
 
 DEFAULT_CONFIDENCE = 0.95  # of every TPS and speedup interval unless a caller asks for another
 PRIOR_SPREAD = 0.10  # SD of log TPS between fresh servers assumed until repeats measure it (0.10: 10 %)

@@ -45,7 +45,6 @@ from typing import Any
 
 import httpx
 
-from errortree import MeasurementError
 from evaluators._common import (
     ProgressCallback,
     finite_or_none,
@@ -53,6 +52,7 @@ from evaluators._common import (
     post_json,
     report,
 )
+from evaluators.errors import MeasurementError
 from evaluators.ppl_records import PplRecord, PplRecordSet
 from evaluators.ppl_uncertainty import RecordScore, record_stderr
 

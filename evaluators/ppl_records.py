@@ -20,8 +20,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from errortree import DataError
 from evaluators._tables import load_rows, split_items
+from evaluators.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from errortree import MeasurementError
 from evaluators._common import (
     DEFAULT_TIMEOUT_S,
     ProgressCallback,
@@ -26,6 +25,7 @@ from evaluators._common import (
     post_json,
     report,
 )
+from evaluators.errors import MeasurementError
 from evaluators.ppl_records import PplRecord, PplRecordSet
 from evaluators.prompts import Prompt, PromptSet
 

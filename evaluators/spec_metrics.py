@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from errortree import MeasurementError
+from evaluators.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
 

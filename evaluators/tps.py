@@ -38,7 +38,6 @@ from typing import Any
 
 import httpx
 
-from errortree import MeasurementError
 from evaluators._common import (
     ProgressCallback,
     chat_payload,
@@ -46,6 +45,7 @@ from evaluators._common import (
     make_client,
     report,
 )
+from evaluators.errors import MeasurementError
 from evaluators.prompts import Prompt, PromptSet
 from evaluators.spec_metrics import (
     SpecDecodeStats,

@@ -16,7 +16,6 @@ import random
 import time
 from typing import Any
 
-from errortree import MeasurementError
 from evaluators._common import (
     DEFAULT_TIMEOUT_S,
     ProgressCallback,
@@ -25,6 +24,7 @@ from evaluators._common import (
     post_json,
     report,
 )
+from evaluators.errors import MeasurementError
 
 logger = logging.getLogger(__name__)
 

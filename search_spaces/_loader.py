@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from errortree import SearchSpaceError
 from search_spaces._parameter import Condition, Parameter
 from search_spaces._space import BASELINE, EnqueuedConfig, SearchSpace
 from search_spaces._target import EnvTarget, check_template
+from search_spaces.errors import SearchSpaceError
 
 logger = logging.getLogger(__name__)
 

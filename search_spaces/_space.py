@@ -10,28 +10,13 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution
 
-from errortree import SearchSpaceError
 from search_spaces._parameter import Parameter
 from search_spaces._target import MISSING
+from search_spaces.errors import BaseValueError, SearchSpaceError
 
 logger = logging.getLogger(__name__)
 
 BASELINE = "baseline"
-
-
-class BaseValueError(SearchSpaceError):
-    """A base manifest's value that a parameter reads is not of the parameter's type.
-
-    ``field``: where the value sits in the manifest's env (``SLIDING_WINDOW``,
-    ``SPECULATIVE_CONFIG.num_speculative_tokens``); ``problem``: what is wrong
-    with it, in words that need no other context.
-    """
-
-    def __init__(self, *, source: str, parameter: str, field: str, value: Any, problem: str) -> None:
-        self.field = field
-        self.value = value
-        self.problem = f"{value!r} {problem} (the searched parameter {parameter!r} reads it)"
-        super().__init__(f"{source}: parameter {parameter!r} reads {field}={value!r}, which {problem}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

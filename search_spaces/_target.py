@@ -19,7 +19,7 @@ import string
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from errortree import SearchSpaceError
+from search_spaces.errors import SearchSpaceError
 
 logger = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ import sqlalchemy
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
-from errortree import StorageError
 from storage._engine import redact
 from storage._queries import StudyNotFoundError, _existing_database
 from storage._tables import Base, TableStore
 from storage._values import as_utc, finite_float, json_safe, utc_now
+from storage.errors import StorageError
 
 ABLATION_RUNNING = "running"
 ABLATION_FINISHED = "finished"

@@ -13,7 +13,7 @@ import optuna
 import sqlalchemy
 from sqlalchemy.engine import Engine, make_url
 
-from errortree import StorageError
+from storage.errors import StorageError, StorageUrlError
 
 logger = logging.getLogger(__name__)
 
@@ -21,12 +21,6 @@ DEFAULT_URL = "sqlite:///sweeper-study.db"
 SCHEMA_ATTEMPTS = 5
 T = TypeVar("T")
 SQLITE_TIMEOUT_S = 60.0
-
-
-class StorageUrlError(StorageError):
-    """A --storage value that is not a database URL: input the user fixes (exit code 2)."""
-
-    exit_code = 2
 
 
 def normalize_url(url: str | os.PathLike[str] | None) -> str:

@@ -15,7 +15,6 @@ import optuna
 import sqlalchemy
 from sqlalchemy.engine import make_url
 
-from errortree import StorageError, StudyError
 from storage._engine import (
     check_sqlite_file,
     create_engine,
@@ -26,6 +25,7 @@ from storage._engine import (
 )
 from storage._store import TrialRecord, TrialStore
 from storage._verification import VerificationRecord, latest_by_trial, verifications
+from storage.errors import StorageError, StudyNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +91,6 @@ class StudyStatus:
             "pareto": [brief(r) for r in self.pareto],
             "verifications": {str(n): v.to_dict() for n, v in self.verifications.items()},
         }
-
-
-class StudyNotFoundError(StudyError):
-    """No study database at the given storage, or no such study in it: input the user fixes (exit code 2)."""
-
-    exit_code = 2
 
 
 # the table Optuna keeps its studies in: a database without it holds no study

@@ -12,9 +12,9 @@ import sqlalchemy
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, selectinload
 
-from errortree import StorageError
 from storage._tables import PhaseRow, RequestRow, TableStore, TrialRow
 from storage._values import as_utc, json_safe, utc_now
+from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-from errortree import StorageError
 from storage._engine import create_engine, create_schema, describe_error, normalize_url, redact
 from storage._values import utc_now
+from storage.errors import StorageError
 
 
 class Base(DeclarativeBase):

@@ -28,10 +28,10 @@ import sqlalchemy
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
-from errortree import StorageError
 from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._tables import Base, TableStore
 from storage._values import as_utc, finite_float, json_safe, utc_now
+from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
 

@@ -1,36 +1,24 @@
-"""The one exception tree of sweeper.
+"""The errors ``sweeper`` raises, and the roots the CLI catches.
 
-The root and the errors that the lower packages (``evaluators``,
-``storage``, ``search_spaces``) raise live in ``errortree``, which imports
-nothing, so those packages raise from this tree without importing
-``sweeper``; this module re-exports them (``from sweeper.errors import
-MeasurementError`` is the same class) and adds the errors only ``sweeper``
-raises. Marked (*): defined in ``errortree``::
+``SweeperError`` is the root of sweeper's own errors. The lower packages
+(``evaluators``, ``storage``, ``search_spaces``) import nothing of
+``sweeper`` and raise from roots of their own (``EvaluatorError``,
+``StorageError``, ``SearchSpaceError``); this module re-exports their
+errors (``from sweeper.errors import MeasurementError`` is the same class)
+and names the four roots in ``ERROR_ROOTS``: whatever catches every error
+raised on purpose catches that tuple. Every error carries ``exit_code``: 2
+for input the user fixes, else 1. The whole tree is drawn once, in
+docs/architecture.md.
 
-    SweeperError (*)             root; the CLI turns it into one line + exit code
-    ├── UserInputError (*)       bad input from the user: exit code 2
-    │   ├── ManifestError        a manifest file or field is wrong
-    │   ├── SearchSpaceError (*) a search-space file or parameter is wrong
-    │   └── DataError (*)        a prompt set or PPL reference set is wrong
-    ├── ServerError              the model server did not do its job
-    │   ├── ServerStartError     it exited during start-up
-    │   │   └── ServerRefusedError  it refused the configuration (deterministic)
-    │   ├── ServerTimeoutError   it was not ready before the deadline
-    │   ├── ServerIdentityError  something else answers on its port
-    │   ├── ServerStopError      a process of it survived SIGKILL
-    │   └── TrialTimeoutError    the trial ran past its wall-clock limit
-    ├── MeasurementError (*)     a measurement could not be completed
-    ├── StorageError (*)         the study database could not be used
-    └── StudyError (*)           the study cannot go on or has no answer
-
-Callers react by group: a ``UserInputError`` is fixed by the user and never
-retried; a ``ServerError`` or ``MeasurementError`` fails one trial and the
-sweep goes on; a ``StorageError`` or ``StudyError`` ends the command.
-Within the trial-failing group, a ``ServerRefusedError`` is the one
-deterministic answer: the same configuration is refused again, so it is not
-retried and the study tells Optuna it is infeasible; the others are
-transient (retried once at start, counted toward the consecutive-failure
-stop).
+Callers react by group: a user-input error (``USER_INPUT_ERRORS``:
+``UserInputError`` and the lower packages' ``DataError`` and
+``SearchSpaceError``) is fixed by the user and never retried; a
+``ServerError`` or ``MeasurementError`` fails one trial and the sweep goes
+on; a ``StorageError`` or ``StudyError`` ends the command. Within the
+trial-failing group, a ``ServerRefusedError`` is the one deterministic
+answer: the same configuration is refused again, so it is not retried and
+the study tells Optuna it is infeasible; the others are transient (retried
+once at start, counted toward the consecutive-failure stop).
 
 ``ServerError`` and ``MeasurementError`` carry ``kind``: the failure kind as
 ``sweeper.serving.classify`` named it (``oom-start``, ``oom-measure``,
@@ -40,18 +28,15 @@ stop).
 
 from __future__ import annotations
 
-from errortree import (
-    DataError,
-    MeasurementError,
-    SearchSpaceError,
-    StorageError,
-    StudyError,
-    SweeperError,
-    UserInputError,
-)
+from evaluators.errors import DataError, EvaluatorError, MeasurementError
+from search_spaces.errors import SearchSpaceError
+from storage.errors import StorageError
 
 __all__ = [
+    "ERROR_ROOTS",
+    "USER_INPUT_ERRORS",
     "DataError",
+    "EvaluatorError",
     "ManifestError",
     "MeasurementError",
     "SearchSpaceError",
@@ -67,6 +52,18 @@ __all__ = [
     "TrialTimeoutError",
     "UserInputError",
 ]
+
+
+class SweeperError(Exception):
+    """Root of every error ``sweeper`` raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UserInputError(SweeperError):
+    """Input that the user has to fix; nothing was written."""
+
+    exit_code = 2
 
 
 class ManifestError(UserInputError):
@@ -123,3 +120,13 @@ class TrialTimeoutError(ServerError):
     def __init__(self, message: str, *, limit_s: float, log_tail: str = "") -> None:
         self.limit_s = limit_s
         super().__init__(message, log_tail=log_tail, kind="timeout")
+
+
+class StudyError(SweeperError):
+    """The study cannot go on, or has no answer to give."""
+
+
+# the roots of the four packages' trees: catching them catches every error raised on purpose
+ERROR_ROOTS: tuple[type[Exception], ...] = (SweeperError, EvaluatorError, StorageError, SearchSpaceError)
+# input the user fixes, never retried: sweeper's group and the lower packages' user errors
+USER_INPUT_ERRORS: tuple[type[Exception], ...] = (UserInputError, DataError, SearchSpaceError)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("sweeper", "evaluators", "storage", "search_spaces", "errortree")
-LOWER = ("evaluators", "storage", "search_spaces", "errortree")
+PRODUCT = ("sweeper", "evaluators", "storage", "search_spaces")
+LOWER = ("evaluators", "storage", "search_spaces")
 
 
 def module_files() -> dict[str, Path]:
@@ -149,35 +149,74 @@ def test_the_lower_packages_import_nothing_of_sweeper(package: str) -> None:
     assert not upward, f"{package} imports sweeper: " + ", ".join(upward)
 
 
-def test_the_error_root_imports_nothing_of_the_project() -> None:
+@pytest.mark.parametrize("package", LOWER)
+def test_the_lower_packages_import_nothing_of_each_other(package: str) -> None:
     graph = import_graph()
-    assert not {target for name, targets in graph.items() if name.startswith("errortree") for target in targets}
+    others = [other for other in LOWER if other != package]
+    sideways = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if name == package or name.startswith(package + ".")
+        for target in targets
+        if any(target == other or target.startswith(other + ".") for other in others)
+    )
+    assert not sideways, f"{package} imports another lower package: " + ", ".join(sideways)
 
 
-def test_the_lower_packages_raise_from_the_one_tree_the_cli_catches() -> None:
-    import errortree
+@pytest.mark.parametrize("package", LOWER)
+def test_a_lower_errors_module_imports_nothing_of_the_project(package: str) -> None:
+    assert not import_graph()[f"{package}.errors"]
+
+
+def test_sweeper_errors_imports_only_the_lower_errors_modules() -> None:
+    assert import_graph()["sweeper.errors"] == {f"{package}.errors" for package in LOWER}
+
+
+def test_the_lower_packages_raise_errors_the_cli_catches() -> None:
     import sweeper.errors as errors
     from evaluators import intervals
     from search_spaces import _loader
-    from storage import _queries
+    from storage import _engine, _queries
 
     # the classes the lower packages raise are the very classes sweeper.errors names
-    assert intervals.MeasurementError is errors.MeasurementError is errortree.MeasurementError
+    assert intervals.MeasurementError is errors.MeasurementError
     assert _loader.SearchSpaceError is errors.SearchSpaceError
-    assert _queries.StudyError is errors.StudyError and _queries.StorageError is errors.StorageError
-    # and they keep their places in the tree, with the exit codes the CLI gives them
+    assert _queries.StorageError is errors.StorageError
+    # each sits under one of the roots the CLI catches, with the exit code the CLI gives it
     codes = {
         errors.SearchSpaceError: 2,
         errors.DataError: 2,
         errors.ManifestError: 2,
+        _engine.StorageUrlError: 2,
+        _queries.StudyNotFoundError: 2,
         errors.MeasurementError: 1,
         errors.StorageError: 1,
         errors.StudyError: 1,
         errors.ServerError: 1,
     }
     for cls, code in codes.items():
-        assert issubclass(cls, errors.SweeperError) and cls.exit_code == code, cls
-    assert issubclass(errors.DataError, errors.UserInputError)
-    assert not issubclass(errors.MeasurementError, errors.UserInputError)
-    with pytest.raises(errors.SweeperError, match="at least 2 repeats"):
+        assert issubclass(cls, errors.ERROR_ROOTS) and cls.exit_code == code, cls
+    for root in errors.ERROR_ROOTS:
+        assert root.exit_code in (1, 2) and not issubclass(root, tuple(set(errors.ERROR_ROOTS) - {root})), root
+    # the user-input groups: never retried, whichever package raised them
+    for cls in (errors.DataError, errors.SearchSpaceError, errors.ManifestError):
+        assert issubclass(cls, errors.USER_INPUT_ERRORS) and cls.exit_code == 2, cls
+    assert not issubclass(errors.MeasurementError, errors.USER_INPUT_ERRORS)
+    with pytest.raises(errors.ERROR_ROOTS, match="at least 2 repeats"):
         intervals.repeat_interval([1.0])
+
+
+def test_a_lower_package_user_error_is_one_line_and_exit_code_2(monkeypatch, capsys) -> None:
+    from evaluators.errors import DataError
+    from sweeper import cli
+
+    def refuse(**_: object) -> None:
+        raise DataError("prompts.json:\n  record 3 has no prompt")
+
+    monkeypatch.setattr(cli.app, "main", refuse)
+    monkeypatch.setattr("sys.argv", ["sweeper", "eval"])
+    monkeypatch.delenv("SWEEPER_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as caught:
+        cli.main()
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == "error: prompts.json: record 3 has no prompt\n"

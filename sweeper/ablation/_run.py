@@ -49,7 +49,7 @@ from sweeper.ablation._closing import (
 from sweeper.ablation._schedule import DEFAULT_BLOCK_SIZE, Slot, blocks, schedule
 from sweeper.ablation._switches import AblationArms, AblationMode, Switch
 from sweeper.ablation._verdict import SlotFigure, SwitchReport, TpsEffects, export_value, report_switches, tps_effects
-from sweeper.errors import ServerStartError, SweeperError, UserInputError
+from sweeper.errors import ERROR_ROOTS, USER_INPUT_ERRORS, ServerStartError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalResult, EvalSettings, evaluate
 from sweeper.serving import classify
@@ -446,8 +446,8 @@ def _measure_slot(
     common = {"round": slot.round, "block": slot.block, "arm": slot.arm, "overrides": dict(settings.overrides)}
     try:
         result = measure(manifest, settings)
-    except (SweeperError, OSError) as exc:
-        if isinstance(exc, UserInputError):
+    except (*ERROR_ROOTS, OSError) as exc:
+        if isinstance(exc, USER_INPUT_ERRORS):
             raise
         log_tail = getattr(exc, "log_tail", "") or ""
         kind = classify(log_tail, exc, during_start=isinstance(exc, ServerStartError))

@@ -58,7 +58,7 @@ from sweeper.answer._candidates import (
     study_answer,
 )
 from sweeper.answer._figure import answer_figure
-from sweeper.errors import MeasurementError, StudyError, SweeperError, UserInputError
+from sweeper.errors import ERROR_ROOTS, USER_INPUT_ERRORS, MeasurementError, StudyError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.study import (
     Claim,
@@ -656,8 +656,8 @@ def _measure(
         measurement = evaluate(dict(context.params), context)
         if not isinstance(measurement, Measurement):
             raise MeasurementError(f"the evaluator returned {type(measurement).__name__}, not a Measurement")
-    except (SweeperError, OSError) as exc:
-        if isinstance(exc, UserInputError):
+    except (*ERROR_ROOTS, OSError) as exc:
+        if isinstance(exc, USER_INPUT_ERRORS):
             raise
         logger.warning("verification of %s, repeat %d failed: %s", whose, repeat + 1, exc)
         return VerificationRun(

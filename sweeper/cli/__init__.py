@@ -2,8 +2,9 @@
 
 Every command lives in its own module here and is listed once in
 ``COMMAND_MODULES``. Commands check input, call ``sweeper.*`` and display;
-a ``SweeperError`` becomes one line on stderr and its exit code, and so
-does a bad option or argument (click's usage error, exit code 2).
+an error raised on purpose (sweeper's own or a lower package's: the roots
+in ``sweeper.errors.ERROR_ROOTS``) becomes one line on stderr and its exit
+code, and so does a bad option or argument (click's usage error, exit code 2).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import click
 
 from sweeper import __version__, invocation
-from sweeper.errors import SweeperError
+from sweeper.errors import ERROR_ROOTS
 
 # module name -> the click command it defines (the one table of commands)
 COMMAND_MODULES = {
@@ -78,7 +79,7 @@ def main() -> None:
     invocation.set_program(invocation.program_from(sys.argv[0]))  # every hint as the user can type it
     try:
         app.main(standalone_mode=False)
-    except SweeperError as exc:
+    except ERROR_ROOTS as exc:
         if debug:
             raise
         click.echo(f"error: {one_line(str(exc))}", err=True)

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-# a SweeperError with this exit code is input the user fixes (UserInputError and its kin)
+# an error with this exit code is input the user fixes (UserInputError and its kin in the lower packages)
 USER_ERROR_EXIT_CODE = 2
 
 

@@ -28,7 +28,7 @@ import optuna
 from evaluators.intervals import screen_floor
 from search_spaces import BASELINE, SearchSpace
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
-from sweeper.errors import MeasurementError, ServerError, StorageError, StudyError, SweeperError
+from sweeper.errors import ERROR_ROOTS, MeasurementError, ServerError, StorageError, StudyError
 from sweeper.serving import FailureKind, classify
 from sweeper.study._evaluator import Evaluator, Measurement, TrialContext, TrialEvent
 from sweeper.study._gate import (
@@ -84,7 +84,7 @@ class _Heartbeat:
         while not self._stop.wait(interval_s):
             try:
                 store.beat(study_name, number)
-            except SweeperError as exc:
+            except ERROR_ROOTS as exc:
                 logger.warning("heartbeat of trial %d not recorded: %s", number, exc)
 
     def __enter__(self) -> _Heartbeat:

@@ -34,7 +34,7 @@ from typing import Any
 
 from storage import redact, study_status
 from sweeper.devices import describe_device
-from sweeper.errors import StudyError, SweeperError
+from sweeper.errors import ERROR_ROOTS, StudyError
 from sweeper.study import ConfirmSettings, StudyResult, standing
 from sweeper.sweep._gpus import (
     WORKER_CPUS_VARIABLE,
@@ -170,7 +170,7 @@ def _worker_main(
     logger.info("%s starts (pid %d, CPU cores %s)", spec.label, os.getpid(), spec.cpus or "shared")
     try:
         stop_reason, trials_run = target(plan, spec)
-    except SweeperError as exc:
+    except ERROR_ROOTS as exc:
         logger.error("%s stopped: %s", spec.label, exc)
         results.put((spec.index, None, 0, str(exc)))
         raise SystemExit(exc.exit_code) from None

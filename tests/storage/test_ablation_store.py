@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from errortree import StorageError
 from storage import ABLATION_FINISHED, ABLATION_RUNNING, AblationServer, AblationStore, ClosingServer, stored_ablation
+from storage.errors import StorageError
 
 SWITCHES = [{"key": "ENFORCE_EAGER", "subject": "1", "reference": "0", "manifest_value": "1"}]
 SETTINGS = {"rounds": 2, "block_size": 4, "confidence": 0.95}

@@ -23,7 +23,7 @@ from storage import (
     redact,
     study_status,
 )
-from sweeper.errors import StorageError, StudyError
+from storage.errors import StorageError, StudyNotFoundError
 from sweeper.study import Measurement
 
 SPACE = space_from_dict(
@@ -220,9 +220,9 @@ def test_status_names_the_studies_when_asked_for_a_missing_one(tmp_path: Path) -
     url = f"sqlite:///{tmp_path / 's.db'}"
     run_table_study(url, name="one")
     run_table_study(url, name="two")
-    with pytest.raises(StudyError, match=r"holds 2 studies \(one, two\): name one with --study"):
+    with pytest.raises(StudyNotFoundError, match=r"holds 2 studies \(one, two\): name one with --study"):
         study_status(url)
-    with pytest.raises(StudyError, match="no study named 'three'.*studies: one, two"):
+    with pytest.raises(StudyNotFoundError, match="no study named 'three'.*studies: one, two"):
         study_status(url, "three")
 
 

@@ -7,7 +7,7 @@ import pytest
 from evaluators import TpsSettings
 from storage import ABLATION_INTERRUPTED, stored_ablation
 from sweeper.ablation import AblationMode, AblationPlan, find_switches, run_ablation
-from sweeper.errors import UserInputError
+from sweeper.errors import USER_INPUT_ERRORS, UserInputError
 from sweeper.measure import EvalSettings
 
 
@@ -17,7 +17,7 @@ def test_a_missing_prompt_file_stops_the_ablation_and_marks_it_interrupted(demo_
     )
     settings = EvalSettings(prompts=tmp_path / "missing.json", tps=TpsSettings(num_prompts=2, output_len=8))
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    with pytest.raises(UserInputError, match="missing.json"):
+    with pytest.raises(USER_INPUT_ERRORS, match="missing.json"):
         run_ablation(demo_manifest, plan, settings, url=url, workdir=tmp_path / "runs")
     record = stored_ablation(url, "bad-data")
     assert record.status == ABLATION_INTERRUPTED and record.servers == () and record.verdicts is None

@@ -39,7 +39,7 @@ from sweeper.serving import ServerProcess
 pytestmark = pytest.mark.server
 
 REPO = Path(__file__).resolve().parents[3]
-PACKAGES = ("sweeper", "evaluators", "storage", "search_spaces", "errortree")
+PACKAGES = ("sweeper", "evaluators", "storage", "search_spaces")
 # this project (by any of its names), its editable install and pip stay out of the shared packages
 NOT_SHARED = re.compile(
     r"^(sweeper|sweeper_serving)(-[^-]+\.dist-info)?$|^__editable__|\.pth$|^pip(-[^-]+\.dist-info)?$"

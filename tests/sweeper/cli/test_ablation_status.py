@@ -76,7 +76,7 @@ def test_status_of_an_ablation_not_stored_is_a_one_line_error(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     _store(url, rounds=1)
     done = CliRunner().invoke(app, ["status", "--ablation", "other", "--storage", url])
-    # the console entry point prints a SweeperError as one line and exits with its code
+    # the console entry point prints such an error (a storage one here) as one line and exits with its code
     assert done.exception.exit_code == 2
     assert str(done.exception).startswith("no ablation 'other' in sqlite:///") and str(done.exception).endswith(
         "(stored: abl)"

@@ -300,10 +300,10 @@ def test_export_states_the_one_figure_in_its_refusal_message_and_description(rac
 def test_export_and_status_of_a_missing_database_exit_2_naming_it(tmp_path) -> None:
     missing = tmp_path / "none.db"
     for command in (["status"], ["export"], ["verify"], ["report", "-o", str(tmp_path / "r")]):
-        from sweeper.errors import SweeperError
+        from sweeper.errors import ERROR_ROOTS
 
         result = CliRunner().invoke(app, [*command, "--storage", str(missing)])
-        assert isinstance(result.exception, SweeperError), (command, result.output)
+        assert isinstance(result.exception, ERROR_ROOTS), (command, result.output)
         assert result.exception.exit_code == 2
         assert str(result.exception) == f"no study database at {missing} (see --storage)"
     assert not missing.exists()
@@ -427,16 +427,16 @@ def test_the_report_states_the_one_figure(race, tmp_path) -> None:
 def test_a_storage_that_is_not_a_database_url_and_an_unnamed_study_exit_2(race, tmp_path) -> None:
     import optuna
 
-    from sweeper.errors import SweeperError
+    from sweeper.errors import ERROR_ROOTS
 
     result = CliRunner().invoke(app, ["status", "--storage", "postgresql://::bad"])
-    assert isinstance(result.exception, SweeperError) and result.exception.exit_code == 2
+    assert isinstance(result.exception, ERROR_ROOTS) and result.exception.exit_code == 2
     assert str(result.exception).startswith("not a database URL: 'postgresql://::bad'")
     url = f"sqlite:///{tmp_path / 'two.db'}"
     for name in ("one", "two"):
         optuna.create_study(study_name=name, storage=url)
     result = CliRunner().invoke(app, ["export", "--storage", url])
-    assert isinstance(result.exception, SweeperError) and result.exception.exit_code == 2
+    assert isinstance(result.exception, ERROR_ROOTS) and result.exception.exit_code == 2
     assert str(result.exception) == f"{url} holds 2 studies (one, two): name one with --study"
 
 

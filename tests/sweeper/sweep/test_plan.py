@@ -13,7 +13,7 @@ import pytest
 
 from evaluators import TpsSettings, WarmupSettings, load_ppl_records, load_prompts
 from sweeper.cli import main
-from sweeper.errors import ServerError, UserInputError
+from sweeper.errors import USER_INPUT_ERRORS, ServerError, UserInputError
 from sweeper.sweep import CHALLENGE_SIZES, DEMO_SIZES, RunPlan, RunSizes, prepare
 
 
@@ -486,7 +486,7 @@ def test_a_fraction_that_leaves_no_heldout_record_is_refused_before_any_server(u
     n_prompts = len(json.loads(user_setup.prompts.read_text()))
     fraction = 0.4 / n_prompts  # rounds to no prompt at all
     with pytest.raises(
-        UserInputError,
+        USER_INPUT_ERRORS,
         match=rf"my-prompts.json: a held-out fraction of {fraction:g} of its "
         rf"{n_prompts} records leaves the heldout part empty",
     ):
