@@ -35,12 +35,20 @@ from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
-# the verdicts; "running" also stands for a verification that never finished
-VERIFIED = "verified"
-FAILED = "failed"
-RUNNING = "running"
-INTERRUPTED = "interrupted"
-STATUSES = (VERIFIED, FAILED, RUNNING, INTERRUPTED)
+
+class VerificationStatus(str, enum.Enum):
+    """Where a verification stands: its verdict once finished (verified, failed), else running
+    or interrupted ("running" also stands for one that never finished); stored and printed as
+    its word."""
+
+    VERIFIED = "verified"
+    FAILED = "failed"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
 
 # whose repeat a run is: the candidate's, or the base configuration's (the control)
 CANDIDATE = "candidate"
@@ -60,12 +68,6 @@ class Control(str, enum.Enum):
 
     __str__ = str.__str__
     __format__ = str.__format__
-
-
-CONTROL_MEASURED = Control.MEASURED
-CONTROL_IS_BASE = Control.IS_BASE
-CONTROL_OFF = Control.OFF
-CONTROLS = tuple(Control)
 
 
 class VerificationRow(Base):
@@ -165,7 +167,7 @@ class VerificationRecord:
     id: int
     study_name: str
     trial_number: int
-    status: str
+    status: VerificationStatus
     reason: str
     params: Mapping[str, Any]
     tuned_tps: float
@@ -196,11 +198,11 @@ class VerificationRecord:
 
     @property
     def verified(self) -> bool:
-        return self.status == VERIFIED
+        return self.status is VerificationStatus.VERIFIED
 
     @property
     def finished(self) -> bool:
-        return self.status in (VERIFIED, FAILED)
+        return self.status in (VerificationStatus.VERIFIED, VerificationStatus.FAILED)
 
     @property
     def tps_deviation(self) -> float | None:
@@ -245,19 +247,19 @@ class VerificationStore(TableStore):
         tolerance: float,
         repeats: int,
         data: Mapping[str, Any],
-        control: str | None = None,
+        control: Control | None = None,
         claimed_speedup: bool | None = None,
         base_params: Mapping[str, Any] | None = None,
         base_trial: int | None = None,
         noise: float | None = None,
     ) -> int:
         """Record a verification that starts now; returns its id."""
-        _check_control(control)
+        control_word = _control_word(control)
         with self._session() as session:
             row = VerificationRow(
                 study_name=study_name,
                 trial_number=trial_number,
-                status=RUNNING,
+                status=VerificationStatus.RUNNING.value,
                 reason="",
                 params=dict(params),
                 tuned_tps=tuned_tps,
@@ -266,7 +268,7 @@ class VerificationStore(TableStore):
                 tolerance=tolerance,
                 repeats=repeats,
                 data=dict(data),
-                control=control,
+                control=control_word,
                 claimed_speedup=claimed_speedup,
                 base_params=None if base_params is None else json_safe(dict(base_params)),
                 base_trial=base_trial,
@@ -283,21 +285,21 @@ class VerificationStore(TableStore):
         tuned_tps: float,
         tolerance: float,
         repeats: int,
-        control: str | None,
+        control: Control | None,
         claimed_speedup: bool | None,
         noise: float | None,
     ) -> None:
         """Take up an unfinished verification again: its stored repeats stay, the criteria
         are the new call's, the verdict is cleared until the new one is written."""
-        _check_control(control)
+        control_word = _control_word(control)
         with self._session() as session:
             row = self._row(session, verification_id)
-            row.status = RUNNING
+            row.status = VerificationStatus.RUNNING.value
             row.reason = ""
             row.tuned_tps = tuned_tps
             row.tolerance = tolerance
             row.repeats = repeats
-            row.control = control
+            row.control = control_word
             row.claimed_speedup = claimed_speedup
             row.noise = noise
             row.finished_at = None
@@ -329,7 +331,7 @@ class VerificationStore(TableStore):
         self,
         verification_id: int,
         *,
-        status: str,
+        status: VerificationStatus,
         reason: str,
         median_tps: float | None,
         max_ppl: float | None,
@@ -338,11 +340,10 @@ class VerificationStore(TableStore):
         speedup_confidence: float | None = None,
     ) -> None:
         """Write the verdict; ``speedup``: (value, low, high) over the base at ``speedup_confidence``."""
-        if status not in STATUSES:
-            raise ValueError(f"unknown verification status {status!r}")
+        status = VerificationStatus(status)  # ValueError: not a verification status
         with self._session() as session:
             row = self._row(session, verification_id)
-            row.status = status
+            row.status = status.value
             row.reason = reason
             row.median_tps = median_tps
             row.max_ppl = finite_float(max_ppl)
@@ -376,9 +377,9 @@ class VerificationStore(TableStore):
         return row
 
 
-def _check_control(control: str | None) -> None:
-    if control is not None and control not in CONTROLS:
-        raise ValueError(f"unknown verification control {control!r}")
+def _control_word(control: Control | None) -> str | None:
+    """The word a control is stored as (ValueError: not a control)."""
+    return None if control is None else Control(control).value
 
 
 def add_missing_columns(engine: sqlalchemy.Engine, tables: Sequence[sqlalchemy.Table]) -> list[str]:
@@ -446,7 +447,7 @@ def _record(row: VerificationRow) -> VerificationRecord:
         id=row.id,
         study_name=row.study_name,
         trial_number=row.trial_number,
-        status=row.status,
+        status=VerificationStatus(row.status),
         reason=row.reason or "",
         params=dict(row.params or {}),
         tuned_tps=row.tuned_tps,

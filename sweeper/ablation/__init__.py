@@ -3,7 +3,7 @@
 ``find_switches`` picks the switches, ``AblationArms`` gives each arm's env,
 ``schedule`` the order of the fresh servers (blocks of switches around a
 shared base, in rounds), ``tps_effects`` and ``report_switches`` the
-figures and the verdicts (``judge``: the one place a switch's verdict is
+figures and the verdicts (``judge_switch``: the one place a switch's verdict is
 decided), ``export_value`` what the exported manifest sets; ``run_ablation`` measures a
 whole ablation server by server (stored, resumable), ending with the
 closing race of the exported manifest against the original
@@ -52,11 +52,11 @@ from sweeper.ablation._verdict import (
     SlotFigure,
     Speed,
     SwitchReport,
+    SwitchVerdict,
     TpsEffects,
-    Verdict,
     export_value,
-    judge,
     judge_closing,
+    judge_switch,
     output_check,
     ppl_check,
     report_switches,
@@ -104,11 +104,11 @@ __all__ = [
     "Switch",
     "SwitchReport",
     "TpsEffects",
-    "Verdict",
+    "SwitchVerdict",
     "blocks",
     "export_value",
     "find_switches",
-    "judge",
+    "judge_switch",
     "output_check",
     "ppl_check",
     "report_switches",

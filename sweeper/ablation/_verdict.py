@@ -20,7 +20,7 @@ token for token with the base's. The base's own second server is the
 control: when the base does not reproduce its own tokens, the server is
 not deterministic and fidelity cannot tell a change (PPL still can).
 
-**The verdict** (``judge``): fails to start, helps (faster, quality
+**The verdict** (``judge_switch``): fails to start, helps (faster, quality
 unchanged), helps but changes the outputs or PPL, hurts (slower), or no
 effect within the noise. ``export_value`` turns a verdict into the value
 the exported manifest sets, and ``judge_closing`` decides what the closing
@@ -75,7 +75,9 @@ class PplCheck(Word):
     NOT_MEASURED = "not measured"
 
 
-class Verdict(Word):
+class SwitchVerdict(Word):
+    """What the ablation says of one switch (``judge_switch``)."""
+
     HELPS = "helps"  # faster, outputs and PPL unchanged
     HELPS_CHANGES_OUTPUT = "helps, changes outputs"  # faster, but the tokens or PPL moved
     NO_EFFECT = "no effect"  # within the noise
@@ -212,16 +214,16 @@ def output_check(arm: FidelityResult | None, control: FidelityResult | None) -> 
     return OutputCheck.SAME if arm.identical == arm.compared else OutputCheck.CHANGED
 
 
-def judge(speed: Speed, outputs: OutputCheck, ppl: PplCheck) -> Verdict:
+def judge_switch(speed: Speed, outputs: OutputCheck, ppl: PplCheck) -> SwitchVerdict:
     """The one place a switch's verdict is decided."""
     if speed is Speed.UNMEASURED:
-        return Verdict.FAILS_TO_START
+        return SwitchVerdict.FAILS_TO_START
     if speed is Speed.SLOWER:
-        return Verdict.HURTS
+        return SwitchVerdict.HURTS
     if speed is Speed.NO_EFFECT:
-        return Verdict.NO_EFFECT
+        return SwitchVerdict.NO_EFFECT
     changed = outputs is OutputCheck.CHANGED or ppl in (PplCheck.HIGHER, PplCheck.LOWER)
-    return Verdict.HELPS_CHANGES_OUTPUT if changed else Verdict.HELPS
+    return SwitchVerdict.HELPS_CHANGES_OUTPUT if changed else SwitchVerdict.HELPS
 
 
 def judge_closing(speed: Speed, outputs: OutputCheck) -> ClosingVerdict:
@@ -237,7 +239,7 @@ def judge_closing(speed: Speed, outputs: OutputCheck) -> ClosingVerdict:
     return ClosingVerdict.CONFIRMED
 
 
-def export_value(switch: Switch, verdict: Verdict, *, allow_output_change: bool = False) -> str | None:
+def export_value(switch: Switch, verdict: SwitchVerdict, *, allow_output_change: bool = False) -> str | None:
     """The value the exported manifest sets for ``switch`` (None: leave the key unset).
 
     Helps: the subject value. Helps but changes outputs: the reference value
@@ -245,9 +247,9 @@ def export_value(switch: Switch, verdict: Verdict, *, allow_output_change: bool 
     speedups that keep the outputs). Hurts or fails to start: the reference
     value. No effect: the manifest's own value, unchanged.
     """
-    if verdict is Verdict.HELPS or (verdict is Verdict.HELPS_CHANGES_OUTPUT and allow_output_change):
+    if verdict is SwitchVerdict.HELPS or (verdict is SwitchVerdict.HELPS_CHANGES_OUTPUT and allow_output_change):
         return switch.subject
-    if verdict is Verdict.NO_EFFECT:
+    if verdict is SwitchVerdict.NO_EFFECT:
         return switch.manifest_value
     return switch.reference
 
@@ -257,7 +259,7 @@ class SwitchReport:
     """Everything the ablation says of one switch."""
 
     switch: Switch
-    verdict: Verdict
+    verdict: SwitchVerdict
     speed: Speed
     tps_effect: Interval | None
     pairs: int
@@ -304,7 +306,7 @@ def report_switches(
         reports.append(
             SwitchReport(
                 switch=switch,
-                verdict=judge(speed, outputs, ppl_state),
+                verdict=judge_switch(speed, outputs, ppl_state),
                 speed=speed,
                 tps_effect=effect,
                 pairs=effects.pairs[index],

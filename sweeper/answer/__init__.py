@@ -1,7 +1,7 @@
 """The study's answer: the best feasible candidates, their verification, the export.
 
 ``study_answer`` picks what the study claims; ``verify_study`` re-measures
-the candidates on held-out data in fresh servers and ``judge`` decides;
+the candidates on held-out data in fresh servers and ``judge_candidate`` decides;
 ``export_answer`` writes the verified winner as a challenge manifest;
 ``rerun_against_base`` re-measures any exported answer beside its base, as
 the organizers' re-run would.
@@ -9,10 +9,11 @@ the organizers' re-run would.
 
 from sweeper.answer._candidates import (
     Answer,
-    Verdict,
+    AnswerStatus,
+    CandidateVerdict,
     candidates,
     heldout_speedup,
-    judge,
+    judge_candidate,
     ranked_answers,
     speedup_text,
     study_answer,
@@ -59,7 +60,9 @@ from sweeper.answer._verify import (
 __all__ = [
     "place_manifest",
     "Answer",
+    "AnswerStatus",
     "BaseConfiguration",
+    "CandidateVerdict",
     "ExportResult",
     "HeldOutData",
     "HeldOutDataError",
@@ -70,7 +73,6 @@ __all__ = [
     "RerunSettingsError",
     "ServerCount",
     "UnverifiedAnswerError",
-    "Verdict",
     "VerifyEvent",
     "VerifyResult",
     "VerifySettings",
@@ -88,7 +90,7 @@ __all__ = [
     "heldout_settings",
     "heldout_sources",
     "heldout_speedup",
-    "judge",
+    "judge_candidate",
     "paired_ratio_interval",
     "ranked_answers",
     "rerun_against_base",

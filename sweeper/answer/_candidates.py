@@ -1,6 +1,6 @@
 """The study's answer, and the verdict of a verification.
 
-``judge`` decides whether a candidate's held-out repeats verify it: its
+``judge_candidate`` decides whether a candidate's held-out repeats verify it: its
 held-out PPL is at most the cap in every repeat, the median held-out TPS is
 within the tolerance of the tuned TPS, either way, and, when the study
 claims the candidate is faster than its base configuration, the held-out
@@ -30,19 +30,17 @@ from evaluators.intervals import (
 )
 from storage import (
     DEFAULT_URL,
-    FAILED,
-    VERIFIED,
     Control,
     TrialRecord,
     VerificationRecord,
     VerificationRun,
+    VerificationStatus,
     normalize_url,
     redact,
 )
 from sweeper import invocation
 from sweeper.study import Configuration, ConfirmSettings, Standing, standing
-
-UNVERIFIED = "unverified"
+from sweeper.words import Word
 
 # the between-server spread (SD of log TPS, ``--noise``) assumed before the repeats show their
 # own where no study gives one, and the weight it has in the pool (degrees of freedom), as a
@@ -56,12 +54,14 @@ SPEEDUP_CONFIDENCE = DEFAULT_CONFIDENCE
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Verdict:
-    """``control``: measured (base repeats ran beside the candidate's), is-base (the
+class CandidateVerdict:
+    """The verdict on one candidate's held-out repeats (``status``: verified or failed).
+
+    ``control``: measured (base repeats ran beside the candidate's), is-base (the
     candidate is the base configuration) or off; ``speedup``: the held-out speedup
     interval over the base (None without base figures), made with ``spread``."""
 
-    status: str  # verified | failed
+    status: VerificationStatus  # VERIFIED or FAILED
     reason: str
     median_tps: float | None
     max_ppl: float | None
@@ -71,7 +71,7 @@ class Verdict:
     spread: Spread | None = None
 
 
-def judge(
+def judge_candidate(
     *,
     tuned_tps: float,
     ppl_cap: float,
@@ -84,7 +84,7 @@ def judge(
     noise: float = DEFAULT_NOISE,
     noise_df: float = NOISE_PRIOR_DF,
     confidence: float = SPEEDUP_CONFIDENCE,
-) -> Verdict:
+) -> CandidateVerdict:
     """The verdict on a candidate's repeats (pure: no server, no database).
 
     ``tuned_tps``: the figure the held-out median must match (one trial's TPS,
@@ -102,7 +102,7 @@ def judge(
     control = Control.IS_BASE if is_base else Control.OFF if base_runs is None else Control.MEASURED
     spread, speedup = _speedup_over_base(control, runs, base_runs, noise, noise_df, confidence)
     found = functools.partial(
-        Verdict,
+        CandidateVerdict,
         median_tps=statistics.median(tpss) if tpss else None,
         max_ppl=max(ppls) if ppls else None,
         control=control,
@@ -112,13 +112,13 @@ def judge(
     )
     failure = _repeat_failure(runs, ppl_cap, repeats)
     if failure is not None:
-        return found(status=FAILED, reason=failure)
-    verdict = found(status=VERIFIED, reason="")
+        return found(status=VerificationStatus.FAILED, reason=failure)
+    verdict = found(status=VerificationStatus.VERIFIED, reason="")
     assert verdict.median_tps is not None and verdict.max_ppl is not None
     deviation = (verdict.median_tps - tuned_tps) / tuned_tps if tuned_tps else math.inf
     if abs(deviation) > tolerance:
         return found(
-            status=FAILED,
+            status=VerificationStatus.FAILED,
             reason=f"median held-out TPS {verdict.median_tps:.2f} is {abs(deviation):.1%} "
             f"{'below' if deviation < 0 else 'above'} the tuned {tuned_tps:.2f} "
             f"(tolerance {tolerance:.0%})",
@@ -165,33 +165,41 @@ def _repeat_failure(runs: Sequence[VerificationRun], ppl_cap: float, repeats: in
     return None
 
 
-def _speedup_check(verdict: Verdict, base_runs: Sequence[VerificationRun] | None, reproduced: str) -> tuple[str, str]:
+def _speedup_check(
+    verdict: CandidateVerdict, base_runs: Sequence[VerificationRun] | None, reproduced: str
+) -> tuple[VerificationStatus, str]:
     """(status, reason) once the tuned figure ``reproduced``: a claimed speedup over the base
     must be confirmed (the low end of its interval above 1); one not claimed is shown."""
     speedup = verdict.speedup
     if verdict.control is Control.IS_BASE:
-        return VERIFIED, (
+        return VerificationStatus.VERIFIED, (
             f"{reproduced}; the candidate is the base configuration: no control ran and there is "
             "no speedup over the base to confirm"
         )
     if verdict.control is Control.OFF:
-        return VERIFIED, f"{reproduced}; no control ran (switched off): the speedup over the base is not checked"
+        return (
+            VerificationStatus.VERIFIED,
+            f"{reproduced}; no control ran (switched off): the speedup over the base is not checked",
+        )
     if not verdict.claimed_speedup:
         shown = speedup_text(speedup) if speedup else "the control measured no TPS"
-        return VERIFIED, f"{reproduced}; the study claims no speedup over the base, so none is required ({shown})"
+        return (
+            VerificationStatus.VERIFIED,
+            f"{reproduced}; the study claims no speedup over the base, so none is required ({shown})",
+        )
     if speedup is None:
         failures = [run for run in base_runs or () if run.state != "complete"]
         why = f" ({failures[0].error_kind}: {failures[0].error_message})" if failures else ""
-        return FAILED, (
+        return VerificationStatus.FAILED, (
             f"the control (the base configuration) measured no TPS in {len(base_runs or ())} "
             f"repeats{why}: the claimed speedup over the base is not confirmed"
         )
     if not speedup.low > 1.0:
-        return FAILED, (
+        return VerificationStatus.FAILED, (
             f"{speedup_text(speedup)}: its low end is not above +0.0 %, so the claimed speedup "
             "over the base is not confirmed on held-out data"
         )
-    return VERIFIED, f"{reproduced}; {speedup_text(speedup)}"
+    return VerificationStatus.VERIFIED, f"{reproduced}; {speedup_text(speedup)}"
 
 
 def speedup_text(interval: Interval) -> str:
@@ -238,6 +246,15 @@ def _ppl_text(ppl: float) -> str:
 
 # -- which trials, and the answer -------------------------------------------------------
 
+
+class AnswerStatus(Word):
+    """Where the study's answer stands in verification; printed as its word."""
+
+    VERIFIED = "verified"  # the best verified trial
+    UNVERIFIED = "unverified"  # no trial verified yet: the best not failed
+    FAILED = "failed"  # every feasible trial verified failed, none left untried
+
+
 _UNRACED = ConfirmSettings()  # a study without races: the figures as measured rank
 
 
@@ -273,13 +290,13 @@ class Answer:
     """
 
     record: TrialRecord | None
-    status: str
+    status: AnswerStatus
     verification: VerificationRecord | None = None
     standing: Standing | None = None
 
     @property
     def verified(self) -> bool:
-        return self.status == VERIFIED
+        return self.status is AnswerStatus.VERIFIED
 
     @property
     def configuration(self) -> Configuration | None:
@@ -294,7 +311,7 @@ class Answer:
         incumbent = self.standing.incumbent if self.standing is not None else None
         return self.record is not None and incumbent is not None and incumbent.first == self.record.number
 
-    def claim(self) -> str | None:
+    def claim_text(self) -> str | None:
         """The speedup over the base, with its interval and the PPL (None: no standing)."""
         if self.standing is None or self.record is None:
             return None
@@ -303,7 +320,7 @@ class Answer:
         incumbent = self.standing.incumbent
         return (
             f"not the study's confirmed best (trial {incumbent.first}, which "
-            f"{'failed verification' if self.status != FAILED else 'is not verified'}): "
+            f"{'failed verification' if self.status is not AnswerStatus.FAILED else 'is not verified'}): "
             f"no speedup over the base manifest is claimed for it"
             if incumbent is not None
             else None
@@ -331,11 +348,11 @@ class Answer:
         if self.verified and self.verification is not None:
             v = self.verification
             text = f"{text}, VERIFIED (held-out median TPS {v.median_tps:.2f}, max PPL {v.max_ppl:.4f})"
-        elif self.status == FAILED and self.verification is not None:
+        elif self.status is AnswerStatus.FAILED and self.verification is not None:
             text = f"{text}, FAILED verification ({self.verification.reason})"
         else:
             text = f"{text}, UNVERIFIED"
-        claim = self.claim()
+        claim = self.claim_text()
         return f"{text}; {claim}" if claim else text
 
 
@@ -353,16 +370,16 @@ def study_answer(
     now = standing(records, settings)
     ranked = _ranked(records, now)
     if not ranked:
-        return Answer(record=None, status=UNVERIFIED, standing=now)
+        return Answer(record=None, status=AnswerStatus.UNVERIFIED, standing=now)
     for record in ranked:
         found = latest.get(record.number)
         if found is not None and found.verified:
-            return Answer(record=record, status=VERIFIED, verification=found, standing=now)
+            return Answer(record=record, status=AnswerStatus.VERIFIED, verification=found, standing=now)
     for record in ranked:
         found = latest.get(record.number)
-        if found is None or found.status != FAILED:
-            return Answer(record=record, status=UNVERIFIED, verification=found, standing=now)
-    return Answer(record=ranked[0], status=FAILED, verification=latest.get(ranked[0].number), standing=now)
+        if found is None or found.status is not VerificationStatus.FAILED:
+            return Answer(record=record, status=AnswerStatus.UNVERIFIED, verification=found, standing=now)
+    return Answer(record=ranked[0], status=AnswerStatus.FAILED, verification=latest.get(ranked[0].number), standing=now)
 
 
 def verify_command(study_name: str, storage_url: str | None = None) -> str:

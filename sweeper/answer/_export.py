@@ -31,7 +31,7 @@ from typing import Any
 
 from storage import TrialRecord, study_status
 from sweeper import invocation
-from sweeper.answer._candidates import Answer, study_answer, verify_command
+from sweeper.answer._candidates import Answer, AnswerStatus, study_answer, verify_command
 from sweeper.answer._figure import answer_figure
 from sweeper.answer._placement import PlacedManifest, absolute_paths_warning, place_manifest
 from sweeper.answer._verify import heldout_statement, heldout_text
@@ -137,7 +137,7 @@ def describe(answer: Answer, study_name: str, base: Manifest, settings: Mapping[
     if tuned_ppl is not None and tuned_ppl.known:
         chance = tuned_ppl.chance_text()
         text += f"Tuned PPL: {tuned_ppl.interval_text()}" + (f"; {chance}" if chance else "") + ". "
-    claim = answer.claim()
+    claim = answer.claim_text()
     if claim:
         text += f"Claim: {claim[0].upper()}{claim[1:]}. "
     verification = answer.verification
@@ -150,7 +150,7 @@ def describe(answer: Answer, study_name: str, base: Manifest, settings: Mapping[
         heldout = heldout_statement(verification, settings)
         if heldout is not None and heldout.known:
             text += f" The {heldout_text(heldout)}."
-    elif answer.status == "failed" and verification is not None:
+    elif answer.status is AnswerStatus.FAILED and verification is not None:
         text += f"FAILED verification: {verification.reason}."
     else:
         text += "UNVERIFIED: not re-measured on held-out data."
@@ -219,7 +219,7 @@ def export_answer(
             f"({measured} measured) passed the PPL cap, so there is no manifest to export"
         )
     if not answer.verified and not allow_unverified:
-        if answer.status == "failed" and answer.verification is not None:
+        if answer.status is AnswerStatus.FAILED and answer.verification is not None:
             why = f"failed verification ({answer.verification.reason})"
             how = f"verify more candidates with '{verify_command(study_name, storage)} --top N'"
         else:

@@ -12,7 +12,7 @@ A candidate is VERIFIED when its held-out PPL is under the cap in force in
 every repeat, the median held-out TPS is within ``tolerance`` of the tuned
 TPS (either way: a number that does not match is not the number the study
 reported) and, when the study claims it is faster than the base, the
-held-out speedup over the base is confirmed (``judge``). A candidate repeat
+held-out speedup over the base is confirmed (``judge_candidate``). A candidate repeat
 that fails, or a PPL over the cap, settles the verdict at once and the
 remaining repeats are skipped.
 
@@ -40,21 +40,21 @@ from search_spaces import BASELINE
 from storage import (
     BASE,
     CANDIDATE,
-    INTERRUPTED,
     Control,
     StudyStatus,
     TrialRecord,
     VerificationRecord,
     VerificationRun,
+    VerificationStatus,
     VerificationStore,
     study_status,
 )
 from sweeper.answer._candidates import (
     NOISE_PRIOR_DF,
     Answer,
-    Verdict,
+    CandidateVerdict,
     candidates,
-    judge,
+    judge_candidate,
     study_answer,
 )
 from sweeper.answer._figure import answer_figure
@@ -593,9 +593,15 @@ def _verify_one(
             if plan.control is Control.MEASURED and repeat not in base_runs:
                 base_runs[repeat] = repeat_of(BASE, repeat)
     except BaseException:
-        store.finish(verification_id, status=INTERRUPTED, reason="interrupted", median_tps=None, max_ppl=None)
+        store.finish(
+            verification_id,
+            status=VerificationStatus.INTERRUPTED,
+            reason="interrupted",
+            median_tps=None,
+            max_ppl=None,
+        )
         raise
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=plan.tuned_tps,
         ppl_cap=cap,
         runs=[runs[r] for r in sorted(runs)],
@@ -614,7 +620,7 @@ def _verify_one(
     return done
 
 
-def _finish(store: VerificationStore, verification_id: int, verdict: Verdict) -> None:
+def _finish(store: VerificationStore, verification_id: int, verdict: CandidateVerdict) -> None:
     speedup = verdict.speedup
     store.finish(
         verification_id,

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from storage import BASE, CONTROL_IS_BASE, CONTROL_OFF, VerificationRecord
+from storage import BASE, Control, VerificationRecord, VerificationStatus
 from sweeper.answer import (
     VerifyEvent,
     VerifyResult,
@@ -162,7 +162,7 @@ def verification_table(verifications: Iterable[VerificationRecord], *, title: st
     for column in columns:
         table.add_column(column, justify="left" if column == "status" else "right", no_wrap=True)
     for v in verifications:
-        style = "green" if v.verified else "red" if v.status == "failed" else "yellow"
+        style = "green" if v.verified else "red" if v.status is VerificationStatus.FAILED else "yellow"
         cells = [
             f"#{v.trial_number}",
             f"[{style}]{v.status.upper()}[/{style}]",
@@ -183,9 +183,9 @@ def verification_table(verifications: Iterable[VerificationRecord], *, title: st
 
 
 def _versus_base(v: VerificationRecord) -> str:
-    if v.control == CONTROL_IS_BASE:
+    if v.control is Control.IS_BASE:
         return "is base"
-    if v.control == CONTROL_OFF:
+    if v.control is Control.OFF:
         return "off"
     interval = heldout_speedup(v)
     return "-" if interval is None else f"{(interval.value - 1) * 100:+.1f}%"

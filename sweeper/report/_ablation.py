@@ -47,7 +47,7 @@ from sweeper.ablation import (
     AblationResult,
     ClosingRace,
     SwitchReport,
-    Verdict,
+    SwitchVerdict,
     closing_text,
     effect_text,
     failures_text,
@@ -65,11 +65,11 @@ if TYPE_CHECKING:  # plotly and matplotlib are imported where a figure is drawn,
 logger = logging.getLogger(__name__)
 
 VERDICT_COLORS = {
-    Verdict.HELPS: "#2a9d8f",
-    Verdict.HELPS_CHANGES_OUTPUT: "#f4a261",
-    Verdict.NO_EFFECT: "#8d99ae",
-    Verdict.HURTS: "#d62828",
-    Verdict.FAILS_TO_START: "#343a40",
+    SwitchVerdict.HELPS: "#2a9d8f",
+    SwitchVerdict.HELPS_CHANGES_OUTPUT: "#f4a261",
+    SwitchVerdict.NO_EFFECT: "#8d99ae",
+    SwitchVerdict.HURTS: "#d62828",
+    SwitchVerdict.FAILS_TO_START: "#343a40",
 }
 ZERO_LINE = "#333"
 UNMEASURED = "no TPS pair, drawn at 0 %"  # appended to the verdict's name for a switch without an effect
@@ -251,9 +251,9 @@ def _title(data: AblationReportData, sep: str) -> str:
 
 def _by_verdict(
     reports: tuple[SwitchReport, ...],
-) -> Iterator[tuple[Verdict, str, list[SwitchReport], list[SwitchReport]]]:
+) -> Iterator[tuple[SwitchVerdict, str, list[SwitchReport], list[SwitchReport]]]:
     """Each verdict with its colour, its switches with a TPS effect and those without (one trace each)."""
-    for verdict in Verdict:
+    for verdict in SwitchVerdict:
         chosen = [r for r in reports if r.verdict is verdict]
         measured = [r for r in chosen if r.tps_effect is not None]
         yield verdict, VERDICT_COLORS[verdict], measured, [r for r in chosen if r.tps_effect is None]
@@ -317,7 +317,7 @@ def effects_figure(data: AblationReportData) -> go.Figure:
     return fig
 
 
-def _unmeasured_name(verdict: Verdict) -> str:
+def _unmeasured_name(verdict: SwitchVerdict) -> str:
     return f"{verdict.value} ({UNMEASURED})"
 
 
@@ -378,7 +378,7 @@ def effects_png(data: AblationReportData) -> Figure:
     ax.set_xlabel("TPS effect (%): the subject value's TPS over the reference value's")
     ax.set_title(_title(data, "\n"), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    order = [label for verdict in Verdict for label in (verdict.value, _unmeasured_name(verdict))]
+    order = [label for verdict in SwitchVerdict for label in (verdict.value, _unmeasured_name(verdict))]
     # under the tick labels and the axis title, which take about 0.6 inch whatever the axes' height
     legend_below(ax, order=order, below=-0.6 / (0.6 * height))
     return fig

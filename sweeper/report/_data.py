@@ -20,6 +20,7 @@ from storage import (
     TrialRecord,
     TrialStore,
     VerificationRecord,
+    VerificationStatus,
     is_answer,
     normalize_url,
     optuna_storage,
@@ -46,12 +47,13 @@ logger = logging.getLogger(__name__)
 
 # below this many measured trials an importance estimate is noise, and is not shown
 MIN_IMPORTANCE_TRIALS = 5
-FEASIBLE, INFEASIBLE, FAILED, RUNNING = "feasible", "infeasible", "failed", "running"
-CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED, RUNNING)
+# a trial's category on the plots: FAILED_TRIAL is a trial that measured nothing (not a failed verification)
+FEASIBLE, INFEASIBLE, FAILED_TRIAL, RUNNING = "feasible", "infeasible", "failed", "running"
+CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED_TRIAL, RUNNING)
 COLORS = {
     FEASIBLE: "#2a9d8f",
     INFEASIBLE: "#e76f51",
-    FAILED: "#8d99ae",
+    FAILED_TRIAL: "#8d99ae",
     RUNNING: "#f4a261",
     "verified": "#1d3557",
     "verify-failed": "#9d0208",
@@ -63,7 +65,7 @@ COLORS = {
 LABELS = {
     FEASIBLE: "feasible (PPL under the cap)",
     INFEASIBLE: "infeasible (PPL over the cap)",
-    FAILED: "failed (no measurement; drawn at TPS 0)",
+    FAILED_TRIAL: "failed (no measurement; drawn at TPS 0)",
     RUNNING: "running",
 }
 IMPUTED = "TPS imputed, not measured"  # appended to a category's label for its imputed points
@@ -85,7 +87,7 @@ class TrialPoint:
     tps: float | None
     ppl: float | None
     params: Mapping[str, Any]
-    verification: str | None  # verified | failed | running | interrupted | None
+    verification: VerificationStatus | None
     tps_imputed: bool = False
     early_stopped: bool = False
     error: str | None = None
@@ -250,7 +252,7 @@ class ReportData:
         if now is None or record is None:
             return None
         if not self.answer.is_the_claim:
-            return self.answer.claim()
+            return self.answer.claim_text()
         incumbent = now.incumbent
         if now.base is None:
             return "the base manifest was not measured: no speedup over it can be stated"
@@ -381,7 +383,7 @@ def _category(record: TrialRecord) -> str:
     if record.state == "running":
         return RUNNING
     if record.state != "complete" or record.tps is None or record.ppl is None:
-        return FAILED
+        return FAILED_TRIAL
     return FEASIBLE if is_answer(record) else INFEASIBLE
 
 
@@ -392,7 +394,7 @@ def _point(record: TrialRecord, verification: VerificationRecord | None) -> Tria
         state=record.state,
         category=category,
         role=record.role,
-        tps=record.tps if category != FAILED else None,
+        tps=record.tps if category != FAILED_TRIAL else None,
         ppl=record.ppl,
         params=dict(record.params),
         verification=verification.status if verification else None,

@@ -32,11 +32,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from storage import VerificationStatus
 from sweeper.answer import tps_text
 from sweeper.report._data import (
     CATEGORIES,
     COLORS,
-    FAILED,
+    FAILED_TRIAL,
     FEASIBLE,
     IMPUTED,
     INFEASIBLE,
@@ -124,18 +125,18 @@ def ppl_text(ppl: float | None) -> str:
 def plot_xy(point: TrialPoint, data: ReportData) -> tuple[float, float]:
     """The (PPL, TPS) position of a trial on the Pareto plot (failed: TPS 0; off the axis: its edge)."""
     axis = ppl_axis(data)
-    if axis is not None and point.category != FAILED and axis.clipped(point.ppl):
+    if axis is not None and point.category != FAILED_TRIAL and axis.clipped(point.ppl):
         x = axis.edge
     else:
         x = point.ppl if _finite(point.ppl) else failed_x(data)
-    y = point.tps if point.tps is not None and point.category != FAILED else 0.0
+    y = point.tps if point.tps is not None and point.category != FAILED_TRIAL else 0.0
     return float(x), float(y)
 
 
 def clipped(point: TrialPoint, data: ReportData) -> bool:
     """Is the trial drawn at the PPL axis' edge instead of at its PPL?"""
     axis = ppl_axis(data)
-    return axis is not None and point.category != FAILED and axis.clipped(point.ppl)
+    return axis is not None and point.category != FAILED_TRIAL and axis.clipped(point.ppl)
 
 
 DODGE = 0.025  # the share of the PPL axis between configurations of (nearly) the same PPL
@@ -242,7 +243,7 @@ def _tps_top(data: ReportData) -> float:
 def _tps_bottom(data: ReportData) -> float:
     """Failed trials sit at TPS 0; without them the axis starts near the slowest trial."""
     values = tps_values(data)
-    if data.by_category(FAILED) or not values:
+    if data.by_category(FAILED_TRIAL) or not values:
         return 0.0
     return min(values) * 0.9
 
@@ -554,7 +555,7 @@ def pareto_figure(data: ReportData) -> go.Figure:
                     "size": 10,
                     "symbol": [
                         "x"
-                        if category == FAILED
+                        if category == FAILED_TRIAL
                         else ("triangle-right" if clipped(p, data) else "circle") + ("-open" if p.tps_imputed else "")
                         for p in points
                     ],
@@ -586,10 +587,10 @@ def pareto_figure(data: ReportData) -> go.Figure:
             )
         )
     for status, name, symbol, color in (
-        ("verified", VERIFIED_TRACE, "circle-open", COLORS["verified"]),
-        ("failed", VERIFY_FAILED_TRACE, "x-thin-open", COLORS["verify-failed"]),
+        (VerificationStatus.VERIFIED, VERIFIED_TRACE, "circle-open", COLORS["verified"]),
+        (VerificationStatus.FAILED, VERIFY_FAILED_TRACE, "x-thin-open", COLORS["verify-failed"]),
     ):
-        marked = [p for p in data.points if p.verification == status]
+        marked = [p for p in data.points if p.verification is status]
         if marked:
             xy = [position(p, data) for p in marked]
             fig.add_trace(
@@ -712,7 +713,7 @@ def _band(x0: float, x1: float, config: ConfigurationPoint, name: str, color: st
 
 
 def _history_readings(fig: go.Figure, data: ReportData, opacity: float) -> None:
-    for category in (c for c in CATEGORIES if c != FAILED):
+    for category in (c for c in CATEGORIES if c != FAILED_TRIAL):
         for imputed in (False, True):
             points = [p for p in data.by_category(category) if p.tps is not None and p.tps_imputed == imputed]
             if not points:
@@ -734,15 +735,15 @@ def _history_readings(fig: go.Figure, data: ReportData, opacity: float) -> None:
                     customdata=[p.number for p in points],
                 )
             )
-    failed = data.by_category(FAILED)
+    failed = data.by_category(FAILED_TRIAL)
     if failed:
         fig.add_trace(
             go.Scatter(
                 x=[p.number for p in failed],
                 y=[0.0] * len(failed),
                 mode="markers",
-                name=LABELS[FAILED],
-                marker={"color": COLORS[FAILED], "symbol": "x", "size": 9, "opacity": opacity},
+                name=LABELS[FAILED_TRIAL],
+                marker={"color": COLORS[FAILED_TRIAL], "symbol": "x", "size": 9, "opacity": opacity},
                 text=[p.hover() for p in failed],
                 hoverinfo="text",
                 customdata=[p.number for p in failed],
@@ -898,7 +899,7 @@ def slices_figure(data: ReportData) -> go.Figure:
                     marker={
                         "color": COLORS[category],
                         "size": 9,
-                        "symbol": "x" if category == FAILED else "circle-open" if imputed else "circle",
+                        "symbol": "x" if category == FAILED_TRIAL else "circle-open" if imputed else "circle",
                     },
                     text=[p.hover() for p in points],
                     hoverinfo="text",

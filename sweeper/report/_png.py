@@ -21,7 +21,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sweeper.report._data import CATEGORIES, COLORS, FAILED, FEASIBLE, IMPUTED, LABELS, ReportData
+from storage import VerificationStatus
+from sweeper.report._data import CATEGORIES, COLORS, FAILED_TRIAL, FEASIBLE, IMPUTED, LABELS, ReportData
 from sweeper.report._plotly import (
     BASE_LINE_TRACE,
     BASE_TRACE,
@@ -147,7 +148,7 @@ def pareto_figure(data: ReportData) -> Figure:
         ax.axvspan(
             left,
             right,
-            color=COLORS[FAILED],
+            color=COLORS[FAILED_TRIAL],
             alpha=0.12,
             linewidth=0,
             zorder=0,
@@ -178,7 +179,7 @@ def pareto_figure(data: ReportData) -> Figure:
                 chosen = [xy for xy, p in zip(xy, points) if p.tps_imputed == imputed and clipped(p, data) == off]
                 if not chosen:
                     continue
-                marker = "x" if category == FAILED else ">" if off else "o"
+                marker = "x" if category == FAILED_TRIAL else ">" if off else "o"
                 name = f"{LABELS[category]}, {IMPUTED}" if imputed else label
                 ax.scatter(
                     *zip(*chosen),
@@ -200,10 +201,10 @@ def pareto_figure(data: ReportData) -> Figure:
     if len(front) > 1:
         ax.step(*zip(*front), where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE, zorder=2)
     for status, label, marker, color in (
-        ("verified", VERIFIED_TRACE, "o", COLORS["verified"]),
-        ("failed", VERIFY_FAILED_TRACE, "X", COLORS["verify-failed"]),
+        (VerificationStatus.VERIFIED, VERIFIED_TRACE, "o", COLORS["verified"]),
+        (VerificationStatus.FAILED, VERIFY_FAILED_TRACE, "X", COLORS["verify-failed"]),
     ):
-        marked = [position(p, data) for p in data.points if p.verification == status]
+        marked = [position(p, data) for p in data.points if p.verification is status]
         if marked:
             ax.scatter(
                 *zip(*marked),
@@ -296,7 +297,7 @@ def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
             ax.scatter(
                 [p.number for p in points],
                 [p.tps if p.tps is not None else 0.0 for p in points],
-                marker="x" if category == FAILED else "o",
+                marker="x" if category == FAILED_TRIAL else "o",
                 s=35,
                 label=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
                 zorder=3,
@@ -386,7 +387,7 @@ def slice_figure(data: ReportData, name: str) -> Figure:
         ax.scatter(
             [p.params[name] for p in points],
             [p.tps if p.tps is not None else 0.0 for p in points],
-            marker="x" if category == FAILED else "o",
+            marker="x" if category == FAILED_TRIAL else "o",
             s=35,
             label=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
             zorder=4 if imputed else 3,

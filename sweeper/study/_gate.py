@@ -138,7 +138,7 @@ class PplGate:
             rerun_records=stored.get("ppl_rerun_records"),
         )
 
-    def judge(
+    def judge_ppl(
         self,
         ppl: float,
         cap: float,

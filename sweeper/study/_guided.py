@@ -38,6 +38,7 @@ import numpy as np
 
 from evaluators.intervals import t_quantile
 from search_spaces import Parameter, SearchSpace
+from sweeper.words import Word
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,14 @@ MAX_UNCERTAIN_READINGS = 3  # readings of an uncertain window before it counts a
 # (its [0, 1] coordinate) of the incumbent: one step either way of a knob of 8 values,
 # a factor of 1.7 either way of top-k 16-128 on its log scale
 TRUST_RADIUS = 0.25
-FEASIBLE, INFEASIBLE, UNCERTAIN = "feasible", "infeasible", "uncertain"
+
+
+class WindowState(Word):
+    """What the pooled readings of one quality value say of the gate; printed as its word."""
+
+    FEASIBLE = "feasible"  # the one-sided bound of ppl - cap is at most 0
+    INFEASIBLE = "infeasible"  # the mean is over the cap by more than the bound's half width
+    UNCERTAIN = "uncertain"  # neither yet
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,7 +83,7 @@ class WindowReadings:
     mean: float
     count: int
     half_width: float  # of the one-sided bound at READING_CONFIDENCE
-    state: str  # FEASIBLE, INFEASIBLE or UNCERTAIN
+    state: WindowState
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -150,7 +158,7 @@ class GuidedPlan:
         b = self.boundary
         safe = b.snap(b.high if b.faster == "lower" else b.low)
         pooled = self.window_readings(observations)
-        passing = [r.value for r in pooled.values() if r.state == FEASIBLE]
+        passing = [r.value for r in pooled.values() if r.state is WindowState.FEASIBLE]
         if not passing and safe not in {o.params.get(b.name) for o in observations}:
             return safe
         pending_q = [p[b.name] for p in pending if b.name in p]
@@ -161,7 +169,7 @@ class GuidedPlan:
             # nothing passes with margin, but something may: read again the uncertain
             # window most likely to pass (a first noise estimate from one pair of
             # readings can leave even the safe end uncertain)
-            uncertain = [r for r in pooled.values() if r.state == UNCERTAIN]
+            uncertain = [r for r in pooled.values() if r.state is WindowState.UNCERTAIN]
             if uncertain:
                 return min(uncertain, key=lambda r: r.mean).value
             # the safe end read over the cap while no window was read twice: without
@@ -187,13 +195,13 @@ class GuidedPlan:
         after that it counts as failing, so a window at the cap costs at most
         that many trials while it is uncertain.
         """
-        feasible = [u for u, r in pooled.items() if r.state == FEASIBLE]
+        feasible = [u for u, r in pooled.items() if r.state is WindowState.FEASIBLE]
         hi = min(feasible) if feasible else math.inf
         pending = [self._oriented(q) for q in pending_q]
         candidates = [
             u
             for u, r in pooled.items()
-            if r.state == UNCERTAIN
+            if r.state is WindowState.UNCERTAIN
             and r.mean <= 0
             and u < hi
             and r.count + sum(abs(q - u) < 1e-12 for q in pending) < MAX_UNCERTAIN_READINGS
@@ -219,12 +227,12 @@ class GuidedPlan:
         pooled = self.window_readings(observations)
         # the pooled mean of each window; an uncertain window counts as failing
         gates = {u: r.mean for u, r in pooled.items()}
-        feasible_u = [u for u, r in pooled.items() if r.state == FEASIBLE]
+        feasible_u = [u for u, r in pooled.items() if r.state is WindowState.FEASIBLE]
         if not feasible_u:
             return None  # no value passes with margin: nothing to bracket
         hi = min(feasible_u)
         fast_end = min(self._oriented(b.low), self._oriented(b.high))
-        infeasible_below = [u for u, r in pooled.items() if r.state != FEASIBLE and u < hi]
+        infeasible_below = [u for u, r in pooled.items() if r.state is not WindowState.FEASIBLE and u < hi]
         lo = max(infeasible_below) if infeasible_below else None
         step = self._unit_step()
         if hi <= fast_end + 1e-12:
@@ -273,11 +281,11 @@ class GuidedPlan:
             mean = sum(gates) / len(gates)
             half = quantile * sd / math.sqrt(len(gates)) if sd else 0.0
             if not math.isfinite(mean) or mean - half > 0:
-                state = INFEASIBLE
+                state = WindowState.INFEASIBLE
             elif mean + half <= 0:
-                state = FEASIBLE
+                state = WindowState.FEASIBLE
             else:
-                state = UNCERTAIN
+                state = WindowState.UNCERTAIN
             pooled[u] = WindowReadings(value=values[u], mean=mean, count=len(gates), half_width=half, state=state)
         return pooled
 

@@ -464,7 +464,7 @@ class TrialRunner:
             uncertainty = measured_uncertainty(measured.extras)
             rows = measured.requests
         cap = self._cap(role, ppl, trial.number, uncertainty)
-        verdict = self.gate.judge(
+        verdict = self.gate.judge_ppl(
             float(ppl),
             cap,
             stderr_log_ppl=uncertainty[0],

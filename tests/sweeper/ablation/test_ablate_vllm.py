@@ -31,7 +31,7 @@ from sweeper.ablation import (
     ClosingVerdict,
     OutputCheck,
     PplCheck,
-    Verdict,
+    SwitchVerdict,
     close_ablation,
     find_switches,
     run_ablation,
@@ -88,7 +88,7 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
     assert [record.servers[i].tps > 0 for i in range(3)] == [True] * 3
     # TPS: one pair a switch on the prior spread, at 1 - 0.05 / 2
     assert result.effects.level == pytest.approx(0.975) and all(r.pairs == 1 for r in result.reports)
-    assert window.verdict in (Verdict.HELPS_CHANGES_OUTPUT, Verdict.NO_EFFECT, Verdict.HURTS)
+    assert window.verdict in (SwitchVerdict.HELPS_CHANGES_OUTPUT, SwitchVerdict.NO_EFFECT, SwitchVerdict.HURTS)
 
     # the same ablation again: every slot is stored, so no server starts, and the verdicts agree
     again = run_ablation(demo_manifest, plan, settings, url=url, workdir=tmp_path / "runs", progress=lines.append)
@@ -114,7 +114,7 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
     exported = Manifest.load(out)
     # the window of 8 changes the outputs: never exported; prefix caching is set only if it helps
     assert exported.env["SLIDING_WINDOW"] == "32"
-    assert ("ENABLE_PREFIX_CACHING" in exported.env) == (cache.verdict is Verdict.HELPS)
+    assert ("ENABLE_PREFIX_CACHING" in exported.env) == (cache.verdict is SwitchVerdict.HELPS)
     shown = runner.invoke(app, ["status", "--ablation", "demo-ablation", "--storage", url])
     assert shown.exit_code == 0, shown.output
     assert "finished, 3 of 3 servers" in shown.stdout

@@ -25,7 +25,7 @@ from sweeper.ablation import (
     ClosingVerdict,
     OutputCheck,
     Speed,
-    Verdict,
+    SwitchVerdict,
     analyse,
     closing_race,
     find_switches,
@@ -161,7 +161,7 @@ def test_a_helping_switch_is_raced_in_alternating_fresh_servers(demo_manifest, t
     result = run_ablation(
         demo_manifest, _plan(demo_manifest), SETTINGS, url=url, workdir=tmp_path, measure=measure, progress=lines.append
     )
-    assert [r.verdict for r in result.reports] == [Verdict.HELPS] and result.changes == {"FOO": "1"}
+    assert [r.verdict for r in result.reports] == [SwitchVerdict.HELPS] and result.changes == {"FOO": "1"}
     # 2 rounds of base + arm, then original, exported, exported, original
     closing_calls = measure.calls[4:]
     assert [dict(c.overrides) for c in closing_calls] == [{}, {"FOO": "1"}, {"FOO": "1"}, {}]
@@ -236,7 +236,7 @@ def test_verdicts_that_keep_the_manifest_start_no_race(demo_manifest, tmp_path) 
     result = run_ablation(
         demo_manifest, _plan(demo_manifest), SETTINGS, url=url, workdir=tmp_path, measure=measure, progress=lines.append
     )
-    assert [r.verdict for r in result.reports] == [Verdict.HURTS] and result.changes == {}
+    assert [r.verdict for r in result.reports] == [SwitchVerdict.HURTS] and result.changes == {}
     assert len(measure.calls) == 4 and result.closing is None
     assert "the verdicts keep the manifest as it is: no closing race" in lines
 
@@ -269,7 +269,8 @@ def test_an_output_change_raced_with_allow_output_change_is_read_back_so(demo_ma
     result = run_ablation(
         demo_manifest, plan, SETTINGS, url=url, workdir=tmp_path, measure=Scripted(changes_tokens=True)
     )
-    assert [r.verdict for r in result.reports] == [Verdict.HELPS_CHANGES_OUTPUT] and result.changes == {"FOO": "1"}
+    assert [r.verdict for r in result.reports] == [SwitchVerdict.HELPS_CHANGES_OUTPUT]
+    assert result.changes == {"FOO": "1"}
     assert result.closing.verdict is ClosingVerdict.FASTER_CHANGES_OUTPUT
     record = stored_ablation(url, "closing")
     assert plan_from_record(record).allow_output_change is True

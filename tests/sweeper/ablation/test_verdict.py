@@ -16,9 +16,9 @@ from sweeper.ablation import (
     SlotFigure,
     Speed,
     Switch,
-    Verdict,
+    SwitchVerdict,
     export_value,
-    judge,
+    judge_switch,
     output_check,
     ppl_check,
     report_switches,
@@ -79,7 +79,7 @@ def test_a_switch_that_never_started_fails_and_leaves_the_spread_to_the_others()
     assert effects.failures[2] == ("oom", "oom", "oom")
     assert effects.spread.measured_df == 2 * 2  # base and two switches over three rounds
     reports = report_switches(effects, FLAGS, ppl={}, fidelity={}, control=None)
-    assert reports[2].verdict is Verdict.FAILS_TO_START and reports[2].failures == ("oom", "oom", "oom")
+    assert reports[2].verdict is SwitchVerdict.FAILS_TO_START and reports[2].failures == ("oom", "oom", "oom")
 
 
 def test_one_round_uses_the_prior_alone() -> None:
@@ -129,30 +129,30 @@ def test_output_check_reads_the_base_s_own_control() -> None:
 @pytest.mark.parametrize(
     ("speed", "outputs", "ppl", "verdict"),
     [
-        (Speed.FASTER, OutputCheck.SAME, PplCheck.SAME, Verdict.HELPS),
-        (Speed.FASTER, OutputCheck.NOT_DETERMINISTIC, PplCheck.SAME, Verdict.HELPS),
-        (Speed.FASTER, OutputCheck.CHANGED, PplCheck.SAME, Verdict.HELPS_CHANGES_OUTPUT),
-        (Speed.FASTER, OutputCheck.SAME, PplCheck.HIGHER, Verdict.HELPS_CHANGES_OUTPUT),
-        (Speed.FASTER, OutputCheck.SAME, PplCheck.LOWER, Verdict.HELPS_CHANGES_OUTPUT),
-        (Speed.NO_EFFECT, OutputCheck.CHANGED, PplCheck.SAME, Verdict.NO_EFFECT),
-        (Speed.SLOWER, OutputCheck.SAME, PplCheck.SAME, Verdict.HURTS),
-        (Speed.UNMEASURED, OutputCheck.NOT_MEASURED, PplCheck.NOT_MEASURED, Verdict.FAILS_TO_START),
+        (Speed.FASTER, OutputCheck.SAME, PplCheck.SAME, SwitchVerdict.HELPS),
+        (Speed.FASTER, OutputCheck.NOT_DETERMINISTIC, PplCheck.SAME, SwitchVerdict.HELPS),
+        (Speed.FASTER, OutputCheck.CHANGED, PplCheck.SAME, SwitchVerdict.HELPS_CHANGES_OUTPUT),
+        (Speed.FASTER, OutputCheck.SAME, PplCheck.HIGHER, SwitchVerdict.HELPS_CHANGES_OUTPUT),
+        (Speed.FASTER, OutputCheck.SAME, PplCheck.LOWER, SwitchVerdict.HELPS_CHANGES_OUTPUT),
+        (Speed.NO_EFFECT, OutputCheck.CHANGED, PplCheck.SAME, SwitchVerdict.NO_EFFECT),
+        (Speed.SLOWER, OutputCheck.SAME, PplCheck.SAME, SwitchVerdict.HURTS),
+        (Speed.UNMEASURED, OutputCheck.NOT_MEASURED, PplCheck.NOT_MEASURED, SwitchVerdict.FAILS_TO_START),
     ],
 )
-def test_judge(speed, outputs, ppl, verdict) -> None:
-    assert judge(speed, outputs, ppl) is verdict
+def test_judge_switch(speed, outputs, ppl, verdict) -> None:
+    assert judge_switch(speed, outputs, ppl) is verdict
 
 
 def test_export_sets_helps_on_and_hurts_off_and_leaves_no_effect_as_it_was() -> None:
     flag = Switch(key="F", subject="1", reference="0", manifest_value="0")
-    assert export_value(flag, Verdict.HELPS) == "1"
-    assert export_value(flag, Verdict.HELPS_CHANGES_OUTPUT) == "0"
-    assert export_value(flag, Verdict.HELPS_CHANGES_OUTPUT, allow_output_change=True) == "1"
-    assert export_value(flag, Verdict.HURTS) == "0"
-    assert export_value(flag, Verdict.FAILS_TO_START) == "0"
-    assert export_value(flag, Verdict.NO_EFFECT) == "0"
+    assert export_value(flag, SwitchVerdict.HELPS) == "1"
+    assert export_value(flag, SwitchVerdict.HELPS_CHANGES_OUTPUT) == "0"
+    assert export_value(flag, SwitchVerdict.HELPS_CHANGES_OUTPUT, allow_output_change=True) == "1"
+    assert export_value(flag, SwitchVerdict.HURTS) == "0"
+    assert export_value(flag, SwitchVerdict.FAILS_TO_START) == "0"
+    assert export_value(flag, SwitchVerdict.NO_EFFECT) == "0"
     absent = Switch(key="G", subject="1", reference="0", manifest_value=None)
-    assert export_value(absent, Verdict.NO_EFFECT) is None
+    assert export_value(absent, SwitchVerdict.NO_EFFECT) is None
 
 
 def test_a_stored_fidelity_result_reads_back_as_it_was_written() -> None:

@@ -13,7 +13,7 @@ from sweeper.answer import (
     VerifySettingsError,
     candidates,
     heldout_sources,
-    judge,
+    judge_candidate,
     verify_study,
 )
 from sweeper.errors import ServerStartError, StudyError, UserInputError
@@ -35,7 +35,7 @@ def run(repeat: int, tps: float | None, ppl: float | None, state: str = "complet
 
 
 def test_judge_verifies_median_within_tolerance() -> None:
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=100.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -50,7 +50,7 @@ def test_judge_verifies_median_within_tolerance() -> None:
 
 @pytest.mark.parametrize(("tps", "word"), [(90.0, "below"), (110.0, "above")])
 def test_judge_rejects_a_median_outside_tolerance_either_way(tps: float, word: str) -> None:
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=100.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -62,7 +62,7 @@ def test_judge_rejects_a_median_outside_tolerance_either_way(tps: float, word: s
 
 
 def test_judge_rejects_ppl_over_the_cap_in_any_repeat() -> None:
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=100.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -71,12 +71,12 @@ def test_judge_rejects_ppl_over_the_cap_in_any_repeat() -> None:
     )
     assert verdict.status == "failed"
     assert verdict.reason == "held-out PPL 2.4300 is over the cap 2.4200 in repeat 2"
-    infinite = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=1, runs=[run(0, 100.0, math.inf)])
+    infinite = judge_candidate(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=1, runs=[run(0, 100.0, math.inf)])
     assert infinite.status == "failed" and "PPL inf" in infinite.reason
 
 
 def test_judge_rejects_failed_or_missing_repeats() -> None:
-    failed = judge(
+    failed = judge_candidate(
         tuned_tps=100.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -85,7 +85,7 @@ def test_judge_rejects_failed_or_missing_repeats() -> None:
     )
     assert failed.status == "failed"
     assert failed.reason == "repeat 2 could not be measured (ServerStartError: exited with code 1)"
-    short = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=[run(0, 100.0, 2.3)])
+    short = judge_candidate(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=[run(0, 100.0, 2.3)])
     assert short.status == "failed" and short.reason == "only 1 of 3 repeats ran"
 
 

@@ -24,7 +24,7 @@ from sweeper.answer import (
     VerifySettingsError,
     base_configuration,
     heldout_speedup,
-    judge,
+    judge_candidate,
     speedup_text,
     verify_study,
 )
@@ -77,7 +77,7 @@ BASE = [101.0, 99.0, 100.5]
 
 
 def test_a_confirmed_speedup_verifies_and_matches_a_two_sample_t_interval() -> None:
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=120.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -97,7 +97,7 @@ def test_a_confirmed_speedup_verifies_and_matches_a_two_sample_t_interval() -> N
 
 
 def test_the_prior_widens_the_interval_as_pooled_by_hand() -> None:
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=runs(BASE, "base")
     )  # default prior 0.10 weighted as 2 df
     value, low, high = pooled_with_prior(CANDIDATE, BASE, 0.10, 2.0)
@@ -110,7 +110,7 @@ def test_the_prior_widens_the_interval_as_pooled_by_hand() -> None:
 
 def test_an_unconfirmed_speedup_fails_with_the_interval_in_the_reason() -> None:
     candidate, base = [104.0, 97.0, 109.0], [100.0, 103.0, 96.0]
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=103.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -130,7 +130,7 @@ def test_an_unconfirmed_speedup_fails_with_the_interval_in_the_reason() -> None:
 
 
 def test_a_candidate_that_is_the_base_needs_no_control() -> None:
-    verdict = judge(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(BASE), is_base=True)
+    verdict = judge_candidate(tuned_tps=100.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(BASE), is_base=True)
     assert verdict.status == "verified"
     assert verdict.control == "is-base" and not verdict.claimed_speedup and verdict.speedup is None
     assert verdict.reason.endswith(
@@ -140,7 +140,7 @@ def test_a_candidate_that_is_the_base_needs_no_control() -> None:
 
 def test_without_a_claim_the_speedup_is_shown_not_required() -> None:
     # the base is faster on held-out data too: no claim, so PPL and the tolerance decide
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=100.0,
         ppl_cap=2.42,
         tolerance=0.05,
@@ -158,11 +158,15 @@ def test_without_a_claim_the_speedup_is_shown_not_required() -> None:
 
 
 def test_no_control_and_a_control_that_never_measured() -> None:
-    off = judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=None)
+    off = judge_candidate(
+        tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=None
+    )
     assert off.status == "verified" and off.control == "off"
     assert off.reason.endswith("; no control ran (switched off): the speedup over the base is not checked")
     broken = [run(i, None, None, subject="base", state="failed") for i in range(3)]
-    failed = judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=broken)
+    failed = judge_candidate(
+        tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=broken
+    )
     assert failed.status == "failed" and failed.speedup is None
     assert failed.reason == (
         "the control (the base configuration) measured no TPS in 3 repeats "
@@ -171,13 +175,15 @@ def test_no_control_and_a_control_that_never_measured() -> None:
     # the base's own PPL is not judged: a base over the cap still serves as the control
     over = [run(i, tps, 9.9, subject="base") for i, tps in enumerate(BASE)]
     assert (
-        judge(tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=over).status
+        judge_candidate(
+            tuned_tps=120.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=over
+        ).status
         == "verified"
     )
 
 
 def test_the_ppl_and_tolerance_rules_come_first() -> None:
-    verdict = judge(
+    verdict = judge_candidate(
         tuned_tps=150.0, ppl_cap=2.42, tolerance=0.05, repeats=3, runs=runs(CANDIDATE), base_runs=runs(BASE, "base")
     )
     assert verdict.status == "failed" and verdict.reason.startswith("median held-out TPS 121.00 is 19.3% below")

@@ -31,7 +31,7 @@ from storage import (
     stored_ablation,
 )
 from storage._queries import StudyNotFoundError
-from sweeper.ablation import AblationMode, Verdict, analyse, find_switches, plan_from_record
+from sweeper.ablation import AblationMode, SwitchVerdict, analyse, find_switches, plan_from_record
 from sweeper.cli import app, main
 from sweeper.errors import StudyError, UserInputError
 from sweeper.report import _ablation, build_ablation_report
@@ -232,7 +232,12 @@ def test_the_forest_plot_draws_each_effect_in_percent_coloured_by_verdict(stored
         "fails to start (no TPS pair, drawn at 0 %)",
     }
     rows = {r["switch"]: r for r in csv_rows(written.files["switches.csv"])}
-    for verdict in (Verdict.HELPS, Verdict.NO_EFFECT, Verdict.HURTS, Verdict.HELPS_CHANGES_OUTPUT):
+    for verdict in (
+        SwitchVerdict.HELPS,
+        SwitchVerdict.NO_EFFECT,
+        SwitchVerdict.HURTS,
+        SwitchVerdict.HELPS_CHANGES_OUTPUT,
+    ):
         trace = by_name[verdict.value]
         (label,) = trace.y
         row = rows[label.split(" vs ")[0]]

@@ -25,7 +25,7 @@ from sweeper.study._gate import (
     measured_uncertainty,
     trial_pass_probability,
 )
-from sweeper.study._guided import FEASIBLE, INFEASIBLE, UNCERTAIN
+from sweeper.study._guided import WindowState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import toy  # noqa: E402
@@ -91,8 +91,8 @@ def test_a_resumed_study_keeps_its_confidence(tmp_path: Path) -> None:
 def test_the_relative_cap_adds_the_baselines_uncertainty() -> None:
     gate = PplGate(cap_rel=1.05, confidence=0.9)
     base = sweeper.study._gate.PplEstimate(ppl=2.30, stderr_log_ppl=0.01, records=64)
-    alone = gate.judge(2.40, 2.415, stderr_log_ppl=0.01, records=64)
-    both = gate.judge(2.40, 2.415, stderr_log_ppl=0.01, records=64, reference=base)
+    alone = gate.judge_ppl(2.40, 2.415, stderr_log_ppl=0.01, records=64)
+    both = gate.judge_ppl(2.40, 2.415, stderr_log_ppl=0.01, records=64, reference=base)
     z = stats.t.ppf(0.9, 64 - 1)
     assert alone.bound == pytest.approx(2.40 * math.exp(z * 0.01 * math.sqrt(2)))
     assert both.bound == pytest.approx(2.40 * math.exp(z * 0.01 * 2.0))
@@ -122,12 +122,12 @@ def test_repeated_readings_of_a_window_are_pooled() -> None:
     ]
     pooled = {r.value: r for r in plan.window_readings(observations).values()}
     assert pooled[5].count == 2 and pooled[5].mean == pytest.approx(0.0005)
-    assert pooled[5].state == UNCERTAIN
-    assert pooled[6].state == FEASIBLE and pooled[4].state == INFEASIBLE
+    assert pooled[5].state is WindowState.UNCERTAIN
+    assert pooled[6].state is WindowState.FEASIBLE and pooled[4].state is WindowState.INFEASIBLE
     assert plan.next_window(observations) == 6  # the neighbour with margin, not w=5
     # readings that agree (a deterministic PPL) keep today's point decisions
     same = [*observations[:2], observations[2], Observation(number=5, params={"w": 5, "k": 4}, tps=216.0, gate=-0.002)]
-    assert {r.value: r.state for r in plan.window_readings(same).values()}[5] == FEASIBLE
+    assert {r.value: r.state for r in plan.window_readings(same).values()}[5] is WindowState.FEASIBLE
 
 
 @pytest.mark.parametrize("ppl_noise", [0.002, 0.01])

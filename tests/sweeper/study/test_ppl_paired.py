@@ -67,8 +67,8 @@ def test_the_paired_bound_replaces_the_quadrature_one() -> None:
     gate = PplGate(cap_rel=CAP_REL, confidence=CONFIDENCE)
     base = sweeper.study._gate.PplEstimate(ppl=2.30, stderr_log_ppl=0.03, records=RECORDS)
     cap = CAP_REL * 2.30
-    quadrature = gate.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base)
-    paired = gate.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.001, RECORDS))
+    quadrature = gate.judge_ppl(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base)
+    paired = gate.judge_ppl(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.001, RECORDS))
     z = stats.t.ppf(CONFIDENCE, RECORDS - 1)  # Student's t on the records' degrees of freedom
     # on as many fresh records as measured: the predictive SD is sqrt(2) times the SE
     assert paired.bound == pytest.approx(2.40 * math.exp(z * 0.001 * math.sqrt(2)))
@@ -76,7 +76,7 @@ def test_the_paired_bound_replaces_the_quadrature_one() -> None:
     assert paired.passes and not quadrature.passes
     # an absolute cap ignores the pairing
     absolute = PplGate(cap=cap, confidence=CONFIDENCE)
-    assert absolute.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, paired=(0.001, RECORDS)).bound == (
+    assert absolute.judge_ppl(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, paired=(0.001, RECORDS)).bound == (
         pytest.approx(2.40 * math.exp(z * 0.03 * math.sqrt(2)))
     )
 
@@ -154,13 +154,13 @@ def test_the_paired_interval_decides_within_noise_and_its_records_are_stored() -
     }
     cap = CAP_REL * 2.30
     # the baseline judged against itself: its own interval holds the cap, the paired one is a point
-    itself = gate.judge(2.30, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.0, RECORDS))
+    itself = gate.judge_ppl(2.30, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.0, RECORDS))
     assert itself.extras()[PAIRED_RECORDS_KEY] == RECORDS
     shown = ppl_statement(2.30, itself.extras(), cap, settings)
     assert shown.low < cap < shown.high  # 2.30 x exp(+-t 0.03): the records' own noise
     assert not shown.within_noise and shown.pass_probability == 1.0
     # a trial near the cap, paired on 20 of the records: its figures rest on those 20
-    near = gate.judge(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.004, 20))
+    near = gate.judge_ppl(2.40, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.004, 20))
     assert near.extras()[PAIRED_RECORDS_KEY] == 20
     half = stats.t.ppf(0.975, 20 - 1) * 0.004
     assert 2.40 * math.exp(-half) < cap < 2.40 * math.exp(half)

@@ -46,7 +46,7 @@ def test_a_repeat_with_its_standard_error_gets_the_interval_and_the_chance_on_th
 def test_a_trial_shows_the_gates_own_figure_and_a_relative_cap_adds_the_baselines_noise() -> None:
     gate = PplGate(cap_rel=1.05, confidence=0.9, rerun_records=8)
     base = PplEstimate(ppl=2.00, stderr_log_ppl=0.015, records=32)
-    verdict = gate.judge(2.05, 2.10, stderr_log_ppl=0.02, records=32, reference=base)
+    verdict = gate.judge_ppl(2.05, 2.10, stderr_log_ppl=0.02, records=32, reference=base)
     settings = {
         "ppl_cap_rel": 1.05,
         "reference_ppl": 2.0,

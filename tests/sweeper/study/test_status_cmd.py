@@ -171,7 +171,7 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
 
     base = PplEstimate(ppl=2.0, stderr_log_ppl=0.02, records=32)
     gate = PplGate(cap_rel=1.05, confidence=0.9)
-    verdict = gate.judge(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base, paired=(0.004, 32))
+    verdict = gate.judge_ppl(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base, paired=(0.004, 32))
     now = datetime.datetime.now(datetime.timezone.utc)
     record = TrialRecord(
         study_name="s",
@@ -211,7 +211,7 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
     table = _trial_table("trials", (record,), settings)
     assert table.caption.endswith("under the cap, judged against the baseline on the same records")
     quadrature = dataclasses.replace(
-        record, extras=gate.judge(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base).extras()
+        record, extras=gate.judge_ppl(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base).extras()
     )
     assert _trial_table("trials", (quadrature,), settings).caption.endswith(
         "under the cap, the baseline's record noise included"

@@ -20,7 +20,7 @@ from typing import Any
 from scipy import stats
 
 from storage import VerificationStore, study_status
-from sweeper.answer import _heldout, judge
+from sweeper.answer import _heldout, judge_candidate
 from sweeper.cli import main, run_cmd
 from sweeper.study import Measurement
 
@@ -81,7 +81,7 @@ def test_run_verify_top_judges_the_heldout_speedup_with_the_studys_noise(monkeyp
     assert verification.status == "verified" and low > 1.0
     # the verdict turns on the prior: verify's old default would not have confirmed it
     assert interval_with_prior(candidate, base, 0.10, 2.0)[1] < 1.0
-    wide = judge(
+    wide = judge_candidate(
         tuned_tps=verification.tuned_tps,
         ppl_cap=verification.ppl_cap,
         runs=verification.runs,
