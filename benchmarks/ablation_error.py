@@ -26,8 +26,8 @@ any switch faster or slower (any false verdict), with 95 % Clopper-Pearson inter
 share that call the truly faster switch faster (found), and that call any other switch faster.
 Also the GPU hours a study takes and the median interval width of the true switch (high / low - 1).
 
-    python benchmarks/ablation_error.py --studies 500 --seed 1
-    python benchmarks/ablation_error.py --quick
+    python -m benchmarks.ablation_error --studies 500 --seed 1
+    python -m benchmarks.ablation_error --quick
 """
 
 from __future__ import annotations
@@ -39,17 +39,12 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from night import binomial_interval  # noqa: E402
-
-from evaluators import DEFAULT_CONFIDENCE, PRIOR_SPREAD  # noqa: E402
-from sweeper.ablation import (  # noqa: E402
+from benchmarks.night import binomial_interval
+from evaluators import DEFAULT_CONFIDENCE, PRIOR_SPREAD
+from sweeper.ablation import (
     AblationMode,
     SlotFigure,
     Speed,
@@ -346,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         drift_per_hour=args.drift_per_hour,
         tail_df=args.tail_df,
     )
-    print("python benchmarks/ablation_error.py " + shlex.join(argv if argv is not None else sys.argv[1:]))
+    print("python -m benchmarks.ablation_error " + shlex.join(argv if argv is not None else sys.argv[1:]))
     print(
         f"machine: start {machine.start_s:g} s, PPL {machine.ppl_s:g} s, bridge {machine.bridge_s:g} s, "
         f"TPS run {machine.run_s:g} s; noise: between {machine.sd_between}, within {machine.sd_within}, "

@@ -28,9 +28,9 @@ any "faster" claim is wrong) and ``alt`` (one configuration 1.25x the base,
 one 1.10x, the rest as fast as the base; which ones is drawn per study).
 Studies are seeded (the same seeds for every code version).
 
-    python benchmarks/claim_error.py                       # the working tree's code
-    python benchmarks/claim_error.py --versions 38818e6,.  # a commit beside the working tree
-    python benchmarks/claim_error.py --quick               # a few studies per cell
+    python -m benchmarks.claim_error                       # the working tree's code
+    python -m benchmarks.claim_error --versions 38818e6,.  # a commit beside the working tree
+    python -m benchmarks.claim_error --quick               # a few studies per cell
 
 A version other than ``.`` (the working tree) is a commit, checked out in a
 temporary git worktree outside the repository for the run and removed
@@ -59,10 +59,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
 # the summary's own t quantile; each studied version imports its code in its workers
-from evaluators import t_quantile  # noqa: E402
+from evaluators import t_quantile
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 CONFIGURATIONS = 8  # c = 0 (the base) to 7
@@ -155,6 +153,7 @@ def confirm_settings(setting: Setting) -> Any:
 def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
     """One whole study; its claim as a record."""
     import sweeper
+    import sweeper.study
     from search_spaces import space_from_dict
     from sweeper.study import standing
 
@@ -182,13 +181,10 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
     database = folder / f"{name}.db"
     started = time.monotonic()
     try:
-        result = sweeper.run_study(
-            space,
-            servers,
+        settings: dict[str, Any] = dict(
             study_name=name,
             storage=str(database),
             n_trials=spec.setting.budget,
-            ppl_cap_rel=1.05,
             sampler=spec.sampler,
             seed=spec.seed,
             reuse_quality=True,
@@ -196,6 +192,11 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
             enqueue_base=True,
             handle_signals=False,
         )
+        if hasattr(sweeper.study, "StudyOptions"):
+            options = sweeper.study.StudyOptions(**settings, gate=sweeper.study.PplGate(cap_rel=1.05))
+            result = sweeper.run_study(space, servers, options=options)
+        else:  # a version older than StudyOptions (4d4ed61): its run_study took the settings as keywords
+            result = sweeper.run_study(space, servers, **settings, ppl_cap_rel=1.05)
         trials = result.status.trials
         now = standing(trials, confirm)
     finally:

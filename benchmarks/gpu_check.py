@@ -1,6 +1,6 @@
 """The GPU check: the sweep's serving path on a CUDA machine, measured, in parts that each fit one call.
 
-    python benchmarks/gpu_check.py [--only info,serve,startup,resume,noise,ctk,eager] [--out DIR]
+    python -m benchmarks.gpu_check [--only info,serve,startup,resume,noise,ctk,eager] [--out DIR]
 
 Every figure is appended to ``DIR/gpu_check.jsonl`` as soon as it is measured
 (one JSON object a line, with the part, the UTC time and the figures), so a
@@ -56,14 +56,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from evaluators import PplSettings, TpsSettings, WarmupSettings  # noqa: E402
-from sweeper.demo import demo_paths  # noqa: E402
-from sweeper.manifest import Manifest  # noqa: E402
-from sweeper.measure import EvalSettings, evaluate, load_eval_data, measure_server  # noqa: E402
-from sweeper.serving import ServerProcess, parse_startup  # noqa: E402
-from sweeper.versions import software_versions  # noqa: E402
+from evaluators import PplSettings, TpsSettings, WarmupSettings
+from sweeper.demo import demo_paths
+from sweeper.manifest import Manifest
+from sweeper.measure import EvalSettings, evaluate, load_eval_data, measure_server
+from sweeper.serving import ServerProcess, parse_startup
+from sweeper.versions import software_versions
 
 PARTS = ("info", "serve", "startup", "resume", "noise", "ctk", "eager")
 DEMO_SIZES = (8, 128)

@@ -1,7 +1,7 @@
 """Does a server read the same TPS beside an idle neighbour, and do two starts at once cost less?
 
-    python benchmarks/neighbour.py --manifest sweeper/demo/data/manifest-gpu.json --rounds 3 --runs 3 --out nb/
-    python benchmarks/neighbour.py --summary nb/neighbour.jsonl
+    python -m benchmarks.neighbour --manifest sweeper/demo/data/manifest-gpu.json --rounds 3 --runs 3 --out nb/
+    python -m benchmarks.neighbour --summary nb/neighbour.jsonl
 
 The question behind a race that keeps two servers on one GPU (docs/noise.md): a server's start is
 mostly spent outside the GPU (the process, imports, the engine's set-up), so two servers started
@@ -29,20 +29,17 @@ import datetime
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from evaluators import TpsSettings, WarmupSettings, paired_ratio_interval  # noqa: E402
-from sweeper.demo import demo_paths  # noqa: E402
-from sweeper.errors import ERROR_ROOTS  # noqa: E402
-from sweeper.manifest import Manifest  # noqa: E402
-from sweeper.measure import EvalSettings, load_eval_data, measure_server, warmup_settings_from  # noqa: E402
-from sweeper.serving import ServerProcess  # noqa: E402
+from evaluators import TpsSettings, WarmupSettings, paired_ratio_interval
+from sweeper.demo import demo_paths
+from sweeper.errors import ERROR_ROOTS
+from sweeper.manifest import Manifest
+from sweeper.measure import EvalSettings, load_eval_data, measure_server, warmup_settings_from
+from sweeper.serving import ServerProcess
 
 RECORD_FILE = "neighbour.jsonl"
 

@@ -93,11 +93,11 @@ servers (searched + race), the confirmed answers, the morning claim's width, and
 1 - the morning answer's true TPS over the best feasible configuration's (median, 10th and 90th
 percentile over nights, and the mean).
 
-    python benchmarks/night.py --setting a10g --studies 200 --seed 1
-    python benchmarks/night.py --setting h200 --studies 200 --seed 1
-    python benchmarks/night.py --quick --designs today,pooled-base
-    python benchmarks/night.py --starts gpu-demo,a10g-e4b,a10g-e4b-close --studies 200 --seed 1
-    python benchmarks/night.py --starts gpu-demo --warm-phases imports=0,engine_start=5 --studies 200
+    python -m benchmarks.night --setting a10g --studies 200 --seed 1
+    python -m benchmarks.night --setting h200 --studies 200 --seed 1
+    python -m benchmarks.night --quick --designs today,pooled-base
+    python -m benchmarks.night --starts gpu-demo,a10g-e4b,a10g-e4b-close --studies 200 --seed 1
+    python -m benchmarks.night --starts gpu-demo --warm-phases imports=0,engine_start=5 --studies 200
 """
 
 from __future__ import annotations
@@ -112,29 +112,33 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from evaluators import t_quantile  # noqa: E402
-from storage import TrialRecord  # noqa: E402
-from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts  # noqa: E402
-from sweeper.study import (  # noqa: E402
+from evaluators import t_quantile
+from storage import TrialRecord
+from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts
+from sweeper.study import (
+    FUTILITY_RATIO,
+    ROUNDS_DF_ENOUGH,
     Claim,
     Configuration,
+    ConfirmSettings,
     Outcome,
     Standing,
+    claim_confidence,
     confirmation_role,
     is_confirmation,
+    race_confidence,
     standing,
 )
-from sweeper.study._race_decision import FUTILITY_RATIO, claim_confidence, race_confidence  # noqa: E402
-from sweeper.study._race_replay import ROUNDS_DF_ENOUGH  # noqa: E402
-from sweeper.study._race_settings import ConfirmSettings  # noqa: E402
-from sweeper.sweep import DEFAULT_NOISE, GPU_DEMO_NOISE, RunPlan  # noqa: E402
-from sweeper.sweep._plan import CONFIRM_ROUNDS, DEMO_CONFIRM_ROUNDS  # noqa: E402
+from sweeper.sweep import (
+    CONFIRM_ROUNDS,
+    DEFAULT_NOISE,
+    DEMO_CONFIRM_ROUNDS,
+    GPU_DEMO_NOISE,
+    RunPlan,
+)
 
 CONFIGURATIONS = 8  # c = 0 (the base) to 7
 FAST, FASTER = 1.10, 1.25  # the alt landscape's two faster configurations
@@ -1425,7 +1429,7 @@ def main(argv: list[str] | None = None) -> int:
         "--new-compile-share", type=float, help="--starts: searched configurations new to the night that compile cold"
     )
     args = parser.parse_args(argv)
-    print("python benchmarks/night.py " + shlex.join(sys.argv[1:] if argv is None else argv), flush=True)
+    print("python -m benchmarks.night " + shlex.join(sys.argv[1:] if argv is None else argv), flush=True)
     if args.starts:
         try:
             chosen = [start_setting(name, args) for name in args.starts.split(",") if name]

@@ -1,10 +1,10 @@
 """Where the spread of TPS comes from: between fresh servers, between runs inside one, or drift.
 
-    python benchmarks/noise_split.py --servers 4 --runs 5 --sizes 8x128 --out noise/
-    python benchmarks/noise_split.py --arm base --arm base-trial:shape=trial --servers 4 --runs 3 --out gap/
-    python benchmarks/noise_split.py --manifest sweeper/demo/data/manifest-gpu.json \
+    python -m benchmarks.noise_split --servers 4 --runs 5 --sizes 8x128 --out noise/
+    python -m benchmarks.noise_split --arm base --arm base-trial:shape=trial --servers 4 --runs 3 --out gap/
+    python -m benchmarks.noise_split --manifest sweeper/demo/data/manifest-gpu.json \
         --sizes 8x128,128x512 --runs 6,2 --servers 3 --out gpu/
-    python benchmarks/noise_split.py --summary noise/noise_split.jsonl
+    python -m benchmarks.noise_split --summary noise/noise_split.jsonl
 
 Each arm (a label, optional ``shape=trial`` and env overrides ``KEY=VALUE``,
 joined by ``:``) is started in ``--servers`` fresh servers, the arms
@@ -40,12 +40,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from gpu_check import padded_prompts  # noqa: E402
-
-from evaluators import (  # noqa: E402
+from benchmarks.gpu_check import padded_prompts
+from evaluators import (
     PplSettings,
     TpsSettings,
     WarmupSettings,
@@ -53,10 +49,10 @@ from evaluators import (  # noqa: E402
     paired_ratio_interval,
     t_quantile,
 )
-from sweeper.demo import demo_paths  # noqa: E402
-from sweeper.manifest import Manifest  # noqa: E402
-from sweeper.measure import EvalSettings, load_eval_data, measure_server, warmup_settings_from  # noqa: E402
-from sweeper.serving import ServerProcess  # noqa: E402
+from sweeper.demo import demo_paths
+from sweeper.manifest import Manifest
+from sweeper.measure import EvalSettings, load_eval_data, measure_server, warmup_settings_from
+from sweeper.serving import ServerProcess
 
 RECORD_FILE = "noise_split.jsonl"
 SHAPES = ("rerun", "trial")

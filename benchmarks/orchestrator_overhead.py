@@ -11,8 +11,8 @@ Goals: overhead at most 3 % of trial wall time, at most 5 s from one
 trial's teardown to the next launch, an early-stopped trial costing at most
 half of a full one.
 
-    python benchmarks/orchestrator_overhead.py [--trials 4] [--keep DIR]
-    python benchmarks/orchestrator_overhead.py --num-prompts 32 --output-len 256
+    python -m benchmarks.orchestrator_overhead [--trials 4] [--keep DIR]
+    python -m benchmarks.orchestrator_overhead --num-prompts 32 --output-len 256
 
 The default sizes are the demo's (8 prompts x 128 tokens, all 32 tuning PPL
 records): there a trial is mostly its server start, which an early stop
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from storage import TrialStore
-from sweeper.study import run_study
+from sweeper.study import PplGate, StudyOptions, run_study
 from sweeper.sweep import DEMO_SIZES, RunPlan, prepare
 
 MEASURED_PHASES = ("start", "spawn", "engine init", "api ready", "warmup", "ppl", "tps", "fidelity", "teardown")
@@ -58,13 +58,15 @@ def main() -> None:
     result = run_study(
         prepared.space,
         prepared.evaluator,
-        study_name=prepared.study_name,
-        storage=url,
-        n_trials=max(3, args.trials),
-        ppl_cap_rel=plan.ppl_cap_rel,
-        seed=0,
-        reuse_quality=True,
-        enqueue=[{"sliding_window": smallest}],
+        StudyOptions(
+            study_name=prepared.study_name,
+            storage=url,
+            n_trials=max(3, args.trials),
+            gate=PplGate(cap_rel=plan.ppl_cap_rel),
+            seed=0,
+            reuse_quality=True,
+            enqueue=[{"sliding_window": smallest}],
+        ),
     )
     store = TrialStore(url)
     records = sorted(store.records(result.study_name, details=True), key=lambda r: r.number)

@@ -5,7 +5,7 @@ when ``../shared/challenge-data`` is present, else drawn), each record with
 its own per-token NLL around the population's; the records are scored in a
 random order, as ``measure_ppl`` does, and the rule looks after each one.
 
-    python benchmarks/ppl_early_stop.py [--sims 4000] [--records 128]
+    python -m benchmarks.ppl_early_stop [--sims 4000] [--records 128]
 
 Rules compared, all at 99 %:
 - ``fixed+fpc``: the rule before this benchmark (one-sided 99 % bound at
@@ -22,14 +22,11 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from evaluators import EarlyStopRule  # noqa: E402
+from evaluators import EarlyStopRule
 
 CAP = 2.42
 CHALLENGE_PPL = Path(__file__).resolve().parents[2] / "shared" / "challenge-data" / "ppl_ground_truth_tokens.jsonl"

@@ -56,9 +56,9 @@ produced it) as soon as it ends; a run given a log that already holds some
 of its tasks runs only the others, so a cut run is resumed by running the
 same command again, and a finished one prints its table at once.
 
-    python benchmarks/ppl_gate.py gate --seeds 200 --confidences none,0.9 --log gate.jsonl
-    python benchmarks/ppl_gate.py gate --relative --seeds 200 --confidences none,0.9 --log rel.jsonl
-    python benchmarks/ppl_gate.py trap --landscapes 0-5 --seeds 5 --log trap.jsonl
+    python -m benchmarks.ppl_gate gate --seeds 200 --confidences none,0.9 --log gate.jsonl
+    python -m benchmarks.ppl_gate gate --relative --seeds 200 --confidences none,0.9 --log rel.jsonl
+    python -m benchmarks.ppl_gate trap --landscapes 0-5 --seeds 5 --log trap.jsonl
 """
 
 from __future__ import annotations
@@ -80,13 +80,9 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from landscape import PPL_CAP, REFERENCE_PPL, WINDOWS, Landscape, search_space  # noqa: E402
-
-import sweeper  # noqa: E402
-from sweeper.study import Measurement, TrialEvent  # noqa: E402
+import sweeper
+from benchmarks.landscape import PPL_CAP, REFERENCE_PPL, WINDOWS, Landscape, search_space
+from sweeper.study import Measurement, PplGate, StudyOptions, TrialEvent
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "sweeper" / "demo" / "data"
@@ -99,6 +95,30 @@ WILSON_Z = 1.959964  # 95 %
 NARROW_WINDOW = 20  # the demo model's window whose records give the per-record change (--relative)
 
 
+def transformers_nll(model_dir: Path, records: list, sliding_window: int | None = None) -> dict[str, float]:
+    """Each PPL record's NLL over its scored span, from the model's logits in transformers (float32,
+    on the CPU), with no server in between. ``sliding_window``: overrides the model's own."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    if sliding_window is not None:
+        config.sliding_window = sliding_window
+    model = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
+    model.eval()
+    result: dict[str, float] = {}
+    with torch.no_grad():
+        for record in records:
+            tokens = record.token_ids
+            logprobs = torch.log_softmax(model(torch.tensor([tokens])).logits[0].double(), dim=-1)
+            # the token at ``position`` is predicted from the logits one position before it
+            result[record.id] = -sum(
+                logprobs[position - 1, tokens[position]].item()
+                for position in range(record.score_start, record.score_end)
+            )
+    return result
+
+
 def demo_record_scores(cache: Path | None = None, sliding_window: int | None = None) -> list[tuple[float, int]]:
     """(NLL, scored tokens) of each demo PPL record, by transformers on the CPU.
 
@@ -108,16 +128,13 @@ def demo_record_scores(cache: Path | None = None, sliding_window: int | None = N
         cache = cache.with_name(f"{cache.stem}-w{sliding_window}{cache.suffix}")
     if cache is not None and cache.exists():
         return [tuple(row) for row in json.loads(cache.read_text())]
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import _transformers_nll
-
     from evaluators import load_ppl_records
 
     records = [
         *load_ppl_records(str(DEMO / "ppl_tuning.jsonl")),
         *load_ppl_records(str(DEMO / "ppl_heldout.jsonl")),
     ]
-    nll = _transformers_nll(DEMO / "model", records, sliding_window=sliding_window)
+    nll = transformers_nll(DEMO / "model", records, sliding_window=sliding_window)
     scores = [(float(nll[r.id]), r.scored_tokens) for r in records]
     if cache is not None:
         cache.write_text(json.dumps(scores))
@@ -315,20 +332,24 @@ def run_task(task: Task) -> dict:
         f"{task.kind}-{task.landscape}-{task.seed}-{task.confidence}-{task.enqueue}"
         f"-{task.ppl_noise:g}{'-rel' if task.relative else ''}"
     )
-    cap = {"ppl_cap_rel": land.cap_rel} if task.relative else {"ppl_cap": PPL_CAP}
+    if task.relative:
+        gate = PplGate(cap_rel=land.cap_rel, confidence=task.confidence)
+    else:
+        gate = PplGate(cap=PPL_CAP, confidence=task.confidence)
     result = sweeper.run_study(
         search_space().bind(BASE_ENV),
         land,
-        study_name=name,
-        storage=str(Path(task.folder) / f"{name}.db"),
-        n_trials=task.trials,
-        **cap,
-        ppl_confidence=task.confidence,
-        sampler="guided",
-        seed=task.seed,
-        enqueue_space_configs=task.enqueue,
-        progress=progress,
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=str(Path(task.folder) / f"{name}.db"),
+            n_trials=task.trials,
+            gate=gate,
+            sampler="guided",
+            seed=task.seed,
+            enqueue_space_configs=task.enqueue,
+            progress=progress,
+            handle_signals=False,
+        ),
     )
     Path(task.folder, f"{name}.db").unlink(missing_ok=True)
     windows = Counter(p["sliding_window"] for p in seen)

@@ -24,8 +24,8 @@ TPS (noise-free); the table gives the median GPU time and trials to that point,
 and, for the whole study (its budget of trials and the races), the GPU hours,
 the trials, and the final answer's true TPS as a share of the best.
 
-    python benchmarks/screening.py            # 7 seeds, a few minutes
-    python benchmarks/screening.py --quick    # 3 seeds
+    python -m benchmarks.screening            # 7 seeds, a few minutes
+    python -m benchmarks.screening --quick    # 3 seeds
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import dataclasses
 import logging
 import math
 import statistics
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,15 +43,11 @@ from typing import Any
 import numpy as np
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from landscape import PPL_CAP, Landscape  # noqa: E402
-
-import sweeper  # noqa: E402
-from search_spaces import load_preset  # noqa: E402
-from storage import TrialStore  # noqa: E402
-from sweeper.study import ConfirmSettings, Measurement, TrialEvent, standing  # noqa: E402
+import sweeper
+from benchmarks.landscape import PPL_CAP, Landscape
+from search_spaces import load_preset
+from storage import TrialStore
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, TrialEvent, standing
 
 BASE_ENV = {"SPECULATIVE_CONFIG": '{"method": "mtp", "model": "drafter", "num_speculative_tokens": 4}'}
 
@@ -138,16 +133,18 @@ def run_one(seed: int, *, screening: bool, cap: int, costs: Costs, folder: Path)
         result = sweeper.run_study(
             space,
             clock,
-            study_name=name,
-            storage=url,
-            n_trials=cap,
-            ppl_cap=PPL_CAP,
-            seed=seed,
-            reuse_quality=True,
-            confirm=confirm,
-            enqueue_base=True,
-            progress=progress,
-            handle_signals=False,
+            StudyOptions(
+                study_name=name,
+                storage=url,
+                n_trials=cap,
+                gate=PplGate(cap=PPL_CAP),
+                seed=seed,
+                reuse_quality=True,
+                confirm=confirm,
+                enqueue_base=True,
+                progress=progress,
+                handle_signals=False,
+            ),
         )
     finally:
         store.close()

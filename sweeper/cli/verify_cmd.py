@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -105,20 +106,20 @@ def command(
         click.echo("warning: --spread-prior is deprecated: use --noise (the same prior, by its one name)", err=True)
         noise = spread_prior
     settings = VerifySettings(
-        top=top, repeats=repeats, tolerance=tolerance, redo=redo, control=not no_control, noise=noise
-    )
-    manifest = Manifest.load(manifest_path) if manifest_path else None
-    console = Console(stderr=True)
-    result = verify_study(
-        storage=storage,
-        study_name=study_name,
-        settings=settings,
-        base_manifest=manifest,
+        top=top,
+        repeats=repeats,
+        tolerance=tolerance,
+        redo=redo,
+        control=not no_control,
+        noise=noise,
         prompts=prompts,
         ppl_data=ppl_data,
         run_dir=run_dir,
-        progress=_Progress(console, repeats),
     )
+    manifest = Manifest.load(manifest_path) if manifest_path else None
+    console = Console(stderr=True)
+    settings = dataclasses.replace(settings, base_manifest=manifest, progress=_Progress(console, repeats))
+    result = verify_study(settings, storage=storage, study_name=study_name)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -39,8 +39,15 @@ from sweeper.study._gate import (
 )
 from sweeper.study._guided import GuidedPlan, Observation
 from sweeper.study._options import StudyOptions, StudyOptionsError, parse_duration
-from sweeper.study._race_decision import Claim, Outcome, distance_to_base
-from sweeper.study._race_replay import standing
+from sweeper.study._race_decision import (
+    FUTILITY_RATIO,
+    Claim,
+    Outcome,
+    claim_confidence,
+    distance_to_base,
+    race_confidence,
+)
+from sweeper.study._race_replay import ROUNDS_DF_ENOUGH, standing
 from sweeper.study._race_settings import ConfirmSettings, ConfirmSettingsError
 from sweeper.study._recipe import (
     MEASURING_FIELDS,
@@ -80,6 +87,10 @@ __all__ = [
     "Race",
     "Standing",
     "distance_to_base",
+    "FUTILITY_RATIO",
+    "ROUNDS_DF_ENOUGH",
+    "claim_confidence",
+    "race_confidence",
     "is_baseline",
     "is_confirmation",
     "measured_uncertainty",

@@ -24,14 +24,13 @@ behind are stopped through their tokens.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import signal
 import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
@@ -51,11 +50,10 @@ from storage import (
 from sweeper import invocation
 from sweeper.errors import ServerStopError, StudyError
 from sweeper.serving import stop_servers_with_token
-from sweeper.study._evaluator import Evaluator, TrialEvent
+from sweeper.study._evaluator import Evaluator
 from sweeper.study._gate import PplGate, reference_ppl, study_settings
-from sweeper.study._options import StudyOptions, StudyOptionsError, parse_duration
+from sweeper.study._options import StudyOptions, StudyOptionsError
 from sweeper.study._race_replay import standing
-from sweeper.study._race_settings import ConfirmSettings
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
 from sweeper.study._sampling import make_sampler
 from sweeper.study._standing import ROUND_ATTR_PREFIX, is_confirmation
@@ -106,104 +104,35 @@ class StudyResult:
         return self.status.pareto
 
 
-def run_study(
-    space: SearchSpace,
-    evaluate: Evaluator,
-    *,
-    options: StudyOptions | None = None,
-    study_name: str | None = None,
-    storage: str | None = None,
-    n_trials: int | None = None,
-    ppl_cap: float | None = None,
-    sampler: str | None = None,
-    seed: int | None = None,
-    mode: str = "tps",
-    ppl_cap_rel: float | None = None,
-    ppl_confidence: float | None = None,
-    ppl_rerun_records: int | None = None,
-    timeout: float | str | None = None,
-    trial_timeout: float | str | None = None,
-    enqueue: Sequence[Mapping[str, Any]] = (),
-    enqueue_space_configs: bool = True,
-    max_consecutive_failures: int = 3,
-    reuse_quality: bool = False,
-    confirm: ConfirmSettings | None = None,
-    enqueue_base: bool = False,
-    progress: Callable[[TrialEvent], None] | None = None,
-    stale_after_s: float = 120.0,
-    handle_signals: bool = True,
-    stop_event: threading.Event | None = None,
-) -> StudyResult:
+def run_study(space: SearchSpace, evaluate: Evaluator, options: StudyOptions) -> StudyResult:
     """Search ``space`` with ``evaluate(params[, context]) -> Measurement``.
 
-    ``options``: every setting as one ``StudyOptions`` (what ``sweeper run``'s
-    plan hands down); without it, the keywords below make one (giving both is
-    a ``StudyOptionsError``). ``storage`` is a SQLAlchemy URL or a path (default: ./sweeper-study.db);
-    an existing study of that name is resumed. ``n_trials`` counts the
-    study's trials, not this call's. ``mode`` "tps" maximizes TPS under the
-    gate, "pareto" maximizes TPS and minimizes PPL. ``sampler``: guided
-    (the default), gp, tpe, nsga2, random or grid, seeded by ``seed``.
-    ``enqueue``: configs tried first, after the space's own (the baseline
-    first when the cap is relative). ``reuse_quality``: a configuration
-    whose quality parameters were measured before gets that PPL as
-    ``context.known_ppl`` and may return ``ppl=None``. ``confirm``: the
-    races that confirm the best (default: none, the best as measured wins;
-    ``sweeper run`` races with ``ConfirmSettings(rounds=6)``, 4 on the demo). ``enqueue_base``:
-    the base manifest's configuration is the first trial (the control every
-    stated speedup is measured against; always so under a relative cap). ``stop_event``: set it
-    (from a progress callback or another thread) to end after the running trial.
-    ``trial_timeout`` (seconds or text like ``45m``): one trial's wall-clock
-    limit (default: ``evaluate.trial_timeout_s`` if it has one).
-    ``ppl_confidence`` (default None: the point estimate): pass a configuration
-    only when its PPL's upper bound at this level, on ``ppl_rerun_records``
-    fresh records (default: as many as measured), is under the cap (``PplGate``).
+    ``options``: every setting of the run as one ``StudyOptions`` (what
+    ``sweeper run``'s plan hands down). ``options.storage`` is a SQLAlchemy URL
+    or a path (default: ./sweeper-study.db); an existing study of that name
+    is resumed. ``n_trials`` counts the study's trials, not this call's.
+    ``mode`` "tps" maximizes TPS under the gate, "pareto" maximizes TPS and
+    minimizes PPL. ``sampler``: guided (the default), gp, tpe, nsga2, random
+    or grid, seeded by ``seed``. ``enqueue``: configs tried first, after the
+    space's own (the baseline first when the cap is relative).
+    ``reuse_quality``: a configuration whose quality parameters were
+    measured before gets that PPL as ``context.known_ppl`` and may return
+    ``ppl=None``. ``confirm``: the races that confirm the best (default:
+    none, the best as measured wins; ``sweeper run`` races with
+    ``ConfirmSettings(rounds=6)``, 4 on the demo). ``enqueue_base``: the base
+    manifest's configuration is the first trial (the control every stated
+    speedup is measured against; always so under a relative cap).
+    ``stop_event``: set it (from a progress callback or another thread) to
+    end after the running trial. ``trial_timeout_s``: one trial's wall-clock
+    limit (default: ``evaluate.trial_timeout_s`` if it has one). ``gate``: the
+    PPL cap (``PplGate``: absolute or relative; with ``confidence``, a
+    configuration passes only when its PPL's upper bound at that level, on
+    ``rerun_records`` fresh records, is under the cap); None: the gate
+    stored in the study.
     """
-    keywords = {name: value for name, value in locals().items() if name in _KEYWORD_DEFAULTS}
-    if options is not None:
-        given = sorted(name for name, value in keywords.items() if value != _KEYWORD_DEFAULTS[name])
-        if given:
-            raise StudyOptionsError(f"run_study: give options or {', '.join(given)}, not both")
-        return Sweep(space, evaluate, options).run()
-    gate = (
-        None
-        if ppl_cap is None and ppl_cap_rel is None
-        else PplGate(
-            cap=ppl_cap,
-            cap_rel=ppl_cap_rel,
-            confidence=ppl_confidence,
-            rerun_records=ppl_rerun_records,
-        )
-    )
-    options = StudyOptions(
-        study_name=study_name,
-        storage=storage,
-        n_trials=n_trials,
-        timeout_s=parse_duration(timeout),
-        trial_timeout_s=parse_duration(trial_timeout),
-        gate=gate,
-        mode=mode,
-        sampler=sampler,
-        seed=seed,
-        enqueue=tuple(enqueue),
-        enqueue_space_configs=enqueue_space_configs,
-        max_consecutive_failures=max_consecutive_failures,
-        reuse_quality=reuse_quality,
-        confirm=confirm if confirm is not None else ConfirmSettings(),
-        enqueue_base=enqueue_base,
-        progress=progress,
-        stale_after_s=stale_after_s,
-        handle_signals=handle_signals,
-        stop_event=stop_event,
-    )
+    if not isinstance(options, StudyOptions):
+        raise StudyOptionsError(f"run_study: options must be StudyOptions, not {type(options).__name__}")
     return Sweep(space, evaluate, options).run()
-
-
-# run_study's keywords besides ``options``, with their defaults (what "not given" means)
-_KEYWORD_DEFAULTS = {
-    name: parameter.default
-    for name, parameter in inspect.signature(run_study).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name != "options"
-}
 
 
 def _stop_left_behind(token: str) -> list[int]:

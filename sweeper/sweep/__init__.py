@@ -9,7 +9,9 @@
 from sweeper.sweep._gpus import gpu_groups, worker_slot
 from sweeper.sweep._plan import (
     CHALLENGE_SIZES,
+    CONFIRM_ROUNDS,
     DEFAULT_NOISE,
+    DEMO_CONFIRM_ROUNDS,
     DEMO_PRESET,
     DEMO_SIZES,
     DEMO_STORAGE,
@@ -33,6 +35,8 @@ from sweeper.sweep._workers import (
 
 __all__ = [
     "CHALLENGE_SIZES",
+    "CONFIRM_ROUNDS",
+    "DEMO_CONFIRM_ROUNDS",
     "DEMO_PRESET",
     "DEFAULT_NOISE",
     "GPU_DEMO_NOISE",

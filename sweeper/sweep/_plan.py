@@ -715,7 +715,7 @@ def execute(prepared: PreparedRun, *, progress: Callable[[TrialEvent], None] | N
         plan.storage,
     )
     options = dataclasses.replace(prepared.options, progress=progress_and_recipe)
-    result = run_study(prepared.space, prepared.evaluator, options=options)
+    result = run_study(prepared.space, prepared.evaluator, options)
     if not saved:
         save_recipe(plan.storage, prepared.study_name, prepared.recipe)
     verify_answer(prepared)
@@ -727,13 +727,12 @@ def verify_answer(prepared: PreparedRun) -> None:
     plan = prepared.plan
     if not plan.verify_top:
         return
-    from sweeper.answer import verify_study
+    from sweeper.answer import VerifySettings, verify_study
 
-    verify_study(
-        storage=plan.storage,
-        study_name=prepared.study_name,
+    settings = VerifySettings(
         top=plan.verify_top,
         base_manifest=prepared.manifest,
         recipe=prepared.recipe,
         run_dir=Path(plan.run_dir) / prepared.study_name / "verify",
     )
+    verify_study(settings, storage=plan.storage, study_name=prepared.study_name)

@@ -5,26 +5,18 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 from scipy.stats import binomtest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 N = 2  # studies per landscape: a few seconds each
 
 
 @pytest.fixture(scope="module")
-def claim_error():
-    # imported by its own name: the benchmark's worker processes (spawn) import it again
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import claim_error
-
-        yield claim_error
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def claim_error(load_benchmark):
+    # imported by its package name: the benchmark's worker processes (spawn) import it again
+    return load_benchmark("claim_error")
 
 
 def test_the_landscapes_and_the_servers(claim_error) -> None:

@@ -128,7 +128,7 @@ def test_pooled_base_weighs_each_base_server_by_its_use(night) -> None:
 def test_the_command_prints_itself_and_a_row_per_design(night, capsys) -> None:
     assert night.main(["--quick", "--setting", "h200", "--designs", "today,pooled-base", "--tail-df", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "python benchmarks/night.py --quick --setting h200 --designs today,pooled-base --tail-df 3"
+    assert lines[0] == "python -m benchmarks.night --quick --setting h200 --designs today,pooled-base --tail-df 3"
     rows = [line for line in lines if line.startswith("| today") or line.startswith("| pooled-base")]
     assert len(rows) == 2 and "10/10" in rows[0]
     with pytest.raises(ValueError):
@@ -258,7 +258,7 @@ def test_a_budgeted_night_keeps_to_its_budget_and_states_its_regret(night) -> No
 def test_the_starts_command_prints_a_row_per_mode(night, capsys) -> None:
     assert night.main(["--starts", "gpu-demo", "--studies", "4", "--warm-phases", "engine_start=10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "python benchmarks/night.py --starts gpu-demo --studies 4 --warm-phases engine_start=10"
+    assert lines[0] == "python -m benchmarks.night --starts gpu-demo --studies 4 --warm-phases engine_start=10"
     rows = [line for line in lines if line.startswith(("| fresh (", "| SEARCH", "| ALL"))]
     assert len(rows) == 3 and all("| 4 |" in row for row in rows)
     assert "| warm | 0 | 10 |" in "\n".join(lines)

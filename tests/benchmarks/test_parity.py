@@ -312,7 +312,8 @@ def test_ours_run_refuses_an_unknown_connection_before_sending(tmp_path) -> None
     done = subprocess.run(
         [
             sys.executable,
-            str(BENCHMARKS / "tps_vs_harness_client.py"),
+            "-m",
+            "benchmarks.tps_vs_harness_client",
             "ours-run",
             "--base-url",
             "http://127.0.0.1:9",
@@ -329,6 +330,7 @@ def test_ours_run_refuses_an_unknown_connection_before_sending(tmp_path) -> None
         text=True,
         timeout=120,
         check=False,
+        cwd=BENCHMARKS.parent,
     )
     assert done.returncode == 2 and "--connection" in done.stderr and "pipelined" in done.stderr
     assert not out.exists()
@@ -373,7 +375,8 @@ def test_ours_run_measures_a_server_in_a_process_of_its_own(parity, tmp_path) ->
         done = subprocess.run(
             [
                 sys.executable,
-                str(BENCHMARKS / "tps_vs_harness_client.py"),
+                "-m",
+                "benchmarks.tps_vs_harness_client",
                 "ours-run",
                 "--base-url",
                 f"http://127.0.0.1:{server.server_address[1]}",
@@ -392,6 +395,7 @@ def test_ours_run_measures_a_server_in_a_process_of_its_own(parity, tmp_path) ->
             text=True,
             timeout=120,
             check=False,
+            cwd=BENCHMARKS.parent,
         )
     finally:
         server.shutdown()

@@ -24,7 +24,7 @@ from storage import (
     study_status,
 )
 from storage.errors import StorageError, StudyNotFoundError
-from sweeper.study import Measurement
+from sweeper.study import Measurement, PplGate, StudyOptions
 
 SPACE = space_from_dict(
     {
@@ -66,15 +66,17 @@ def run_table_study(url: str, name: str = "table", mode: str = "tps"):
     return sweeper.run_study(
         SPACE,
         table_evaluate,
-        study_name=name,
-        storage=url,
-        n_trials=len(configs),
-        ppl_cap=2.0,
-        mode=mode,
-        sampler="random",
-        seed=0,
-        enqueue=configs,
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=url,
+            n_trials=len(configs),
+            gate=PplGate(cap=2.0),
+            mode=mode,
+            sampler="random",
+            seed=0,
+            enqueue=configs,
+            handle_signals=False,
+        ),
     )
 
 

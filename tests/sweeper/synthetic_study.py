@@ -20,7 +20,7 @@ from search_spaces import load_preset
 from sweeper.demo import demo_paths
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest
-from sweeper.study import Measurement, StudyRecipe, run_study, save_recipe
+from sweeper.study import Measurement, PplGate, StudyOptions, StudyRecipe, run_study, save_recipe
 
 CAP = 2.30
 
@@ -110,14 +110,16 @@ def make_study(
     run_study(
         space,
         synthetic_evaluator(),
-        study_name=name,
-        storage=url,
-        n_trials=len(configs) + 1,
-        ppl_cap=CAP,
-        sampler="random",
-        seed=0,
-        enqueue=list(configs),
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=url,
+            n_trials=len(configs) + 1,
+            gate=PplGate(cap=CAP),
+            sampler="random",
+            seed=0,
+            enqueue=list(configs),
+            handle_signals=False,
+        ),
     )
     if recipe:
         save_recipe(url, name, StudyRecipe(base_manifest=str(manifest_path), num_prompts=4, output_len=16))

@@ -18,7 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 import sweeper
-from sweeper.answer import export_answer, place_manifest, verify_study
+from sweeper.answer import VerifySettings, export_answer, place_manifest, verify_study
 from sweeper.manifest import Manifest
 from sweeper.versions import DISTRIBUTION
 
@@ -83,11 +83,9 @@ def test_exported_manifests_name_this_project_pinned(synthetic, demo, tmp_path) 
     for index, base in enumerate((demo.manifest, tmp_path / "entry" / "manifest.json")):
         study = synthetic.make_study(tmp_path, name=f"study{index}", base_manifest=base)
         verify_study(
+            VerifySettings(top=1, repeats=1, evaluate=synthetic.synthetic_evaluator(tps_factor=0.99)),
             storage=study.url,
             study_name=study.name,
-            top=1,
-            repeats=1,
-            evaluate=synthetic.synthetic_evaluator(tps_factor=0.99),
         )
         out = tmp_path / "out" / f"answer{index}.json"
         export_answer(storage=study.url, study_name=study.name, output=out)

@@ -41,11 +41,11 @@ from evaluators import PplSettings, TpsSettings, WarmupSettings
 from search_spaces import load_preset
 from storage import TrialStore, study_status
 from storage import verifications as all_verifications
-from sweeper.answer import export_answer, verify_study
+from sweeper.answer import VerifySettings, export_answer, verify_study
 from sweeper.cli import app
 from sweeper.measure import EvalSettings, ServerEvaluator, phase_headline, start_seconds
 from sweeper.report import _plotly, build_report
-from sweeper.study import StudyRecipe, plan_from_manifest, run_study, save_recipe
+from sweeper.study import PplGate, StudyOptions, StudyRecipe, plan_from_manifest, run_study, save_recipe
 
 pytestmark = pytest.mark.server
 
@@ -123,13 +123,15 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     result = run_study(
         plan.space,
         evaluator,
-        study_name="e2e",
-        storage=url,
-        n_trials=2,
-        ppl_cap_rel=1.05,
-        enqueue=[other_tokens],
-        reuse_quality=True,
-        handle_signals=False,
+        StudyOptions(
+            study_name="e2e",
+            storage=url,
+            n_trials=2,
+            gate=PplGate(cap_rel=1.05),
+            enqueue=[other_tokens],
+            reuse_quality=True,
+            handle_signals=False,
+        ),
     )
     trials = result.status.trials
     assert [t.state for t in trials] == ["complete", "complete"], [t.error_message for t in trials]
@@ -168,13 +170,15 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
     # confirm a speedup on two shared cores, and the study's two single trials could not
     # claim one either: no claim, so the speedup is measured and shown, not required.
     verified = verify_study(
+        VerifySettings(
+            top=2,
+            repeats=1,
+            tolerance=TOLERANCE,
+            claimed_speedup=False,
+            run_dir=tmp_path / "verify",
+        ),
         storage=url,
         study_name="e2e",
-        top=2,
-        repeats=1,
-        tolerance=TOLERANCE,
-        claimed_speedup=False,
-        run_dir=tmp_path / "verify",
     )
     by_trial = {v.trial_number: v for v in verified.verifications}
     assert sorted(by_trial) == [0, 1]

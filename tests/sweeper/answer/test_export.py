@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.answer import NothingToExportError, UnverifiedAnswerError, derived_name, export_answer, verify_study
+from sweeper.answer import (
+    NothingToExportError,
+    UnverifiedAnswerError,
+    VerifySettings,
+    derived_name,
+    export_answer,
+    verify_study,
+)
 from sweeper.manifest import Manifest
 from sweeper.serving import build_serve_command
 
@@ -38,11 +45,9 @@ def plain_file_mode(folder: Path) -> int:
 def verified_study(synthetic, folder: Path, **kwargs):
     study = synthetic.make_study(folder, **kwargs)
     verify_study(
+        VerifySettings(top=1, repeats=2, evaluate=synthetic.synthetic_evaluator(tps_factor=0.99)),
         storage=study.url,
         study_name=study.name,
-        top=1,
-        repeats=2,
-        evaluate=synthetic.synthetic_evaluator(tps_factor=0.99),
     )
     return study
 
@@ -140,11 +145,9 @@ def test_an_unverified_answer_is_refused_unless_allowed(synthetic, tmp_path) -> 
 def test_a_failed_verification_is_refused_with_how_to_go_on(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path)
     verify_study(
+        VerifySettings(top=3, repeats=1, evaluate=synthetic.synthetic_evaluator(tps_factor=0.5)),
         storage=study.url,
         study_name=study.name,
-        top=3,
-        repeats=1,
-        evaluate=synthetic.synthetic_evaluator(tps_factor=0.5),
     )
     with pytest.raises(
         UnverifiedAnswerError,

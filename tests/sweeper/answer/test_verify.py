@@ -110,12 +110,14 @@ def test_verify_stores_every_repeat_and_the_verdict(synthetic, tmp_path) -> None
     study = synthetic.make_study(tmp_path)
     factors = {0: 0.98, 1: 1.03, 2: 1.01}  # repeat -> TPS factor: median 1.01
     result = verify_study(
+        VerifySettings(
+            top=2,
+            repeats=3,
+            tolerance=0.05,
+            evaluate=synthetic.synthetic_evaluator(tps_factor=lambda r: factors[r], ppl_shift=0.001),
+        ),
         storage=study.url,
         study_name=study.name,
-        top=2,
-        repeats=3,
-        tolerance=0.05,
-        evaluate=synthetic.synthetic_evaluator(tps_factor=lambda r: factors[r], ppl_shift=0.001),
     )
     best = study.number(synthetic.CONFIGS["C"])
     second = study.number(synthetic.CONFIGS["B"])
@@ -147,7 +149,7 @@ def test_a_candidate_that_fails_stops_early_and_the_answer_moves_on(synthetic, t
         shift = 0.03 if params["sliding_window"] == 36 else 0.0
         return synthetic.synthetic_evaluator(ppl_shift=shift)(params, context)
 
-    result = verify_study(storage=study.url, study_name=study.name, top=2, repeats=3, evaluate=evaluate)
+    result = verify_study(VerifySettings(top=2, repeats=3, evaluate=evaluate), storage=study.url, study_name=study.name)
     failed, verified = result.verifications
     assert failed.trial_number == best and failed.status == "failed"
     assert len(failed.runs) == 1  # settled by the first repeat: no more servers spent
@@ -160,15 +162,14 @@ def test_a_candidate_that_fails_stops_early_and_the_answer_moves_on(synthetic, t
 def test_verified_candidates_are_skipped_unless_redo(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path)
     evaluate = synthetic.synthetic_evaluator()
-    verify_study(storage=study.url, study_name=study.name, top=1, repeats=1, evaluate=evaluate)
-    again = verify_study(storage=study.url, study_name=study.name, top=1, repeats=1, evaluate=evaluate)
+    verify_study(VerifySettings(top=1, repeats=1, evaluate=evaluate), storage=study.url, study_name=study.name)
+    again = verify_study(VerifySettings(top=1, repeats=1, evaluate=evaluate), storage=study.url, study_name=study.name)
     assert again.verifications == ()
     assert again.skipped == ((study.number(synthetic.CONFIGS["C"]), "already verified (use --redo to verify again)"),)
     redone = verify_study(
+        VerifySettings(top=1, repeats=1, redo=True, evaluate=evaluate),
         storage=study.url,
         study_name=study.name,
-        settings=VerifySettings(top=1, repeats=1, redo=True),
-        evaluate=evaluate,
     )
     assert len(redone.verifications) == 1
 
@@ -179,7 +180,7 @@ def test_a_failing_server_fails_the_candidate_not_the_command(synthetic, tmp_pat
     def evaluate(params, context):
         raise ServerStartError("server exited with code 1 during start-up", log_tail="CUDA out of memory")
 
-    result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=evaluate)
+    result = verify_study(VerifySettings(top=1, repeats=3, evaluate=evaluate), storage=study.url, study_name=study.name)
     (verification,) = result.verifications
     assert verification.status == "failed"
     assert verification.runs[0].log_tail == "CUDA out of memory"
@@ -194,7 +195,7 @@ def test_an_interrupted_verification_is_marked(synthetic, tmp_path) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        verify_study(storage=study.url, study_name=study.name, top=1, repeats=2, evaluate=evaluate)
+        verify_study(VerifySettings(top=1, repeats=2, evaluate=evaluate), storage=study.url, study_name=study.name)
     with VerificationStore(study.url) as store:
         (record,) = store.records(study.name)
     assert record.status == "interrupted" and record.runs == ()
@@ -203,10 +204,12 @@ def test_an_interrupted_verification_is_marked(synthetic, tmp_path) -> None:
 def test_verify_explains_an_empty_study_and_one_with_no_feasible_trial(synthetic, tmp_path) -> None:
     empty = synthetic.make_empty_study(tmp_path)
     with pytest.raises(StudyError, match="has no trials yet: run 'sweeper run' first"):
-        verify_study(storage=empty.url, study_name=empty.name, evaluate=synthetic.synthetic_evaluator())
+        verify_study(VerifySettings(evaluate=synthetic.synthetic_evaluator()), storage=empty.url, study_name=empty.name)
     hopeless = synthetic.make_study(tmp_path, name="hopeless", configs=list(synthetic.INFEASIBLE_CONFIGS.values()))
     with pytest.raises(StudyError, match=r"no feasible trial to verify \(none of its 3 trials passed"):
-        verify_study(storage=hopeless.url, study_name=hopeless.name, evaluate=synthetic.synthetic_evaluator())
+        verify_study(
+            VerifySettings(evaluate=synthetic.synthetic_evaluator()), storage=hopeless.url, study_name=hopeless.name
+        )
 
 
 # -- held-out data -------------------------------------------------------------------------
@@ -249,7 +252,9 @@ def test_a_held_out_ppl_within_the_noise_of_the_cap_is_flagged_even_when_it_pass
         ]
         return dataclasses.replace(measured, requests=rows)
 
-    result = verify_study(storage=study.url, study_name=study.name, top=1, repeats=1, evaluate=with_records)
+    result = verify_study(
+        VerifySettings(top=1, repeats=1, evaluate=with_records), storage=study.url, study_name=study.name
+    )
     (verification,) = result.verifications
     assert verification.verified  # 2.281 is under the cap 2.30 ...
     se = spread * math.sqrt(m / (m - 1)) / math.sqrt(m)  # sqrt(sum r^2 / (m - 1) / m) / mean tokens

@@ -28,7 +28,7 @@ from sweeper.answer import (
     speedup_text,
     verify_study,
 )
-from sweeper.study import ConfirmSettings, Measurement, run_study, standing
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, run_study, standing
 
 
 def run(
@@ -232,7 +232,9 @@ def test_the_base_alternates_with_the_candidate_in_fresh_calls(synthetic, tmp_pa
     best = study.number(synthetic.CONFIGS["C"])
     evaluate = RecordingEvaluator(synthetic, base_factor=0.7)
     result = verify_study(
-        storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=evaluate, claimed_speedup=True
+        VerifySettings(top=1, repeats=3, evaluate=evaluate, claimed_speedup=True),
+        storage=study.url,
+        study_name=study.name,
     )
     assert [(n, who, r) for n, who, r, _, _ in evaluate.calls] == [
         (best, "candidate", 0),
@@ -270,7 +272,9 @@ def test_the_default_claim_and_the_candidate_that_is_the_base(synthetic, tmp_pat
 
     # the study found its base over the cap, so no speedup is claimed
     evaluate = RecordingEvaluator(synthetic)
-    (plain,) = verify_study(storage=study.url, study_name=study.name, top=1, repeats=2, evaluate=evaluate).verifications
+    (plain,) = verify_study(
+        VerifySettings(top=1, repeats=2, evaluate=evaluate), storage=study.url, study_name=study.name
+    ).verifications
     assert plain.status == "verified" and plain.claimed_speedup is False and len(plain.base_runs) == 2
     assert (
         "the study claims no speedup over the base, so none is required (held-out speedup over the base: +3.0 %"
@@ -279,12 +283,17 @@ def test_the_default_claim_and_the_candidate_that_is_the_base(synthetic, tmp_pat
 
     # a caller's claim wins over the default, and fails here; its tuned figure is the one matched
     again = verify_study(
+        VerifySettings(
+            top=1,
+            repeats=2,
+            redo=True,
+            tolerance=0.1,
+            evaluate=evaluate,
+            tuned_tps={plain.trial_number: 180.0},
+            claimed_speedup={plain.trial_number: True},
+        ),
         storage=study.url,
         study_name=study.name,
-        settings=VerifySettings(top=1, repeats=2, redo=True, tolerance=0.1),
-        evaluate=evaluate,
-        tuned_tps={plain.trial_number: 180.0},
-        claimed_speedup={plain.trial_number: True},
     )
     (claimed,) = again.verifications
     assert claimed.tuned_tps == 180.0 and claimed.claimed_speedup is True
@@ -298,7 +307,7 @@ def test_the_default_claim_and_the_candidate_that_is_the_base(synthetic, tmp_pat
     hopeful = RecordingEvaluator(synthetic, base_factor=0.7)
     relaxed = _study_with_cap(synthetic, tmp_path, cap=2.35, configs=[FASTER_THAN_BASE, synthetic.CONFIGS["A"]])
     faster, itself = verify_study(
-        storage=relaxed.url, study_name=relaxed.name, top=2, repeats=2, evaluate=hopeful
+        VerifySettings(top=2, repeats=2, evaluate=hopeful), storage=relaxed.url, study_name=relaxed.name
     ).verifications
     assert dict(faster.params) == FASTER_THAN_BASE and faster.tuned_tps == pytest.approx(189.0)
     assert faster.claimed_speedup is False and faster.control == "measured"
@@ -329,14 +338,16 @@ def _study_with_cap(synthetic, folder, *, cap: float, configs):
     run_study(
         space,
         synthetic.synthetic_evaluator(),
-        study_name="loose",
-        storage=url,
-        n_trials=len(configs) + 1,
-        ppl_cap=cap,
-        sampler="random",
-        seed=0,
-        enqueue=list(configs),
-        handle_signals=False,
+        StudyOptions(
+            study_name="loose",
+            storage=url,
+            n_trials=len(configs) + 1,
+            gate=PplGate(cap=cap),
+            sampler="random",
+            seed=0,
+            enqueue=list(configs),
+            handle_signals=False,
+        ),
     )
     return synthetic.SyntheticStudy(url=url, name="loose", db=folder / "loose.db")
 
@@ -361,17 +372,19 @@ def test_a_study_that_confirmed_a_speedup_claims_it_by_default(synthetic, tmp_pa
     run_study(
         space,
         boosted,
-        study_name="confirmed",
-        storage=url,
-        n_trials=2,
-        ppl_cap=2.35,
-        sampler="random",
-        seed=0,
-        enqueue=[FASTER_THAN_BASE],
-        enqueue_space_configs=False,
-        confirm=confirm,
-        enqueue_base=True,
-        handle_signals=False,
+        StudyOptions(
+            study_name="confirmed",
+            storage=url,
+            n_trials=2,
+            gate=PplGate(cap=2.35),
+            sampler="random",
+            seed=0,
+            enqueue=[FASTER_THAN_BASE],
+            enqueue_space_configs=False,
+            confirm=confirm,
+            enqueue_base=True,
+            handle_signals=False,
+        ),
     )
     status = study_status(url, "confirmed")
     now = standing(status.trials, confirm)
@@ -380,7 +393,7 @@ def test_a_study_that_confirmed_a_speedup_claims_it_by_default(synthetic, tmp_pa
 
     # verify takes the claim from the standing, and the tuned figure from the configuration's
     # estimate after selection: the geometric mean of its servers after the one that picked it
-    result = verify_study(storage=url, study_name="confirmed", top=1, repeats=2, evaluate=boosted)
+    result = verify_study(VerifySettings(top=1, repeats=2, evaluate=boosted), storage=url, study_name="confirmed")
     (verification,) = result.verifications
     assert verification.trial_number in now.incumbent.numbers
     assert verification.claimed_speedup is True and verification.control == "measured"
@@ -394,7 +407,7 @@ def test_no_control_runs_half_the_servers(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path)
     evaluate = RecordingEvaluator(synthetic, base_factor=0.7)
     (verification,) = verify_study(
-        storage=study.url, study_name=study.name, top=1, repeats=2, control=False, evaluate=evaluate
+        VerifySettings(top=1, repeats=2, control=False, evaluate=evaluate), storage=study.url, study_name=study.name
     ).verifications
     assert [who for _, who, _, _, _ in evaluate.calls] == ["candidate", "candidate"]
     assert verification.control == "off" and verification.base_runs == ()
@@ -407,7 +420,11 @@ def test_an_interrupted_verify_goes_on_where_it_stopped(synthetic, tmp_path) -> 
     best = study.number(synthetic.CONFIGS["C"])
     first = RecordingEvaluator(synthetic, base_factor=0.7, stop_at=4)  # Ctrl-C in the base's repeat 2
     with pytest.raises(KeyboardInterrupt):
-        verify_study(storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=first, claimed_speedup=True)
+        verify_study(
+            VerifySettings(top=1, repeats=3, evaluate=first, claimed_speedup=True),
+            storage=study.url,
+            study_name=study.name,
+        )
     with VerificationStore(study.url) as store:
         (stopped,) = store.records(study.name)
     assert stopped.status == "interrupted"
@@ -415,7 +432,9 @@ def test_an_interrupted_verify_goes_on_where_it_stopped(synthetic, tmp_path) -> 
 
     second = RecordingEvaluator(synthetic, base_factor=0.7)
     result = verify_study(
-        storage=study.url, study_name=study.name, top=1, repeats=3, evaluate=second, claimed_speedup=True
+        VerifySettings(top=1, repeats=3, evaluate=second, claimed_speedup=True),
+        storage=study.url,
+        study_name=study.name,
     )
     # only what was missing ran: the base's repeat 2, then repeat 3 of both
     assert [(who, r) for _, who, r, _, _ in second.calls] == [("base", 1), ("candidate", 2), ("base", 2)]
@@ -533,11 +552,11 @@ def test_a_study_file_from_before_the_control_still_opens(synthetic, tmp_path) -
 
     # and the old file takes a new verification with its control
     result = verify_study(
+        VerifySettings(
+            top=1, repeats=2, redo=True, evaluate=RecordingEvaluator(synthetic, base_factor=0.7), claimed_speedup=True
+        ),
         storage=study.url,
         study_name=study.name,
-        settings=VerifySettings(top=1, repeats=2, redo=True),
-        evaluate=RecordingEvaluator(synthetic, base_factor=0.7),
-        claimed_speedup=True,
     )
     (new,) = result.verifications
     assert new.id == 2 and new.status == "verified" and len(new.base_runs) == 2
@@ -558,12 +577,9 @@ def test_verify_shows_the_speedup_and_checks_the_prior(synthetic, tmp_path, monk
 
     study = synthetic.make_study(tmp_path)
     result = verify_study(
+        VerifySettings(top=1, repeats=2, claimed_speedup=True, evaluate=RecordingEvaluator(synthetic, base_factor=0.7)),
         storage=study.url,
         study_name=study.name,
-        top=1,
-        repeats=2,
-        claimed_speedup=True,
-        evaluate=RecordingEvaluator(synthetic, base_factor=0.7),
     )
     (verification,) = result.verifications
     assert control_lines([verification]) == [

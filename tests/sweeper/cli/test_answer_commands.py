@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from sweeper.answer import VerifySettings
 from sweeper.cli import main
 
 
@@ -234,11 +235,11 @@ def test_status_shows_the_verifications_and_the_answer(monkeypatch, capsys, synt
 
     study = synthetic.make_study(tmp_path, name="checked")
     verify_study(
+        VerifySettings(
+            top=2, repeats=2, evaluate=synthetic.synthetic_evaluator(tps_factor=lambda r: 0.5 if r else 1.0)
+        ),
         storage=study.url,
         study_name=study.name,
-        top=2,
-        repeats=2,
-        evaluate=synthetic.synthetic_evaluator(tps_factor=lambda r: 0.5 if r else 1.0),
     )
     code, stdout, _ = sweeper(monkeypatch, capsys, "status", "--storage", study.url)
     assert code == 0

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 from search_spaces import space_from_dict
 from storage import study_status
-from sweeper.answer import answer_tps, study_answer, verify_study
+from sweeper.answer import VerifySettings, answer_tps, study_answer, verify_study
 from sweeper.cli import app, run_cmd
 from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.measure import duration_text
-from sweeper.study import ConfirmSettings, Measurement, StudyResult, run_study
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, StudyResult, run_study
 
 
 def _load(name: str):
@@ -70,18 +70,18 @@ def make_race_study(folder: Path, name: str = "race") -> str:
     run_study(
         SPACE,
         evaluate,
-        study_name=name,
-        storage=url,
-        n_trials=3,
-        ppl_cap=CAP,
-        ppl_confidence=0.9,
-        ppl_rerun_records=8,
-        sampler="random",
-        seed=0,
-        enqueue=[{"w": 0, "k": 3}, {"w": 0, "k": 2}],
-        enqueue_base=True,
-        confirm=ConfirmSettings(rounds=2, noise=0.05, prior_df=2.0),
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=url,
+            n_trials=3,
+            gate=PplGate(cap=CAP, confidence=0.9, rerun_records=8),
+            sampler="random",
+            seed=0,
+            enqueue=[{"w": 0, "k": 3}, {"w": 0, "k": 2}],
+            enqueue_base=True,
+            confirm=ConfirmSettings(rounds=2, noise=0.05, prior_df=2.0),
+            handle_signals=False,
+        ),
     )
     return url
 
@@ -272,15 +272,17 @@ def test_status_json_states_a_relative_caps_value_once_the_baseline_is_measured(
     run_study(
         SPACE,
         lambda params, context: Measurement(tps=100.0 + params["k"], ppl=2.15 + 0.01 * params["w"]),
-        study_name="relative",
-        storage=url,
-        n_trials=2,
-        ppl_cap_rel=1.05,
-        sampler="random",
-        seed=0,
-        enqueue=[{"w": 1, "k": 2}],
-        enqueue_base=True,
-        handle_signals=False,
+        StudyOptions(
+            study_name="relative",
+            storage=url,
+            n_trials=2,
+            gate=PplGate(cap_rel=1.05),
+            sampler="random",
+            seed=0,
+            enqueue=[{"w": 1, "k": 2}],
+            enqueue_base=True,
+            handle_signals=False,
+        ),
     )
     baseline = next(r for r in study_status(url).trials if "baseline" in r.role.split("+"))
     data = json.loads(CliRunner().invoke(app, ["status", "--storage", url, "--json"]).output)
@@ -311,7 +313,11 @@ def test_export_and_status_of_a_missing_database_exit_2_naming_it(tmp_path) -> N
 
 def test_status_piped_to_a_file_keeps_each_table_row_on_one_line(synthetic, tmp_path) -> None:
     study = synthetic.make_study(tmp_path, name="wide")  # params: sliding_window, centroid_top_k, ...
-    verify_study(storage=study.url, study_name=study.name, top=2, repeats=2, evaluate=synthetic.synthetic_evaluator())
+    verify_study(
+        VerifySettings(top=2, repeats=2, evaluate=synthetic.synthetic_evaluator()),
+        storage=study.url,
+        study_name=study.name,
+    )
     result = CliRunner().invoke(app, ["status", "--storage", study.url])  # not a terminal: 80 columns
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()

@@ -12,7 +12,7 @@ import logging
 from rich.console import Console
 
 from sweeper.cli.run_cmd import LiveView, PlainView, TrialCount, _log_through
-from sweeper.study import Measurement, run_study
+from sweeper.study import Measurement, PplGate, StudyOptions, run_study
 
 PPL_RECORDS, TPS_REQUESTS = 4, 3
 
@@ -35,14 +35,16 @@ def run(tmp_path, view, n_trials: int, name: str = "view"):
     return run_study(
         space,
         progress_evaluator,
-        study_name=name,
-        storage=f"sqlite:///{tmp_path / 'v.db'}",
-        n_trials=n_trials,
-        ppl_cap=2.5,
-        sampler="random",
-        seed=0,
-        handle_signals=False,
-        progress=view,
+        StudyOptions(
+            study_name=name,
+            storage=f"sqlite:///{tmp_path / 'v.db'}",
+            n_trials=n_trials,
+            gate=PplGate(cap=2.5),
+            sampler="random",
+            seed=0,
+            handle_signals=False,
+            progress=view,
+        ),
     )
 
 
@@ -142,15 +144,17 @@ def test_a_trial_stopped_over_the_cap_shows_no_stand_in_tps(tmp_path) -> None:
         run_study(
             space,
             evaluate,
-            study_name="stopped",
-            storage=url,
-            n_trials=2,
-            ppl_cap=2.5,
-            sampler="random",
-            seed=0,
-            enqueue=[{"sliding_window": 16, "centroid_top_k": 8, "num_speculative_tokens": 2}],
-            handle_signals=False,
-            progress=view,
+            StudyOptions(
+                study_name="stopped",
+                storage=url,
+                n_trials=2,
+                gate=PplGate(cap=2.5),
+                sampler="random",
+                seed=0,
+                enqueue=[{"sliding_window": 16, "centroid_top_k": 8, "num_speculative_tokens": 2}],
+                handle_signals=False,
+                progress=view,
+            ),
         )
     stopped = next(r for r in study_status(url, "stopped").trials if r.params["sliding_window"] == 16)
     assert stopped.tps_imputed and stopped.tps == 150.0  # the stand-in the study keeps for Optuna

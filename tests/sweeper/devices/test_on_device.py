@@ -17,13 +17,13 @@ import pytest
 
 from search_spaces import load_preset
 from storage import TrialStore
-from sweeper.answer import export_answer, verify_study
+from sweeper.answer import VerifySettings, export_answer, verify_study
 from sweeper.devices import DeviceSlot, MemoryWait, ScriptedDevices, ScriptedGpu
 from sweeper.errors import ServerError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, ServerEvaluator, ServerHooks
 from sweeper.measure._on_device import DeviceHooks
-from sweeper.study import Measurement, run_study
+from sweeper.study import Measurement, PplGate, StudyOptions, run_study
 from sweeper.versions import software_versions
 
 FAST = MemoryWait(tolerance_mib=100, timeout_s=0.3, after_stop_s=0.3, poll_s=0.05, sample_s=0.02)
@@ -129,19 +129,21 @@ def test_export_writes_what_the_winner_was_measured_on(synthetic, demo, tmp_path
     run_study(
         space,
         evaluate,
-        study_name="on-gpu",
-        storage=url,
-        n_trials=3,
-        ppl_cap=synthetic.CAP,
-        sampler="random",
-        seed=0,
-        enqueue=list(synthetic.CONFIGS.values())[:2],
-        handle_signals=False,
+        StudyOptions(
+            study_name="on-gpu",
+            storage=url,
+            n_trials=3,
+            gate=PplGate(cap=synthetic.CAP),
+            sampler="random",
+            seed=0,
+            enqueue=list(synthetic.CONFIGS.values())[:2],
+            handle_signals=False,
+        ),
     )
     record = TrialStore(url).records("on-gpu", states=["complete"])[0]
     assert record.extras["gpu_peak_memory_mib"] == 41_500.0
     assert record.versions["gpu"] == "Stand-in H200"
-    verify_study(storage=url, study_name="on-gpu", top=1, repeats=1, evaluate=plain)
+    verify_study(VerifySettings(top=1, repeats=1, evaluate=plain), storage=url, study_name="on-gpu")
     out = tmp_path / "winner.json"
     export_answer(storage=url, study_name="on-gpu", output=out, base_manifest=Manifest.load(demo.manifest))
     description = json.loads(out.read_text())["description"]

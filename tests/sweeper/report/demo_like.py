@@ -15,7 +15,7 @@ from pathlib import Path
 
 from search_spaces import space_from_dict
 from sweeper.errors import MeasurementError
-from sweeper.study import ConfirmSettings, Measurement, run_study
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, run_study
 
 CAP = 2.26
 SPACE = space_from_dict(
@@ -65,15 +65,17 @@ def make_demo_like(folder: Path, name: str = "demo-like") -> DemoLikeStudy:
     run_study(
         SPACE,
         evaluate,
-        study_name=name,
-        storage=url,
-        n_trials=len(SEARCHED) + 1,
-        ppl_cap=CAP,
-        sampler="random",
-        seed=0,
-        enqueue=SEARCHED,
-        enqueue_base=True,
-        confirm=ConfirmSettings(rounds=2, noise=0.10, prior_df=2.0),
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=url,
+            n_trials=len(SEARCHED) + 1,
+            gate=PplGate(cap=CAP),
+            sampler="random",
+            seed=0,
+            enqueue=SEARCHED,
+            enqueue_base=True,
+            confirm=ConfirmSettings(rounds=2, noise=0.10, prior_df=2.0),
+            handle_signals=False,
+        ),
     )
     return DemoLikeStudy(url=url, name=name, used=used)

@@ -23,7 +23,7 @@ import sweeper
 from search_spaces import space_from_dict
 from sweeper.errors import MeasurementError
 from sweeper.report import _plotly, _png, assemble_report_data, build_report
-from sweeper.study import ConfirmSettings, Measurement
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions
 
 CAP = 1.20
 PRIOR, PRIOR_DF = 0.10, 2.0
@@ -75,16 +75,18 @@ def race_study(folder: Path, figures: dict[int, list[float]], confirm: ConfirmSe
     sweeper.run_study(
         SPACE,
         evaluate,
-        study_name="race",
-        storage=url,
-        n_trials=5,
-        ppl_cap=CAP,
-        sampler="random",
-        seed=0,
-        enqueue=[{"c": c} for c in (1, 2, 3, 4)],
-        enqueue_base=True,
-        confirm=confirm,
-        handle_signals=False,
+        StudyOptions(
+            study_name="race",
+            storage=url,
+            n_trials=5,
+            gate=PplGate(cap=CAP),
+            sampler="random",
+            seed=0,
+            enqueue=[{"c": c} for c in (1, 2, 3, 4)],
+            enqueue_base=True,
+            confirm=confirm,
+            handle_signals=False,
+        ),
     )
     return RaceStudy(url=url, readings=used)
 

@@ -19,7 +19,7 @@ from scipy import stats
 from search_spaces import space_from_dict
 from storage import TrialStore
 from sweeper.report import _plotly, _png, assemble_report_data, build_report
-from sweeper.study import ConfirmSettings, Measurement, run_study
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, run_study
 
 ANSWER, BASE = (0, 3), (0, 1)
 SIDE_BY_SIDE = "set side by side at (nearly) one PPL: the offset is not PPL"
@@ -191,16 +191,18 @@ def together_study(folder, configs: list[Mapping[str, int]]) -> str:
     run_study(
         CONFOUNDED,
         evaluate,
-        study_name="together",
-        storage=url,
-        n_trials=len(configs) + 1,
-        ppl_cap=2.5,
-        sampler="random",
-        seed=0,
-        enqueue=configs,
-        enqueue_base=True,
-        confirm=ConfirmSettings(rounds=0),
-        handle_signals=False,
+        StudyOptions(
+            study_name="together",
+            storage=url,
+            n_trials=len(configs) + 1,
+            gate=PplGate(cap=2.5),
+            sampler="random",
+            seed=0,
+            enqueue=configs,
+            enqueue_base=True,
+            confirm=ConfirmSettings(rounds=0),
+            handle_signals=False,
+        ),
     )
     return url
 

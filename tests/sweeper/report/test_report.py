@@ -10,7 +10,7 @@ import re
 import pytest
 from scipy import stats
 
-from sweeper.answer import verify_study
+from sweeper.answer import VerifySettings, verify_study
 from sweeper.errors import StudyError
 from sweeper.report import _plotly, _png, assemble_report_data, build_report
 
@@ -20,11 +20,9 @@ def verified(synthetic, tmp_path_factory):
     """The synthetic study with its two best candidates verified (both pass)."""
     study = synthetic.make_study(tmp_path_factory.mktemp("report-study"))
     verify_study(
+        VerifySettings(top=2, repeats=2, evaluate=synthetic.synthetic_evaluator(tps_factor=1.01)),
         storage=study.url,
         study_name=study.name,
-        top=2,
-        repeats=2,
-        evaluate=synthetic.synthetic_evaluator(tps_factor=1.01),
     )
     return study
 

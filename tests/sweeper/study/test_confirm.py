@@ -19,6 +19,8 @@ from sweeper.study import (
     ConfirmSettings,
     Measurement,
     Outcome,
+    PplGate,
+    StudyOptions,
     confirmation_role,
     distance_to_base,
     standing,
@@ -292,14 +294,16 @@ def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
     result = sweeper.run_study(
         NOISY_SPACE,
         evaluate,
-        study_name="noisy",
-        storage=str(tmp_path / f"noisy-{seed}-{rounds}.db"),
-        n_trials=11,
-        ppl_cap=1.2,
-        enqueue=[{"c": c} for c in order],
-        enqueue_base=True,
-        confirm=ConfirmSettings(rounds=rounds, noise=NOISE),
-        handle_signals=False,
+        StudyOptions(
+            study_name="noisy",
+            storage=str(tmp_path / f"noisy-{seed}-{rounds}.db"),
+            n_trials=11,
+            gate=PplGate(cap=1.2),
+            enqueue=[{"c": c} for c in order],
+            enqueue_base=True,
+            confirm=ConfirmSettings(rounds=rounds, noise=NOISE),
+            handle_signals=False,
+        ),
     )
     now = standing(result.status.trials, ConfirmSettings(rounds=rounds, noise=NOISE))
     assert now.confirmed  # every race was run to its end, past n_trials
@@ -331,14 +335,16 @@ def test_a_race_in_a_study_interleaves_contender_and_base_one_round_at_a_time(tm
     result = sweeper.run_study(
         NOISY_SPACE,
         evaluate,
-        study_name="rounds",
-        storage=str(tmp_path / "rounds.db"),
-        n_trials=2,
-        ppl_cap=1.2,
-        enqueue=[{"c": 1}],
-        enqueue_base=True,
-        confirm=RACING,
-        handle_signals=False,
+        StudyOptions(
+            study_name="rounds",
+            storage=str(tmp_path / "rounds.db"),
+            n_trials=2,
+            gate=PplGate(cap=1.2),
+            enqueue=[{"c": 1}],
+            enqueue_base=True,
+            confirm=RACING,
+            handle_signals=False,
+        ),
     )
     trials = result.status.trials
     assert [(t.role, t.params["c"]) for t in trials] == [
@@ -374,14 +380,16 @@ def test_a_screen_below_the_floor_skips_the_full_run_and_is_never_the_answer(tmp
     result = sweeper.run_study(
         NOISY_SPACE,
         evaluate,
-        study_name="screen",
-        storage=str(tmp_path / "screen.db"),
-        n_trials=3,
-        ppl_cap=1.2,
-        enqueue=[{"c": 1}, {"c": 2}],
-        enqueue_base=True,
-        confirm=RACING,
-        handle_signals=False,
+        StudyOptions(
+            study_name="screen",
+            storage=str(tmp_path / "screen.db"),
+            n_trials=3,
+            gate=PplGate(cap=1.2),
+            enqueue=[{"c": 1}, {"c": 2}],
+            enqueue_base=True,
+            confirm=RACING,
+            handle_signals=False,
+        ),
     )
     base, slow, close = result.status.trials[:3]
     assert floors[0] == 0.0  # the base (trial 0): screened, but always measured in full

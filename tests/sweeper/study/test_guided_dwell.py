@@ -14,7 +14,16 @@ from scipy import stats
 from test_guided import CAP, SPACE, curve, search, speed_tps
 
 from storage import TrialStore
-from sweeper.study import ConfirmSettings, GuidedPlan, Measurement, Observation, is_confirmation, run_study
+from sweeper.study import (
+    ConfirmSettings,
+    GuidedPlan,
+    Measurement,
+    Observation,
+    PplGate,
+    StudyOptions,
+    is_confirmation,
+    run_study,
+)
 from sweeper.study._guided import READING_CONFIDENCE
 from sweeper.study._sampling import observations
 
@@ -81,14 +90,16 @@ def test_the_sampler_marks_race_servers_as_not_searched(tmp_path: Path) -> None:
     run_study(
         SPACE,
         _Noisy(),
-        study_name="races",
-        storage=url,
-        n_trials=6,
-        ppl_cap=CAP,
-        seed=0,
-        enqueue_base=True,
-        confirm=ConfirmSettings(rounds=2),
-        handle_signals=False,
+        StudyOptions(
+            study_name="races",
+            storage=url,
+            n_trials=6,
+            gate=PplGate(cap=CAP),
+            seed=0,
+            enqueue_base=True,
+            confirm=ConfirmSettings(rounds=2),
+            handle_signals=False,
+        ),
     )
     store = TrialStore(url)
     try:

@@ -9,7 +9,7 @@ import pytest
 from search_spaces import load_preset, space_from_dict
 from sweeper.errors import SearchSpaceError
 from sweeper.manifest import Manifest
-from sweeper.study import Measurement, default_space_for, plan_from_manifest, run_study
+from sweeper.study import Measurement, PplGate, StudyOptions, default_space_for, plan_from_manifest, run_study
 
 
 def test_the_vidraft_manifest_becomes_the_base_and_the_first_trial(challenge_data, tmp_path) -> None:
@@ -32,12 +32,14 @@ def test_the_vidraft_manifest_becomes_the_base_and_the_first_trial(challenge_dat
     run_study(
         plan.space,
         evaluate,
-        study_name="vidraft",
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        n_trials=2,
-        ppl_cap_rel=1.05,
-        seed=0,
-        handle_signals=False,
+        StudyOptions(
+            study_name="vidraft",
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            n_trials=2,
+            gate=PplGate(cap_rel=1.05),
+            seed=0,
+            handle_signals=False,
+        ),
     )
     first_params, first_overrides, first_role = seen[0]
     # the manifest's own values ran first, unchanged (no env override at all), once under

@@ -18,7 +18,7 @@ import sweeper
 from storage import TrialOutcome, TrialStore
 from sweeper.errors import ServerError, StudyError
 from sweeper.serving import TOKEN_VARIABLE, processes
-from sweeper.study import Measurement
+from sweeper.study import Measurement, PplGate, StudyOptions
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 REPO = Path(__file__).resolve().parents[3]
@@ -76,13 +76,15 @@ def test_sigkilled_worker_resumes_without_losing_a_trial(tmp_path: Path) -> None
     result = sweeper.run_study(
         toy.SPACE,
         toy.evaluate,
-        study_name="toy",
-        storage=f"sqlite:///{tmp_path / 'study.db'}",
-        n_trials=5,
-        ppl_cap=toy.CAP,
-        sampler="random",
-        seed=1,
-        handle_signals=False,
+        StudyOptions(
+            study_name="toy",
+            storage=f"sqlite:///{tmp_path / 'study.db'}",
+            n_trials=5,
+            gate=PplGate(cap=toy.CAP),
+            sampler="random",
+            seed=1,
+            handle_signals=False,
+        ),
     )
     deadline = time.monotonic() + 15
     while not process_gone(server_pid) and time.monotonic() < deadline:
@@ -150,13 +152,15 @@ def test_sigkilled_worker_s_server_dies_with_it_and_resume_stops_what_escaped(
     result = sweeper.run_study(
         toy.SPACE,
         evaluate,
-        study_name="toy",
-        storage=url,
-        n_trials=3,
-        ppl_cap=toy.CAP,
-        sampler="random",
-        seed=1,
-        handle_signals=False,
+        StudyOptions(
+            study_name="toy",
+            storage=url,
+            n_trials=3,
+            gate=PplGate(cap=toy.CAP),
+            sampler="random",
+            seed=1,
+            handle_signals=False,
+        ),
     )
     assert left_at_first_trial == [[]]  # stopped before the first trial of the resumed run
     assert process_gone(escaped_pid)
@@ -196,11 +200,7 @@ def test_a_signal_ends_cleanly_and_the_trial_is_queued_again(tmp_path: Path, sig
     result = sweeper.run_study(
         toy.SPACE,
         toy.evaluate,
-        study_name="toy",
-        storage=url,
-        n_trials=4,
-        ppl_cap=toy.CAP,
-        handle_signals=False,
+        StudyOptions(study_name="toy", storage=url, n_trials=4, gate=PplGate(cap=toy.CAP), handle_signals=False),
     )
     numbers = [(r.number, r.state) for r in result.status.trials]
     assert numbers == [
@@ -227,12 +227,14 @@ def test_consecutive_failures_stop_with_a_pointer(tmp_path: Path) -> None:
         sweeper.run_study(
             toy.SPACE,
             evaluate,
-            study_name="toy",
-            storage=str(tmp_path / "s.db"),
-            n_trials=10,
-            ppl_cap=toy.CAP,
-            max_consecutive_failures=3,
-            handle_signals=False,
+            StudyOptions(
+                study_name="toy",
+                storage=str(tmp_path / "s.db"),
+                n_trials=10,
+                gate=PplGate(cap=toy.CAP),
+                max_consecutive_failures=3,
+                handle_signals=False,
+            ),
         )
     message = str(caught.value)
     assert calls == [0, 1, 2, 3]
@@ -254,12 +256,14 @@ def test_failures_between_successes_do_not_stop_the_sweep(tmp_path: Path) -> Non
     result = sweeper.run_study(
         toy.SPACE,
         evaluate,
-        study_name="toy",
-        storage=str(tmp_path / "s.db"),
-        n_trials=6,
-        ppl_cap=toy.CAP,
-        max_consecutive_failures=2,
-        handle_signals=False,
+        StudyOptions(
+            study_name="toy",
+            storage=str(tmp_path / "s.db"),
+            n_trials=6,
+            gate=PplGate(cap=toy.CAP),
+            max_consecutive_failures=2,
+            handle_signals=False,
+        ),
     )
     assert [r.state for r in result.status.trials] == ["complete", "failed"] * 3
     assert result.status.trials[1].log_tail == "still compiling"
@@ -274,11 +278,13 @@ def test_a_bug_in_the_evaluator_is_raised_after_marking_the_trial(tmp_path: Path
         sweeper.run_study(
             toy.SPACE,
             evaluate,
-            study_name="toy",
-            storage=str(tmp_path / "s.db"),
-            n_trials=3,
-            ppl_cap=toy.CAP,
-            handle_signals=False,
+            StudyOptions(
+                study_name="toy",
+                storage=str(tmp_path / "s.db"),
+                n_trials=3,
+                gate=PplGate(cap=toy.CAP),
+                handle_signals=False,
+            ),
         )
     record = TrialStore(str(tmp_path / "s.db")).record("toy", 0)
     assert (record.state, record.error_kind) == ("failed", "KeyError")
@@ -321,7 +327,9 @@ def _orphan(url: str, *, host: str, pid: int, state: str = "running", **outcome)
 def test_a_silent_worker_on_another_host_is_recovered(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     sweeper.run_study(
-        toy.SPACE, toy.evaluate, study_name="toy", storage=url, n_trials=1, ppl_cap=toy.CAP, handle_signals=False
+        toy.SPACE,
+        toy.evaluate,
+        StudyOptions(study_name="toy", storage=url, n_trials=1, gate=PplGate(cap=toy.CAP), handle_signals=False),
     )
     silent = _orphan(url, host="elsewhere", pid=1)
     told_late = _orphan(
@@ -330,12 +338,9 @@ def test_a_silent_worker_on_another_host_is_recovered(tmp_path: Path) -> None:
     result = sweeper.run_study(
         toy.SPACE,
         toy.evaluate,
-        study_name="toy",
-        storage=url,
-        n_trials=4,
-        ppl_cap=toy.CAP,
-        stale_after_s=60,
-        handle_signals=False,
+        StudyOptions(
+            study_name="toy", storage=url, n_trials=4, gate=PplGate(cap=toy.CAP), stale_after_s=60, handle_signals=False
+        ),
     )
     records = {r.number: r for r in result.status.trials}
     assert records[silent].state == "stale"
@@ -364,12 +369,14 @@ def test_heartbeats_are_recorded_while_a_trial_runs(tmp_path: Path) -> None:
     sweeper.run_study(
         toy.SPACE,
         evaluate,
-        study_name="toy",
-        storage=url,
-        n_trials=1,
-        ppl_cap=toy.CAP,
-        stale_after_s=0.8,
-        handle_signals=False,
+        StudyOptions(
+            study_name="toy",
+            storage=url,
+            n_trials=1,
+            gate=PplGate(cap=toy.CAP),
+            stale_after_s=0.8,
+            handle_signals=False,
+        ),
     )
     first, later = seen[0]
     assert later > first

@@ -27,7 +27,7 @@ from sweeper.errors import ServerStartError, StudyError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, ServerEvaluator, load_eval_data
 from sweeper.serving import TOKEN_VARIABLE, processes
-from sweeper.study import Measurement
+from sweeper.study import Measurement, PplGate, StudyOptions
 
 FAKE_SERVER = Path(__file__).resolve().parents[1] / "serving" / "fake_server.py"
 
@@ -65,17 +65,17 @@ def evaluator(tmp_path: Path, manifest: Manifest, demo_manifest: Manifest, **kw)
 
 
 def run(tmp_path: Path, evaluate, **kw):
-    options = dict(
+    fields = dict(
         study_name="night",
         storage=f"sqlite:///{tmp_path / 'study.db'}",
         n_trials=1,
-        ppl_cap=10.0,
+        gate=PplGate(cap=10.0),
         sampler="random",
         seed=0,
         handle_signals=False,
     )
-    options.update(kw)
-    return sweeper.run_study(toy.SPACE, evaluate, **options)
+    fields.update(kw)
+    return sweeper.run_study(toy.SPACE, evaluate, StudyOptions(**fields))
 
 
 def optuna_trials(tmp_path: Path):
@@ -107,7 +107,7 @@ def test_a_hung_server_is_ended_by_the_trial_limit(tmp_path: Path, demo_manifest
     request timeouts, 30 s and more, are longer than the 8 s trial limit set here)."""
     evaluate = evaluator(tmp_path, fake_manifest(tmp_path, "hang-requests"), demo_manifest)
     began = time.monotonic()
-    result = run(tmp_path, evaluate, trial_timeout=8, n_trials=2, max_consecutive_failures=5)
+    result = run(tmp_path, evaluate, trial_timeout_s=8.0, n_trials=2, max_consecutive_failures=5)
     elapsed = time.monotonic() - began
     assert elapsed < 50  # two trials of 8 s plus their stops, not 2 x 30 s request timeouts
     records = result.status.trials
@@ -207,7 +207,7 @@ def test_a_failed_baseline_is_retried_then_the_run_stops(tmp_path: Path):
         raise ServerStartError(f"server exited with code 1 during start-up (trial {context.number})")
 
     with pytest.raises(StudyError) as caught:
-        run(tmp_path, evaluate, n_trials=6, ppl_cap=None, ppl_cap_rel=1.05)
+        run(tmp_path, evaluate, n_trials=6, gate=PplGate(cap_rel=1.05))
     message = str(caught.value)
     assert calls == [(0, "baseline"), (1, "baseline")]
     assert message.startswith("the baseline failed 2 time(s) (#0: crash, #1: crash)")
@@ -225,7 +225,7 @@ def test_a_baseline_that_fails_once_is_retried_and_the_study_goes_on(tmp_path: P
             raise ServerStartError("server exited with code 1 during start-up", log_tail="OOM")
         return Measurement(tps=toy.tps(params), ppl=toy.ppl(params))
 
-    result = run(tmp_path, evaluate, n_trials=3, ppl_cap=None, ppl_cap_rel=1.05)
+    result = run(tmp_path, evaluate, n_trials=3, gate=PplGate(cap_rel=1.05))
     records = result.status.trials
     assert [(r.role, r.state) for r in records][:2] == [("baseline", "failed"), ("baseline", "complete")]
     assert records[1].params == records[0].params
@@ -237,5 +237,5 @@ def test_a_refused_baseline_stops_at_once(tmp_path: Path, demo_manifest: Manifes
     """Stand-in: the base manifest itself is refused: nothing to retry, nothing to judge."""
     evaluate = evaluator(tmp_path, fake_manifest(tmp_path, "refuse"), demo_manifest)
     with pytest.raises(StudyError, match=r"the baseline failed 1 time\(s\) \(#0: refused\)"):
-        run(tmp_path, evaluate, n_trials=3, ppl_cap=None, ppl_cap_rel=1.05)
+        run(tmp_path, evaluate, n_trials=3, gate=PplGate(cap_rel=1.05))
     assert [t.state for t in optuna_trials(tmp_path)] == [optuna.trial.TrialState.FAIL]

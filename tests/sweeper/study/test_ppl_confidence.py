@@ -17,7 +17,7 @@ from scipy import stats
 
 import sweeper
 from storage import TrialStore
-from sweeper.study import GuidedPlan, Measurement, Observation, PplGate
+from sweeper.study import GuidedPlan, Measurement, Observation, PplGate, StudyOptions
 from sweeper.study._gate import (
     BOUND_KEY,
     PASS_PROBABILITY_KEY,
@@ -41,24 +41,25 @@ def _evaluate(params, context) -> Measurement:
     )
 
 
-def _run(tmp_path: Path, name: str, **kwargs):
+def _run(tmp_path: Path, name: str, confidence: float | None = None):
     return sweeper.run_study(
         toy.SPACE,
         _evaluate,
-        study_name=name,
-        storage=str(tmp_path / f"{name}.db"),
-        n_trials=12,
-        ppl_cap=toy.CAP,
-        sampler="guided",
-        seed=0,
-        handle_signals=False,
-        **kwargs,
+        StudyOptions(
+            study_name=name,
+            storage=str(tmp_path / f"{name}.db"),
+            n_trials=12,
+            gate=PplGate(cap=toy.CAP, confidence=confidence),
+            sampler="guided",
+            seed=0,
+            handle_signals=False,
+        ),
     )
 
 
 def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Path) -> None:
     point = _run(tmp_path, "point")
-    sure = _run(tmp_path, "sure", ppl_confidence=0.9)
+    sure = _run(tmp_path, "sure", confidence=0.9)
     assert point.best.params["w"] == 5  # PPL 1.2000: at the cap exactly
     z = stats.t.ppf(0.9, 64 - 1)  # Student's t on the 64 records' degrees of freedom
     sd = STDERR * math.sqrt(2.0)  # 64 measured, as many new records
@@ -81,8 +82,8 @@ def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Pa
 
 
 def test_a_resumed_study_keeps_its_confidence(tmp_path: Path) -> None:
-    _run(tmp_path, "again", ppl_confidence=0.9)
-    resumed = _run(tmp_path, "again", ppl_confidence=0.9)  # the same gate: resumes
+    _run(tmp_path, "again", confidence=0.9)
+    resumed = _run(tmp_path, "again", confidence=0.9)  # the same gate: resumes
     assert resumed.trials_run == 0  # its 12 trials were run already
     with pytest.raises(sweeper.errors.StudyError, match="90 % confidence"):
         _run(tmp_path, "again")
@@ -154,15 +155,17 @@ def test_the_plan_is_not_trapped_at_a_window_within_noise_of_the_cap(
         sweeper.run_study(
             toy.SPACE,
             evaluate,
-            study_name=name,
-            storage=str(tmp_path / f"{name}.db"),
-            n_trials=20,
-            ppl_cap=toy.CAP,
-            sampler="guided",
-            seed=seed,
-            handle_signals=False,
-            enqueue=[{"w": 5, "k": 4}] if enqueue else (),
-            progress=lambda e, seen=seen: seen.append(e.params["w"]) if e.kind == "finished" else None,
+            StudyOptions(
+                study_name=name,
+                storage=str(tmp_path / f"{name}.db"),
+                n_trials=20,
+                gate=PplGate(cap=toy.CAP),
+                sampler="guided",
+                seed=seed,
+                handle_signals=False,
+                enqueue=[{"w": 5, "k": 4}] if enqueue else (),
+                progress=lambda e, seen=seen: seen.append(e.params["w"]) if e.kind == "finished" else None,
+            ),
         )
         over = [w for w in seen if ppl(w) > toy.CAP]
         assert max((over.count(w) for w in set(over)), default=0) <= 5, seen

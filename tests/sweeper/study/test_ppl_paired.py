@@ -22,7 +22,7 @@ from scipy import stats
 import sweeper
 from evaluators.ppl_uncertainty import PplEstimate
 from storage import TrialStore
-from sweeper.study import Measurement, PplGate, ppl_statement
+from sweeper.study import Measurement, PplGate, StudyOptions, ppl_statement
 from sweeper.study._gate import (
     BOUND_KEY,
     PAIRED_RECORDS_KEY,
@@ -99,15 +99,16 @@ def test_a_relative_confidence_gate_on_shared_records_passes_what_has_margin(tmp
     sweeper.run_study(
         toy.SPACE,
         evaluate,
-        study_name="paired",
-        storage=storage,
-        n_trials=10,
-        ppl_cap_rel=CAP_REL,
-        ppl_confidence=CONFIDENCE,
-        sampler="guided",
-        seed=0,
-        handle_signals=False,
-        enqueue=[{"w": 9, "k": 4}, {"w": 8, "k": 4}],
+        StudyOptions(
+            study_name="paired",
+            storage=storage,
+            n_trials=10,
+            gate=PplGate(cap_rel=CAP_REL, confidence=CONFIDENCE),
+            sampler="guided",
+            seed=0,
+            handle_signals=False,
+            enqueue=[{"w": 9, "k": 4}, {"w": 8, "k": 4}],
+        ),
     )
     records = [r for r in TrialStore(storage).records("paired", details=True) if r.state == "complete"]
     assert {9, 8, 16} <= {r.params["w"] for r in records}

@@ -19,6 +19,7 @@ from evaluators import PplSettings, TpsSettings, WarmupSettings
 from search_spaces import space_from_dict
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, ServerEvaluator
+from sweeper.study import PplGate, StudyOptions
 
 pytestmark = pytest.mark.server
 
@@ -53,14 +54,16 @@ def test_vllm_refusal_is_an_infeasible_trial(tmp_path: Path, demo_manifest: Mani
     result = sweeper.run_study(
         space,
         evaluate,
-        study_name="refusal",
-        storage=url,
-        n_trials=1,
-        ppl_cap=10.0,
-        enqueue=[{"num_speculative_tokens": 0}],
-        enqueue_space_configs=False,
-        max_consecutive_failures=1,
-        handle_signals=False,
+        StudyOptions(
+            study_name="refusal",
+            storage=url,
+            n_trials=1,
+            gate=PplGate(cap=10.0),
+            enqueue=[{"num_speculative_tokens": 0}],
+            enqueue_space_configs=False,
+            max_consecutive_failures=1,
+            handle_signals=False,
+        ),
     )
     elapsed = time.monotonic() - began
     record = result.status.trials[0]

@@ -12,16 +12,15 @@ import toy
 import sweeper
 from storage import TrialStore
 from sweeper.errors import StudyError, UserInputError
-from sweeper.study import Measurement, TrialEvent
+from sweeper.study import Measurement, PplGate, StudyOptions, TrialEvent, parse_duration
 
 
-def run(tmp_path: Path, evaluate=toy.evaluate, **options):
-    options.setdefault("study_name", "toy")
-    options.setdefault("storage", str(tmp_path / "study.db"))
-    options.setdefault("handle_signals", False)
-    if "ppl_cap_rel" not in options:
-        options.setdefault("ppl_cap", toy.CAP)
-    return sweeper.run_study(toy.SPACE, evaluate, **options)
+def run(tmp_path: Path, evaluate=toy.evaluate, **fields):
+    fields.setdefault("study_name", "toy")
+    fields.setdefault("storage", str(tmp_path / "study.db"))
+    fields.setdefault("handle_signals", False)
+    fields.setdefault("gate", PplGate(cap=toy.CAP))
+    return sweeper.run_study(toy.SPACE, evaluate, StudyOptions(**fields))
 
 
 def test_gate_rejected_trials_are_never_the_answer(tmp_path: Path) -> None:
@@ -77,7 +76,7 @@ def test_relative_cap_is_set_by_the_baseline_trial(tmp_path: Path) -> None:
     result = run(
         tmp_path,
         n_trials=6,
-        ppl_cap_rel=1.1,
+        gate=PplGate(cap_rel=1.1),
         enqueue=[{"w": 5, "k": 2}, {"w": 6, "k": 2}],
         sampler="random",
     )
@@ -92,15 +91,12 @@ def test_relative_cap_is_set_by_the_baseline_trial(tmp_path: Path) -> None:
 
 def test_relative_cap_and_absolute_cap_are_exclusive(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="exactly one of ppl_cap"):
-        run(tmp_path, n_trials=1, ppl_cap=1.2, ppl_cap_rel=1.05)
+        run(tmp_path, n_trials=1, gate=PplGate(cap=1.2, cap_rel=1.05))
     with pytest.raises(StudyError, match="is new: give a PPL cap"):
         sweeper.run_study(
             toy.SPACE,
             toy.evaluate,
-            study_name="x",
-            storage=str(tmp_path / "x.db"),
-            n_trials=1,
-            handle_signals=False,
+            StudyOptions(study_name="x", storage=str(tmp_path / "x.db"), n_trials=1, handle_signals=False),
         )
 
 
@@ -202,16 +198,13 @@ def test_resume_continues_the_same_study(tmp_path: Path) -> None:
     assert third.trials_run == 0
     # the gate and the mode belong to the study
     with pytest.raises(StudyError, match=r"started with the gate PPL <= 1.2, not PPL <= 1.3"):
-        run(tmp_path, n_trials=8, ppl_cap=1.3)
+        run(tmp_path, n_trials=8, gate=PplGate(cap=1.3))
     with pytest.raises(StudyError, match="runs in mode 'tps', not 'pareto'"):
         run(tmp_path, n_trials=8, mode="pareto")
     resumed = sweeper.run_study(
         toy.SPACE,
         toy.evaluate,
-        study_name="toy",
-        storage=str(tmp_path / "study.db"),
-        n_trials=8,
-        handle_signals=False,
+        StudyOptions(study_name="toy", storage=str(tmp_path / "study.db"), n_trials=8, handle_signals=False),
     )
     assert resumed.trials_run == 1  # no cap given: the stored one
 
@@ -223,7 +216,7 @@ def test_timeout_stops_before_a_new_trial(tmp_path: Path) -> None:
         time.sleep(0.6)
         return toy.evaluate(params, context)
 
-    result = run(tmp_path, slow, timeout="1s", n_trials=50)
+    result = run(tmp_path, slow, timeout_s=parse_duration("1s"), n_trials=50)
     assert result.stop_reason == "timeout"
     # each trial takes over 0.6 s: at most two can start within the first second
     assert 1 <= result.trials_run <= 2
@@ -248,7 +241,7 @@ def test_bad_options_are_user_errors(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="n_trials must be a positive integer"):
         run(tmp_path, n_trials=0)
     with pytest.raises(UserInputError, match="cannot read '8 hours'"):
-        run(tmp_path, n_trials=1, timeout="8 hours")
+        run(tmp_path, n_trials=1, timeout_s=parse_duration("8 hours"))
 
 
 def test_an_evaluator_must_return_a_measurement(tmp_path: Path) -> None:

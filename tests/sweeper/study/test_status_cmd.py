@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import sweeper
 from sweeper.cli import app
 from sweeper.errors import ServerError
-from sweeper.study import ConfirmSettings, Measurement, PplGate, confirmation_role, standing
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, confirmation_role, standing
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = [
@@ -43,12 +43,14 @@ def study_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     sweeper.run_study(
         toy.SPACE,
         evaluate,
-        study_name="toy",
-        storage=str(path),
-        n_trials=5,
-        ppl_cap=toy.CAP,
-        enqueue=CONFIGS,
-        handle_signals=False,
+        StudyOptions(
+            study_name="toy",
+            storage=str(path),
+            n_trials=5,
+            gate=PplGate(cap=toy.CAP),
+            enqueue=CONFIGS,
+            handle_signals=False,
+        ),
     )
     return str(path)
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import toy  # noqa: E402
 
 import sweeper  # noqa: E402
-from sweeper.study import Measurement  # noqa: E402
+from sweeper.study import Measurement, PplGate, StudyOptions  # noqa: E402
 
 
 def hang_in_fake_server(context, folder: Path) -> None:
@@ -84,12 +84,14 @@ def main() -> None:
     result = sweeper.run_study(
         toy.SPACE,
         evaluate,
-        study_name=config["study"],
-        storage=config["storage"],
-        n_trials=config["n_trials"],
-        ppl_cap=toy.CAP,
-        sampler=config.get("sampler", "random"),
-        seed=config.get("seed"),
+        StudyOptions(
+            study_name=config["study"],
+            storage=config["storage"],
+            n_trials=config["n_trials"],
+            gate=PplGate(cap=toy.CAP),
+            sampler=config.get("sampler", "random"),
+            seed=config.get("seed"),
+        ),
     )
     print(json.dumps({"stop_reason": result.stop_reason, "trials_run": result.trials_run}))
 

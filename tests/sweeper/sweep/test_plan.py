@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from evaluators import TpsSettings, WarmupSettings, load_ppl_records, load_prompts
+from sweeper.answer import VerifySettings
 from sweeper.cli import main
 from sweeper.errors import USER_INPUT_ERRORS, ServerError, UserInputError
+from sweeper.study import PplGate, StudyOptions
 from sweeper.sweep import CHALLENGE_SIZES, DEMO_SIZES, RunPlan, RunSizes, prepare
 
 
@@ -293,13 +295,15 @@ def test_a_bad_confirmation_option_is_named_by_its_command_line_flag() -> None:
     assert str(noise.value) == "--noise: noise (the prior between-server spread) must be in (0, 1), not 1.5"
 
 
-def test_run_study_takes_the_options_or_the_keywords_not_both(tmp_path) -> None:
+def test_run_study_takes_its_options_only(tmp_path) -> None:
     from search_spaces import load_preset
     from sweeper.study import StudyOptions, StudyOptionsError, run_study
 
     options = StudyOptions(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    with pytest.raises(StudyOptionsError, match=r"^run_study: give options or n_trials, seed, not both$"):
-        run_study(load_preset("tiny-cpu"), lambda params: None, options=options, n_trials=2, seed=1)
+    with pytest.raises(TypeError):
+        run_study(load_preset("tiny-cpu"), lambda params: None, options, n_trials=2)  # type: ignore[call-arg]
+    with pytest.raises(StudyOptionsError, match=r"^run_study: options must be StudyOptions, not dict$"):
+        run_study(load_preset("tiny-cpu"), lambda params: None, {"study_name": "s"})  # type: ignore[arg-type]
     assert not (tmp_path / "study.db").exists()
 
 
@@ -339,13 +343,13 @@ def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthe
     run_study(
         space,
         synthetic.synthetic_evaluator(),
-        study_name=first.study_name,
-        storage=url,
-        n_trials=1,
-        ppl_cap=2.42,
-        ppl_confidence=first.ppl_confidence,
-        ppl_rerun_records=first.ppl_rerun_records,
-        handle_signals=False,
+        StudyOptions(
+            study_name=first.study_name,
+            storage=url,
+            n_trials=1,
+            gate=PplGate(cap=2.42, confidence=first.ppl_confidence, rerun_records=first.ppl_rerun_records),
+            handle_signals=False,
+        ),
     )
     save_recipe(url, first.study_name, first.recipe)
     assert gate(ppl_cap=2.42) == (0.95, 64)
@@ -369,11 +373,7 @@ def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthe
     run_study(
         space,
         synthetic.synthetic_evaluator(),
-        study_name=old,
-        storage=url,
-        n_trials=1,
-        ppl_cap=2.42,
-        handle_signals=False,
+        StudyOptions(study_name=old, storage=url, n_trials=1, gate=PplGate(cap=2.42), handle_signals=False),
     )
     assert gate(ppl_cap=2.42, study_name=old) == (None, None)
 
@@ -390,13 +390,13 @@ def test_run_refuses_another_confidence_on_resume_in_one_line(
     run_study(
         space,
         synthetic.synthetic_evaluator(),
-        study_name="mine",
-        storage=url,
-        n_trials=1,
-        ppl_cap=2.42,
-        ppl_confidence=0.9,
-        ppl_rerun_records=16,
-        handle_signals=False,
+        StudyOptions(
+            study_name="mine",
+            storage=url,
+            n_trials=1,
+            gate=PplGate(cap=2.42, confidence=0.9, rerun_records=16),
+            handle_signals=False,
+        ),
     )
     args = [
         "run",
@@ -512,13 +512,15 @@ def test_verify_top_on_user_data_verifies_on_the_split_off_part(synthetic, user_
     )
     study = _synthetic_study(synthetic, url, prepared.study_name, prepared.recipe)
     result = verify_study(
+        VerifySettings(
+            top=1,
+            repeats=2,
+            evaluate=synthetic.synthetic_evaluator(),
+            base_manifest=prepared.manifest,
+            recipe=prepared.recipe,
+        ),
         storage=url,
         study_name=study.name,
-        top=1,
-        repeats=2,
-        evaluate=synthetic.synthetic_evaluator(),
-        base_manifest=prepared.manifest,
-        recipe=prepared.recipe,
     )
     (verification,) = result.verifications
     best_tps = synthetic.synthetic_tps(synthetic.CONFIGS["C"])
@@ -756,14 +758,16 @@ def _synthetic_study(synthetic, url: str, name: str, recipe):
     run_study(
         space,
         synthetic.synthetic_evaluator(),
-        study_name=name,
-        storage=url,
-        n_trials=len(synthetic.CONFIGS) + 1,
-        ppl_cap=synthetic.CAP,
-        sampler="random",
-        seed=0,
-        enqueue=list(synthetic.CONFIGS.values()),
-        handle_signals=False,
+        StudyOptions(
+            study_name=name,
+            storage=url,
+            n_trials=len(synthetic.CONFIGS) + 1,
+            gate=PplGate(cap=synthetic.CAP),
+            sampler="random",
+            seed=0,
+            enqueue=list(synthetic.CONFIGS.values()),
+            handle_signals=False,
+        ),
     )
     save_recipe(url, name, recipe)
     return synthetic.SyntheticStudy(url=url, name=name, db=Path(url.removeprefix("sqlite:///")))

@@ -15,7 +15,7 @@ import pytest
 from storage import TrialStore, study_status
 from sweeper.cli.status_cmd import running_devices
 from sweeper.errors import UserInputError
-from sweeper.study import ConfirmSettings, Measurement, run_study, standing
+from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, run_study, standing
 from sweeper.sweep import RunPlan, gpu_groups, prepare, run_workers, worker_slot
 from sweeper.sweep._workers import WorkerSpec, _report, cpu_shares, parse_gpus, tensor_parallel_size, worker_specs
 
@@ -128,7 +128,9 @@ def test_status_shows_the_gpu_of_a_running_trial(tmp_path: Path) -> None:
         seen.append(running_devices(study_status(url, "gpu-status")))
         return Measurement(tps=toy.tps(params), ppl=toy.ppl(params))
 
-    run_study(toy.SPACE, evaluate, study_name="gpu-status", storage=url, n_trials=1, ppl_cap=toy.CAP)
+    run_study(
+        toy.SPACE, evaluate, StudyOptions(study_name="gpu-status", storage=url, n_trials=1, gate=PplGate(cap=toy.CAP))
+    )
     record = TrialStore(url).record("gpu-status", 0)
     assert seen == [[f"  running: trial 0 on {record.host} (pid {os.getpid()}): GPU 2,3, CPU cores 1"]]
     assert running_devices(study_status(url, "gpu-status")) == []  # none running any more
@@ -249,17 +251,19 @@ def test_the_parent_reports_the_confirmed_best_not_the_fastest_figure(synthetic,
     run_study(
         space,
         synthetic.synthetic_evaluator(),
-        study_name="tie",
-        storage=url,
-        n_trials=2,
-        ppl_cap=2.35,
-        sampler="random",
-        seed=0,
-        enqueue=[contender],
-        enqueue_space_configs=False,
-        confirm=ConfirmSettings(rounds=1),
-        enqueue_base=True,
-        handle_signals=False,
+        StudyOptions(
+            study_name="tie",
+            storage=url,
+            n_trials=2,
+            gate=PplGate(cap=2.35),
+            sampler="random",
+            seed=0,
+            enqueue=[contender],
+            enqueue_space_configs=False,
+            confirm=ConfirmSettings(rounds=1),
+            enqueue_base=True,
+            handle_signals=False,
+        ),
     )
     status = study_status(url, "tie")
     now = standing(status.trials, ConfirmSettings(rounds=1))

@@ -26,7 +26,7 @@ import toy  # noqa: E402
 from sweeper.errors import StudyError  # noqa: E402
 from sweeper.serving import TOKEN_VARIABLE  # noqa: E402
 from sweeper.serving.processes import environ_of  # noqa: E402
-from sweeper.study import Measurement, run_study  # noqa: E402
+from sweeper.study import Measurement, PplGate, StudyOptions, run_study  # noqa: E402
 from sweeper.sweep import worker_slot  # noqa: E402
 
 
@@ -70,12 +70,14 @@ def toy_worker(config: dict, spec) -> tuple[str, int]:
     result = run_study(
         toy.SPACE,
         evaluate,
-        study_name=config["study"],
-        storage=config["storage"],
-        n_trials=config["n_trials"],
-        ppl_cap=toy.CAP,
-        sampler="random",
-        seed=spec.index,
+        StudyOptions(
+            study_name=config["study"],
+            storage=config["storage"],
+            n_trials=config["n_trials"],
+            gate=PplGate(cap=toy.CAP),
+            sampler="random",
+            seed=spec.index,
+        ),
     )
     return result.stop_reason, result.trials_run
 
