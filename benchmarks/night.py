@@ -32,9 +32,10 @@ sampler is smarter, and the night would hold more distinct configurations than e
   within ``screen`` standard errors of the incumbent (its first figure against all the
   incumbent's, ``speedup_interval``'s form) is raced; a round is a fresh server each for
   contender, incumbent and the base (when the incumbent is another configuration), A B C / C B A.
-  Each look follows ``_judge_race``: from round 2 a one-sided lower bound at ``race_confidence``
-  above 1 against the incumbent and the base makes it the incumbent; at any round a two-sided
-  upper bound below 1 (slower) or a mean ratio <= 1 (behind) ends the race; after ``rounds`` a tie
+  Each look is the study's own ``look`` (``sweeper.study``, the rule ``_judge_race`` applies):
+  from round 2 a one-sided lower bound at ``race_confidence`` above 1 against the incumbent and
+  the base makes it the incumbent; at any round a two-sided upper bound below 1 (slower) or a
+  mean ratio <= 1 (behind) ends the race; after ``rounds`` a tie
   (the incumbent stays: it is never farther from the base manifest here). The spread is
   ``_Replay.spread_until``'s: the rounds' two-way (``blocked_spread``) spread with the prior as 2 df,
   floored by all servers' ``pooled_spread`` while the rounds have fewer than 12 df. The claim is
@@ -115,7 +116,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evaluators import t_quantile
+from evaluators import Interval, t_quantile
 from storage import TrialRecord
 from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts
 from sweeper.study import (
@@ -129,6 +130,7 @@ from sweeper.study import (
     claim_confidence,
     confirmation_role,
     is_confirmation,
+    look,
     race_confidence,
     standing,
 )
@@ -247,6 +249,12 @@ class Ratio:
     @property
     def width(self) -> float:
         return self.high / self.low - 1.0
+
+    def interval(self, confidence: float, samples: int) -> Interval:
+        """The same interval as the study's decisions take it."""
+        return Interval(
+            value=self.value, low=self.low, high=self.high, confidence=confidence, method="night", samples=samples
+        )
 
 
 def log_interval(mean: float, se: float, df: float, confidence: float) -> Ratio:
@@ -582,8 +590,9 @@ class Night:
                     self.with_base.setdefault(i, []).append((readings[i], readings[BASE]))
         return row
 
-    def race(self, contender: int, incumbent: int) -> str | None:
-        """``_judge_race`` over rounds run one at a time; the outcome, None when the night ran out."""
+    def race(self, contender: int, incumbent: int) -> Outcome | None:
+        """A race over rounds run one at a time, decided at each look by the study's own rule
+        (``sweeper.study.look``); the outcome, None when the night ran out."""
         rounds = self.confirm.rounds
         level, plain_level = race_confidence(self.confirm), self.confirm.confidence
         line = self.lineup(contender, incumbent)
@@ -605,20 +614,23 @@ class Night:
             plain = self.compare(rows, column, contender, plain_level)
             if vs_incumbent is None or plain is None:
                 continue
-            if n >= min(2, rounds) and vs_incumbent.low > 1.0:
-                over_base = True
-                if incumbent != BASE:
-                    vs_base = self.compare(rows, 2 if self.design.kind != "pooled-base" else -1, contender, level)
-                    over_base = vs_base is not None and vs_base.low > 1.0
-                if over_base:
-                    return "faster"
-            if plain.high < 1.0:
-                return "slower"
-            if vs_incumbent.value <= FUTILITY_RATIO:
-                return "behind"
-            if n >= rounds:
-                return "tie"
-        return "tie"
+
+            def over_base(rows: list[tuple[float, ...]] = rows) -> bool:
+                if incumbent == BASE:
+                    return True
+                vs_base = self.compare(rows, 2 if self.design.kind != "pooled-base" else -1, contender, level)
+                return vs_base is not None and vs_base.low > 1.0
+
+            decided = look(
+                n,
+                self.confirm,
+                vs_incumbent.interval(level, len(rows)),
+                plain.interval(plain_level, len(rows)),
+                over_base,
+            )
+            if decided is not None:
+                return decided[0]
+        return Outcome.TIE_UNDECIDED
 
     # -- the claim -----------------------------------------------------------------------------------
 
@@ -667,7 +679,7 @@ class Night:
         m = self.machine
         self.figures[BASE].append(self.measure(BASE, ppl=True).reading)
         incumbent, incumbent_class, races, trials = BASE, BASE, 0, 1
-        outcomes: list[tuple[int, str]] = []
+        outcomes: list[tuple[int, Outcome]] = []
         while True:
             c = self.draw()
             if not self.scheduled_base() or not m.fits(m.server_cost(ppl=True)):
@@ -688,7 +700,7 @@ class Night:
             outcome = self.race(ident, incumbent)
             if outcome is not None:
                 outcomes.append((ident, outcome))
-                if outcome == "faster":
+                if outcome is Outcome.FASTER:
                     incumbent, incumbent_class = ident, c
                     if self.ratio[ident] > 1.0 and self.first_confirmed is None:
                         self.first_confirmed = m.clock
@@ -714,9 +726,9 @@ class Night:
             first_confirmed_s=self.first_confirmed,
             trials=trials,
             races=races,
-            confirmed=sum(o == "faster" and self.ratio[i] > 1.0 for i, o in outcomes),
-            wrong_faster=sum(o == "faster" and self.ratio[i] <= 1.0 for i, o in outcomes),
-            decided=sum(o in ("faster", "slower", "behind") for _, o in outcomes),
+            confirmed=sum(o is Outcome.FASTER and self.ratio[i] > 1.0 for i, o in outcomes),
+            wrong_faster=sum(o is Outcome.FASTER and self.ratio[i] <= 1.0 for i, o in outcomes),
+            decided=sum(o in (Outcome.FASTER, Outcome.SLOWER, Outcome.BEHIND) for _, o in outcomes),
             claim=claim,
             claimed_ratio=self.ratio[incumbent],
             low=None if final is None else final.low,

@@ -45,6 +45,7 @@ from sweeper.study._race_decision import (
     Outcome,
     claim_confidence,
     distance_to_base,
+    look,
     race_confidence,
 )
 from sweeper.study._race_replay import ROUNDS_DF_ENOUGH, standing
@@ -91,6 +92,7 @@ __all__ = [
     "ROUNDS_DF_ENOUGH",
     "claim_confidence",
     "race_confidence",
+    "look",
     "is_baseline",
     "is_confirmation",
     "measured_uncertainty",
