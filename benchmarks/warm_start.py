@@ -195,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = demo_paths()
     manifest = Manifest.load(args.manifest or demo.manifest)
     settings = EvalSettings(
+        prompts=demo.prompts_tuning,
+        ppl_data=demo.ppl_tuning,
         tps=TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=1),
         ppl=PplSettings(max_records=args.ppl_records),
         reference_prompts=args.reference_prompts,

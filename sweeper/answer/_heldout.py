@@ -18,7 +18,7 @@ from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit, EvalSettings, ServerEvaluator
-from sweeper.study import StudyRecipe, base_manifest_of
+from sweeper.study import DataDefaults, StudyRecipe, base_manifest_of
 
 logger = logging.getLogger(__name__)
 
@@ -42,19 +42,27 @@ class HeldOutData:
     ppl_split: DataSplit | None = None
 
 
-def heldout_data(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None) -> HeldOutData:
+def heldout_data(
+    recipe: StudyRecipe,
+    *,
+    prompts: str | None = None,
+    ppl_data: str | None = None,
+    defaults: DataDefaults | None = None,
+) -> HeldOutData:
     """The held-out prompt set and PPL records: given, else recorded (a file, or the part
-    split off the tuning set), else the demo's held-out sets when the study tuned on the demo's."""
-    from sweeper.demo import demo_paths
-
-    demo = demo_paths()
+    split off the tuning set), else the ``defaults``' held-out sets when the study tuned on
+    their tuning sets (``defaults`` also stand for tuning sets the recipe does not record)."""
+    default_tuning: dict[str, str | None] = {"prompts": None, "ppl_data": None}
+    default_heldout: dict[str, str | None] = {"prompts": None, "ppl_data": None}
+    if defaults is not None:
+        default_tuning = {"prompts": str(defaults.prompts), "ppl_data": str(defaults.ppl_data)}
+        default_heldout = {"prompts": str(defaults.heldout_prompts), "ppl_data": str(defaults.heldout_ppl_data)}
     tuning = {
-        "prompts": recipe.prompts or str(demo.prompts_tuning),
-        "ppl_data": recipe.ppl_data or str(demo.ppl_tuning),
+        "prompts": recipe.prompts or default_tuning["prompts"],
+        "ppl_data": recipe.ppl_data or default_tuning["ppl_data"],
     }
     given = {"prompts": prompts, "ppl_data": ppl_data}
     recorded = {"prompts": recipe.heldout_prompts, "ppl_data": recipe.heldout_ppl_data}
-    demo_heldout = {"prompts": str(demo.prompts_heldout), "ppl_data": str(demo.ppl_heldout)}
     sources: dict[str, str | None] = {}
     splits: dict[str, DataSplit | None] = {}
     for kind in ("prompts", "ppl_data"):
@@ -67,8 +75,8 @@ def heldout_data(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: s
         elif split is not None:
             sources[kind] = tuning[kind]
             splits[kind] = DataSplit(heldout_fraction=split[0], seed=split[1], part="heldout")
-        elif recipe.tunes_on_demo_data:
-            sources[kind] = demo_heldout[kind]
+        elif recipe.tunes_on(defaults):
+            sources[kind] = default_heldout[kind]
         else:
             sources[kind] = None
     missing = [f"--{kind.replace('_', '-')}" for kind, value in sources.items() if not value]
@@ -78,7 +86,8 @@ def heldout_data(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: s
             f"data with {' and '.join(missing)} (prompts and PPL records the study did not tune on)"
         )
     for kind, value in sources.items():
-        if splits[kind] is None and _same_source(str(value), tuning[kind]):
+        tuned = tuning[kind]
+        if splits[kind] is None and tuned is not None and _same_source(str(value), tuned):
             raise HeldOutDataError(
                 f"the held-out {kind.replace('_', '-')} {value} is the set the study tuned on: "
                 "verification needs data the study never saw"
@@ -91,9 +100,15 @@ def heldout_data(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: s
     )
 
 
-def heldout_sources(recipe: StudyRecipe, *, prompts: str | None = None, ppl_data: str | None = None) -> tuple[str, str]:
+def heldout_sources(
+    recipe: StudyRecipe,
+    *,
+    prompts: str | None = None,
+    ppl_data: str | None = None,
+    defaults: DataDefaults | None = None,
+) -> tuple[str, str]:
     """The files of the held-out prompt set and PPL records (see ``heldout_data``)."""
-    data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data)
+    data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data, defaults=defaults)
     return data.prompts, data.ppl_data
 
 
@@ -143,13 +158,14 @@ def heldout_evaluator(
     base_manifest: Manifest | None = None,
     prompts: str | None = None,
     ppl_data: str | None = None,
+    defaults: DataDefaults | None = None,
     run_dir: str | Path,
 ) -> tuple[Any, dict[str, Any]]:
-    """A ServerEvaluator on held-out data, and what to store about that data."""
+    """A ServerEvaluator on held-out data (``heldout_data``), and what to store about that data."""
     manifest = base_manifest_of(recipe, base_manifest)
     if recipe.server_python and manifest.server_python is None:
         manifest = manifest.with_server_python(recipe.server_python)
-    data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data)
+    data = heldout_data(recipe, prompts=prompts, ppl_data=ppl_data, defaults=defaults)
     settings = heldout_settings(recipe, data)
     # the data is loaded and checked here, before any server time is spent
     first = ServerEvaluator(manifest, settings, run_dir=run_dir)

@@ -37,7 +37,8 @@ class RerunSettingsError(UserInputError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RerunSettings:
-    """How the pair is re-measured: ``pairs`` pairs, TPS at these sizes, on ``prompts``."""
+    """How the pair is re-measured: ``pairs`` pairs, TPS at these sizes, on ``prompts`` (a file
+    or hub id; None gives no set to measure on: ``sweeper rerun`` passes its default)."""
 
     pairs: int = 3
     tps: TpsSettings = dataclasses.field(default_factory=TpsSettings)

@@ -63,6 +63,7 @@ from sweeper.manifest import Manifest
 from sweeper.study import (
     Claim,
     ConfirmSettings,
+    DataDefaults,
     Evaluator,
     Measurement,
     PplStatement,
@@ -108,7 +109,8 @@ class VerifySettings:
     ``ServerEvaluator`` on ``base_manifest`` (None: the study's own) with the
     study's TPS settings (``recipe``, None: the stored one) and the held-out
     ``prompts`` / ``ppl_data`` (given here, else the study's recipe, else the
-    bundled demo's held-out sets when the study tuned on the demo's); its
+    held-out sets of ``data_defaults`` when the study tuned on their tuning
+    sets: ``sweeper verify`` and ``sweeper run`` pass the bundled demo's); its
     servers' files go under ``run_dir`` (None:
     ``sweeper-runs/<study>/verify``). ``progress`` is told each repeat and verdict.
     """
@@ -126,6 +128,7 @@ class VerifySettings:
     recipe: StudyRecipe | None = None
     prompts: str | None = None
     ppl_data: str | None = None
+    data_defaults: DataDefaults | None = None
     run_dir: str | Path | None = None
     progress: Callable[[VerifyEvent], None] | None = None
 
@@ -383,6 +386,7 @@ def verify_study(
                     base_manifest=settings.base_manifest,
                     prompts=settings.prompts,
                     ppl_data=settings.ppl_data,
+                    defaults=settings.data_defaults,
                     run_dir=run_root,
                 )
             now = standing(status.trials, confirm)

@@ -28,6 +28,7 @@ from sweeper.answer import place_manifest
 from sweeper.cli._ablation_view import print_ablation
 from sweeper.cli._held_logs import logs_after_checks
 from sweeper.cli._options import storage_option
+from sweeper.demo import demo_paths
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest, parse_assignments
 from sweeper.measure import EvalSettings, load_eval_data
@@ -194,9 +195,16 @@ def command(
         ppl = PplSettings(max_records=ppl_records) if ppl_records is not None else PplSettings()
     except (ValueError, TypeError) as exc:
         raise UserInputError(str(exc)) from None
+    demo = demo_paths()  # the data measured where none is given (the ablation records only what was)
     try:
         eval_settings = EvalSettings(
-            prompts=prompts, ppl_data=ppl_data, tps=tps, ppl=ppl, ready_timeout_s=ready_timeout
+            prompts=prompts,
+            ppl_data=ppl_data,
+            default_prompts=demo.prompts_tuning,
+            default_ppl_data=demo.ppl_tuning,
+            tps=tps,
+            ppl=ppl,
+            ready_timeout_s=ready_timeout,
         )
     except ValueError as exc:
         raise UserInputError(str(exc)) from None

@@ -22,6 +22,7 @@ from evaluators import PplSettings, TpsSettings, WarmupSettings
 from evaluators.tps import CONNECTIONS
 from sweeper.cli._held_logs import logs_after_checks
 from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
+from sweeper.demo import demo_paths
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest, parse_assignments
 from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data, warmup_settings_from
@@ -138,10 +139,13 @@ def command(
             max_tokens=base.max_tokens,
             seed=base.seed if warmup_seed is None else warmup_seed,
         )
+    demo = demo_paths()  # the data measured where none is given
     try:
         settings = EvalSettings(
             prompts=prompts,
             ppl_data=ppl_data,
+            default_prompts=demo.prompts_tuning,
+            default_ppl_data=demo.ppl_tuning,
             tps=TpsSettings(
                 num_prompts=num_prompts,
                 output_len=output_len,

@@ -14,6 +14,7 @@ from sweeper.errors import SearchSpaceError
 from sweeper.manifest import Manifest
 from sweeper.serving import check_serve_env
 from sweeper.study import ImportPlan, default_space_for, describe_value, model_text, plan_from_manifest
+from sweeper.sweep import demo_models
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def command(manifest_path: str, space_spec: str | None, as_json: bool) -> None:
     """
     manifest = Manifest.load(manifest_path)
     check_serve_env(manifest)  # as 'run' checks it: a missing model folder is named as missing
-    space_spec = space_spec or default_space_for(manifest)
+    space_spec = space_spec or default_space_for(manifest, local_models=demo_models())
     if space_spec is None:
         raise SearchSpaceError(
             f"{manifest_path}: no preset fits {model_text(manifest)}: "

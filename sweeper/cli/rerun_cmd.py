@@ -11,6 +11,7 @@ from rich.console import Console
 from evaluators import TpsSettings, WarmupSettings
 from sweeper.answer import RerunSettings, rerun_against_base
 from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
+from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
 from sweeper.serving import check_serve_env
 
@@ -72,6 +73,7 @@ def command(
 
         own = warmup_settings_from(answer)
         warmup = WarmupSettings(enabled=True, num_prompts=warmup_prompts, max_tokens=own.max_tokens, seed=own.seed)
+    prompts = prompts or str(demo_paths().prompts_tuning)  # the demo's tuning set where none is given
     settings = RerunSettings(pairs=pairs, tps=tps, prompts=prompts, ready_timeout_s=ready_timeout, warmup=warmup)
     console = Console(stderr=True)
     result = rerun_against_base(answer, base, settings, progress=lambda line: console.print(line))

@@ -33,6 +33,7 @@ from sweeper.study import (
     probability_text,
     recipe_from_settings,
 )
+from sweeper.sweep import demo_data
 
 LOG_TAIL_LINES = 20
 
@@ -102,7 +103,7 @@ def recipe_lines(status: StudyStatus) -> list[str]:
         elif split is not None:
             where = f"{split[0]:g} split off the tuning set (seed {split[1]})"
         else:
-            where = "demo" if recipe.tunes_on_demo_data else "none recorded"
+            where = "demo" if recipe.tunes_on(demo_data()) else "none recorded"
         if key in counts:
             where += f" ({counts[key]}{' records' if kind == 'ppl_data' else ''})"
         heldout.append(f"{label} {where}")

@@ -26,6 +26,7 @@ from sweeper.answer import (
 from sweeper.cli._options import storage_option, study_option
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest
+from sweeper.sweep import demo_data
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ def command(
         noise=noise,
         prompts=prompts,
         ppl_data=ppl_data,
+        data_defaults=demo_data(),
         run_dir=run_dir,
     )
     manifest = Manifest.load(manifest_path) if manifest_path else None

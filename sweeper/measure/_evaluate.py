@@ -101,9 +101,13 @@ class DataSplit:
 class EvalSettings:
     """What to measure and with what; ``None`` for ``tps``/``ppl`` skips that phase.
 
-    ``prompts``/``ppl_data``: a file or hub dataset id (None: the bundled
-    demo's tuning sets). ``warmup`` None takes the manifest's ``WARMUP_*``
-    env (``WARMUP_BRIDGE=0`` turns it off) over the defaults.
+    ``prompts``/``ppl_data``: a file or hub dataset id (None:
+    ``default_prompts``/``default_ppl_data``, the sets that the caller
+    measures where none is given, as ``sweeper eval`` passes its defaults;
+    with neither, a phase that needs the set raises DataError). The default
+    is kept apart from what was given, which is what a stored ablation
+    records. ``warmup`` None takes the manifest's ``WARMUP_*`` env
+    (``WARMUP_BRIDGE=0`` turns it off) over the defaults.
     ``fidelity_reference``: compare against this reference file;
     ``save_reference``: write this server's greedy token ids for the first
     ``reference_prompts`` prompts there (a baseline for later runs).
@@ -120,6 +124,8 @@ class EvalSettings:
 
     prompts: str | os.PathLike[str] | None = None
     ppl_data: str | os.PathLike[str] | None = None
+    default_prompts: str | os.PathLike[str] | None = None
+    default_ppl_data: str | os.PathLike[str] | None = None
     tps: TpsSettings | None = dataclasses.field(default_factory=TpsSettings)
     ppl: PplSettings | None = dataclasses.field(default_factory=PplSettings)
     warmup: WarmupSettings | None = None
@@ -233,17 +239,14 @@ def load_eval_data(manifest: Manifest, settings: EvalSettings) -> EvalData:
     seen without a server: wrong shapes, token ids outside the vocabulary,
     records or prompts longer than the server's max_model_len.
     """
-    from sweeper.demo import demo_paths
-
-    demo = demo_paths()
     limits = model_limits(manifest, settings.overrides)
     prompts = records = reference = None
     if settings.tps is not None or settings.save_reference is not None:
-        prompts = load_prompts(settings.prompts or demo.prompts_tuning)
+        prompts = load_prompts(_source(settings.prompts, settings.default_prompts, "prompt set", "prompts"))
         if settings.prompts_split is not None:
             prompts = settings.prompts_split.of(prompts)
     if settings.ppl is not None:
-        records = load_ppl_records(settings.ppl_data or demo.ppl_tuning)
+        records = load_ppl_records(_source(settings.ppl_data, settings.default_ppl_data, "PPL records", "ppl_data"))
         if settings.ppl_split is not None:
             records = settings.ppl_split.of(records)
         check_ppl_records(records, vocab_size=limits.vocab_size, max_model_len=limits.max_model_len)
@@ -260,6 +263,16 @@ def load_eval_data(manifest: Manifest, settings: EvalSettings) -> EvalData:
                 source=prompts.source,
             )
     return EvalData(prompts=prompts, ppl_records=records, reference=reference)
+
+
+def _source(
+    given: str | os.PathLike[str] | None, default: str | os.PathLike[str] | None, what: str, field: str
+) -> str | os.PathLike[str]:
+    """The data set given, else the default one; DataError with neither."""
+    source = given or default
+    if not source:
+        raise DataError(f"no {what} to measure with: EvalSettings.{field} is not given and has no default")
+    return source
 
 
 def warmup_settings_from(manifest: Manifest, overrides: Mapping[str, str] | None = None) -> WarmupSettings:

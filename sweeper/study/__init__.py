@@ -52,6 +52,7 @@ from sweeper.study._race_replay import ROUNDS_DF_ENOUGH, standing
 from sweeper.study._race_settings import ConfirmSettings, ConfirmSettingsError
 from sweeper.study._recipe import (
     MEASURING_FIELDS,
+    DataDefaults,
     StoredStudy,
     StudyRecipe,
     base_manifest_of,
@@ -101,6 +102,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_SAMPLER",
     "MEASURING_FIELDS",
+    "DataDefaults",
     "MODES",
     "SAMPLERS",
     "EvaluationContext",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -160,21 +161,24 @@ def _skip_reason(parameter: Any, env: Mapping[str, str], kept: set[str]) -> str:
     return "not applicable to this manifest"
 
 
-DEMO_SPACE = "tiny-cpu"
 GEMMA4_SPACE = "gemma4-e4b-a10g"
 
 
-def default_space_for(manifest: Manifest) -> str | None:
-    """The preset that fits a manifest: the demo's for the bundled model, the challenge's for
-    Gemma 4 E4B; None when neither fits (the user names a space)."""
-    from sweeper.demo import demo_paths
-
+def default_space_for(
+    manifest: Manifest, *, local_models: Mapping[str | os.PathLike[str], str] | None = None
+) -> str | None:
+    """The preset that fits a manifest: the one ``local_models`` gives for the model folder it
+    serves (the caller's: the command line maps the bundled demo's model to its preset), the
+    challenge's for Gemma 4 E4B; None when neither fits (the user names a space)."""
     model = manifest.env.get("MODEL_ID") or manifest.model_id
-    if model:
+    if model and local_models:
         candidate = Path(model).expanduser()
         candidate = candidate if candidate.is_absolute() else manifest.folder / candidate
-        if candidate.exists() and candidate.resolve() == demo_paths().model.resolve():
-            return DEMO_SPACE
+        if candidate.exists():
+            served = candidate.resolve()
+            for folder, preset in local_models.items():
+                if served == Path(folder).resolve():
+                    return preset
     if "gemma-4-e4b" in model.lower():
         return GEMMA4_SPACE
     return None

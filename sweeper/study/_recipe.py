@@ -31,12 +31,30 @@ RECIPE_KEY = "recipe"  # the same attribute as StudyStatus.settings shows it (pr
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class DataDefaults:
+    """The data sets that a recipe recording none stands for, handed down by whoever plans
+    the command (the command line and ``sweeper.sweep`` pass the bundled demo's).
+
+    ``prompts``/``ppl_data``: the tuning sets a recipe's None means;
+    ``heldout_prompts``/``heldout_ppl_data``: the held-out sets that go with
+    them, verified on when a study tuned on them and records no held-out set.
+    """
+
+    prompts: str | os.PathLike[str]
+    ppl_data: str | os.PathLike[str]
+    heldout_prompts: str | os.PathLike[str]
+    heldout_ppl_data: str | os.PathLike[str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StudyRecipe:
     """How the study's trials were measured.
 
-    ``prompts``/``ppl_data`` None: the bundled demo's tuning sets;
-    ``heldout_prompts``/``heldout_ppl_data`` None: the demo's held-out sets
-    when the study tuned on the demo's, else unknown (verify asks for them).
+    ``prompts``/``ppl_data`` None: the reader's default tuning sets
+    (``DataDefaults``; those of the command line are the bundled demo's);
+    ``heldout_prompts``/``heldout_ppl_data`` None: the default held-out sets
+    when the study tuned on the default tuning sets, else unknown (verify
+    asks for them).
     ``overrides``: env values set on every trial on top of the base manifest
     (``EvalSettings.overrides`` of the study's evaluator).
 
@@ -101,13 +119,12 @@ class StudyRecipe:
             if not isinstance(value, str):
                 raise UserInputError(f"study recipe: overrides[{key!r}] must be a string")
 
-    @property
-    def tunes_on_demo_data(self) -> bool:
-        """Did the study tune on the bundled demo's tuning sets (given as None or by path)?"""
-        from sweeper.demo import demo_paths
-
-        demo = demo_paths()
-        return _is(self.prompts, demo.prompts_tuning) and _is(self.ppl_data, demo.ppl_tuning)
+    def tunes_on(self, defaults: DataDefaults | None) -> bool:
+        """Did the study tune on the default tuning sets (recorded as None or by path)?
+        Never with no defaults."""
+        if defaults is None:
+            return False
+        return _is(self.prompts, defaults.prompts) and _is(self.ppl_data, defaults.ppl_data)
 
     def split_of(self, kind: str) -> tuple[float, int] | None:
         """(held-out fraction, seed) when the held-out ``kind`` ("prompts" or "ppl_data")
@@ -179,11 +196,11 @@ class StudyRecipe:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def _is(value: str | None, path: Path) -> bool:
+def _is(value: str | None, path: str | os.PathLike[str]) -> bool:
     if value is None:
         return True
     candidate = Path(value).expanduser()
-    return candidate.exists() and candidate.resolve() == path.resolve()
+    return candidate.exists() and candidate.resolve() == Path(path).resolve()
 
 
 def recipe_from_settings(settings: Mapping[str, Any]) -> StudyRecipe:

@@ -22,6 +22,8 @@ from sweeper.sweep._plan import (
     RunData,
     RunPlan,
     RunSizes,
+    demo_data,
+    demo_models,
     execute,
     prepare,
 )
@@ -44,6 +46,8 @@ __all__ = [
     "DEMO_STORAGE",
     "DEMO_STUDY",
     "DEMO_TRIALS",
+    "demo_data",
+    "demo_models",
     "execute",
     "gpu_groups",
     "prepare",

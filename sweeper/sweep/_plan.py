@@ -48,6 +48,7 @@ from sweeper.study import (
     SAMPLERS,
     ConfirmSettings,
     ConfirmSettingsError,
+    DataDefaults,
     PplGate,
     StoredStudy,
     StudyOptions,
@@ -420,6 +421,24 @@ class RunData:
         return self.split if self.heldout_ppl_data is None else None
 
 
+def demo_data() -> DataDefaults:
+    """The bundled demo's data sets, the defaults that the commands hand down: what a study
+    recipe that records no tuning set stands for, and the held-out sets that go with them."""
+    demo = demo_paths()
+    return DataDefaults(
+        prompts=demo.prompts_tuning,
+        ppl_data=demo.ppl_tuning,
+        heldout_prompts=demo.prompts_heldout,
+        heldout_ppl_data=demo.ppl_heldout,
+    )
+
+
+def demo_models() -> dict[Path, str]:
+    """The local model folders with a preset of their own (``default_space_for``): the
+    bundled demo's model, searched with ``DEMO_PRESET``."""
+    return {demo_paths().model: DEMO_PRESET}
+
+
 def run_data(plan: RunPlan, manifest_label: str) -> RunData:
     """The plan's data, or one UserInputError naming every option still needed.
 
@@ -573,7 +592,7 @@ def prepare(plan: RunPlan) -> PreparedRun:
     if plan.manifest is None:
         space = load_run_space(plan.space or DEMO_PRESET).bind(manifest.env)
     else:  # the manifest's own values of the searched knobs become the first trial
-        spec = plan.space or default_space_for(manifest)
+        spec = plan.space or default_space_for(manifest, local_models=demo_models())
         if spec is None:
             raise UserInputError(
                 f"{manifest_path}: no preset fits {model_text(manifest)}; pass --space "
@@ -648,7 +667,7 @@ def _check_heldout(manifest: Manifest, recipe: StudyRecipe) -> EvalData:
     """Load the held-out data as verify will (and fail now, not after the night)."""
     from sweeper.answer import heldout_data, heldout_settings
 
-    return load_eval_data(manifest, heldout_settings(recipe, heldout_data(recipe)))
+    return load_eval_data(manifest, heldout_settings(recipe, heldout_data(recipe, defaults=demo_data())))
 
 
 def _with_stored_connection(settings: EvalSettings, study: StoredStudy | None, study_name: str) -> EvalSettings:
@@ -733,6 +752,7 @@ def verify_answer(prepared: PreparedRun) -> None:
         top=plan.verify_top,
         base_manifest=prepared.manifest,
         recipe=prepared.recipe,
+        data_defaults=demo_data(),
         run_dir=Path(plan.run_dir) / prepared.study_name / "verify",
     )
     verify_study(settings, storage=plan.storage, study_name=prepared.study_name)

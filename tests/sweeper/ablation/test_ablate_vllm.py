@@ -62,7 +62,13 @@ def test_ablation_flags_the_setting_that_changes_the_outputs(demo, demo_manifest
         fidelity_prompts=3,
         closing_pairs=0,  # the closing race on real vLLM has a test of its own
     )
-    settings = EvalSettings(tps=TPS, ppl=PplSettings(max_records=8), ready_timeout_s=600.0)
+    settings = EvalSettings(  # the demo's data as 'sweeper ablate' measures it: a default, not recorded
+        default_prompts=demo.prompts_tuning,
+        default_ppl_data=demo.ppl_tuning,
+        tps=TPS,
+        ppl=PplSettings(max_records=8),
+        ready_timeout_s=600.0,
+    )
     url = f"sqlite:///{tmp_path / 'ablation.db'}"
     lines: list[str] = []
     result = run_ablation(demo_manifest, plan, settings, url=url, workdir=tmp_path / "runs", progress=lines.append)

@@ -46,6 +46,7 @@ from sweeper.cli import app
 from sweeper.measure import EvalSettings, ServerEvaluator, phase_headline, start_seconds
 from sweeper.report import _plotly, build_report
 from sweeper.study import PplGate, StudyOptions, StudyRecipe, plan_from_manifest, run_study, save_recipe
+from sweeper.sweep import demo_data
 
 pytestmark = pytest.mark.server
 
@@ -175,6 +176,7 @@ def test_study_verify_report_export_and_the_export_serves(demo, demo_manifest, t
             repeats=1,
             tolerance=TOLERANCE,
             claimed_speedup=False,
+            data_defaults=demo_data(),  # the recipe records no data: the demo's, as 'sweeper verify' passes them
             run_dir=tmp_path / "verify",
         ),
         storage=url,

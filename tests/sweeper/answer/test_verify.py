@@ -18,6 +18,7 @@ from sweeper.answer import (
 )
 from sweeper.errors import ServerStartError, StudyError, UserInputError
 from sweeper.study import StudyRecipe
+from sweeper.sweep import demo_data
 
 
 def run(repeat: int, tps: float | None, ppl: float | None, state: str = "complete") -> VerificationRun:
@@ -215,17 +216,23 @@ def test_verify_explains_an_empty_study_and_one_with_no_feasible_trial(synthetic
 # -- held-out data -------------------------------------------------------------------------
 
 
-def test_held_out_data_defaults_to_the_demo_sets_and_must_differ_from_tuning(demo, tmp_path) -> None:
-    prompts, ppl = heldout_sources(StudyRecipe())
+def test_held_out_data_defaults_to_the_given_default_sets_and_must_differ_from_tuning(demo, tmp_path) -> None:
+    defaults = demo_data()  # what 'sweeper verify' and 'sweeper run' hand down: the demo's sets
+    prompts, ppl = heldout_sources(StudyRecipe(), defaults=defaults)
     assert (prompts, ppl) == (str(demo.prompts_heldout), str(demo.ppl_heldout))
-    # a study that tuned on the demo sets, named by path, still gets the demo's held-out sets
+    # a study that tuned on the default sets, named by path, still gets their held-out sets
     by_path = StudyRecipe(prompts=str(demo.prompts_tuning), ppl_data=str(demo.ppl_tuning))
-    assert heldout_sources(by_path) == (str(demo.prompts_heldout), str(demo.ppl_heldout))
+    assert heldout_sources(by_path, defaults=defaults) == (str(demo.prompts_heldout), str(demo.ppl_heldout))
     with pytest.raises(HeldOutDataError, match="is the set the study tuned on"):
-        heldout_sources(StudyRecipe(), prompts=str(demo.prompts_tuning))
+        heldout_sources(StudyRecipe(), prompts=str(demo.prompts_tuning), defaults=defaults)
     own = StudyRecipe(prompts=str(tmp_path / "mine.json"), ppl_data=str(tmp_path / "mine.jsonl"))
     with pytest.raises(HeldOutDataError, match="give the held-out data with --prompts and --ppl-data"):
-        heldout_sources(own)
+        heldout_sources(own, defaults=defaults)
+    # with no defaults handed down, a recipe without held-out data has none
+    assert not by_path.tunes_on(None) and by_path.tunes_on(defaults) and StudyRecipe().tunes_on(defaults)
+    for recipe in (StudyRecipe(), by_path):
+        with pytest.raises(HeldOutDataError, match="give the held-out data with --prompts and --ppl-data"):
+            heldout_sources(recipe)
     assert issubclass(HeldOutDataError, UserInputError)
 
 

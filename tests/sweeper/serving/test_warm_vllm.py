@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evaluators import PplSettings, TpsSettings
+from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, evaluate, load_eval_data
 from sweeper.serving import START_PHASES, ServerProcess, processes, resolved_config
@@ -23,7 +24,10 @@ OVERRIDES = {"SLIDING_WINDOW": "24", "CENTROID_TOP_K": "4"}
 
 
 def _measure(manifest: Manifest, tmp_path: Path, kind: str) -> tuple[dict, ServerProcess]:
+    demo = demo_paths()
     settings = EvalSettings(
+        prompts=demo.prompts_tuning,
+        ppl_data=demo.ppl_tuning,
         tps=TpsSettings(num_prompts=2, output_len=32, warmup_requests=1),
         ppl=PplSettings(max_records=4),
         overrides=OVERRIDES,

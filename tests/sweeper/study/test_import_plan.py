@@ -10,6 +10,7 @@ from search_spaces import load_preset, space_from_dict
 from sweeper.errors import SearchSpaceError
 from sweeper.manifest import Manifest
 from sweeper.study import Measurement, PplGate, StudyOptions, default_space_for, plan_from_manifest, run_study
+from sweeper.sweep import demo_models
 
 
 def test_the_vidraft_manifest_becomes_the_base_and_the_first_trial(challenge_data, tmp_path) -> None:
@@ -59,7 +60,8 @@ def test_parameters_that_do_not_apply_are_reported(demo, tmp_path) -> None:
     (tmp_path / "model").symlink_to(demo.model)
     (tmp_path / "plain.json").write_text(json.dumps(data))
     manifest = Manifest.load(tmp_path / "plain.json")
-    assert default_space_for(manifest) == "tiny-cpu"
+    assert default_space_for(manifest, local_models=demo_models()) == "tiny-cpu"
+    assert default_space_for(manifest) is None  # the study itself knows no local model
     space = space_from_dict(
         {
             "name": "two",

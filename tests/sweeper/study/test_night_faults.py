@@ -23,6 +23,7 @@ import toy
 import sweeper
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from storage import TrialStore
+from sweeper.demo import demo_paths
 from sweeper.errors import ServerStartError, StudyError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, ServerEvaluator, load_eval_data
@@ -50,7 +51,10 @@ def fake_manifest(tmp_path: Path, mode: str, **env: str) -> Manifest:
 
 
 def settings() -> EvalSettings:
+    demo = demo_paths()
     return EvalSettings(
+        prompts=demo.prompts_tuning,
+        ppl_data=demo.ppl_tuning,
         tps=TpsSettings(num_prompts=2, output_len=8, warmup_requests=0),
         ppl=PplSettings(max_records=4),
         warmup=WarmupSettings(num_prompts=2),

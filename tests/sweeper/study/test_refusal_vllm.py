@@ -17,6 +17,7 @@ import pytest
 import sweeper
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from search_spaces import space_from_dict
+from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, ServerEvaluator
 from sweeper.study import PplGate, StudyOptions
@@ -42,7 +43,10 @@ def test_vllm_refusal_is_an_infeasible_trial(tmp_path: Path, demo_manifest: Mani
         },
         source="k-only.yaml",
     ).bind(demo_manifest.env)
+    demo = demo_paths()
     settings = EvalSettings(
+        prompts=demo.prompts_tuning,
+        ppl_data=demo.ppl_tuning,
         tps=TpsSettings(num_prompts=1, output_len=8, warmup_requests=0),
         ppl=PplSettings(max_records=2),
         warmup=WarmupSettings(num_prompts=1),
