@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sweeper.answer import VerifySettings
+from sweeper.answer import VerifySettings, verify_study
 from sweeper.cli import main
 
 
@@ -231,8 +231,6 @@ def test_verify_needs_the_base_manifest_and_real_held_out_data(monkeypatch, caps
 
 
 def test_status_shows_the_verifications_and_the_answer(monkeypatch, capsys, synthetic, tmp_path) -> None:
-    from sweeper.answer import verify_study
-
     study = synthetic.make_study(tmp_path, name="checked")
     verify_study(
         VerifySettings(

@@ -12,10 +12,19 @@ from pathlib import Path
 import pytest
 
 from evaluators import TpsSettings, WarmupSettings, load_ppl_records, load_prompts
-from sweeper.answer import VerifySettings
+from sweeper.answer import VerifySettings, heldout_data, heldout_evaluator, heldout_settings, verify_study
 from sweeper.cli import main
 from sweeper.errors import USER_INPUT_ERRORS, ServerError, UserInputError
-from sweeper.study import PplGate, StudyOptions
+from sweeper.study import (
+    ConfirmSettings,
+    PplGate,
+    StudyOptions,
+    StudyOptionsError,
+    StudyRecipe,
+    recipe_from_settings,
+    run_study,
+    save_recipe,
+)
 from sweeper.sweep import CHALLENGE_SIZES, DEMO_SIZES, RunPlan, RunSizes, prepare
 
 
@@ -231,9 +240,6 @@ def test_a_resumed_study_measures_tps_with_its_own_connection_protocol(synthetic
     """A new study records the default (a connection per request, as the harness's client);
     one stored before the protocol was recorded measured on one keep-alive connection, and
     its new trials and its verification do the same."""
-    from sweeper.answer import heldout_data, heldout_settings
-    from sweeper.study import StudyRecipe
-
     url = f"sqlite:///{tmp_path / 'study.db'}"
     plan = RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.25)
     prepared = prepare(plan)
@@ -254,7 +260,6 @@ def test_prepare_reads_an_existing_study_through_one_connection_and_hands_typed_
     import sqlalchemy
 
     from storage import TrialStore
-    from sweeper.study import ConfirmSettings, PplGate
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     plan = RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.25)
@@ -297,7 +302,6 @@ def test_a_bad_confirmation_option_is_named_by_its_command_line_flag() -> None:
 
 def test_run_study_takes_its_options_only(tmp_path) -> None:
     from search_spaces import load_preset
-    from sweeper.study import StudyOptions, StudyOptionsError, run_study
 
     options = StudyOptions(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}")
     with pytest.raises(TypeError):
@@ -313,7 +317,6 @@ def test_run_study_takes_its_options_only(tmp_path) -> None:
 def test_the_confidence_gate_is_chosen_for_a_new_study_and_kept_on_resume(synthetic, user_setup, tmp_path) -> None:
     from search_spaces import load_preset
     from sweeper.manifest import Manifest
-    from sweeper.study import run_study, save_recipe
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     heldout_records = len(user_setup.heldout_ppl_data.read_text().splitlines())
@@ -383,7 +386,6 @@ def test_run_refuses_another_confidence_on_resume_in_one_line(
 ) -> None:
     from search_spaces import load_preset
     from sweeper.manifest import Manifest
-    from sweeper.study import run_study
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     space = load_preset("tiny-cpu").bind(Manifest.load(str(user_setup.manifest)).env)
@@ -433,8 +435,6 @@ def expected_heldout_ids(ids: list[str], fraction: float, seed: int) -> set[str]
 
 def test_the_heldout_split_is_disjoint_recorded_and_reproduced_by_verify(synthetic, user_setup, tmp_path) -> None:
     from storage import study_status
-    from sweeper.answer import heldout_evaluator
-    from sweeper.study import recipe_from_settings
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     plan = RunPlan(
@@ -504,8 +504,6 @@ def test_a_fraction_that_leaves_no_heldout_record_is_refused_before_any_server(u
 def test_verify_top_on_user_data_verifies_on_the_split_off_part(synthetic, user_setup, tmp_path) -> None:
     """The path `run --verify-top` takes after the sweep, with the synthetic evaluator in
     place of servers: verify finds the held-out data in the recipe alone."""
-    from sweeper.answer import verify_study
-
     url = f"sqlite:///{tmp_path / 'study.db'}"
     prepared = prepare(
         RunPlan(manifest=str(user_setup.manifest), storage=url, **_data(user_setup), heldout_fraction=0.5)
@@ -752,7 +750,6 @@ def _synthetic_study(synthetic, url: str, name: str, recipe):
     """A finished synthetic study (real Optuna, real SQLite) that holds ``recipe``."""
     from search_spaces import load_preset
     from sweeper.manifest import Manifest
-    from sweeper.study import run_study, save_recipe
 
     space = load_preset("tiny-cpu").bind(Manifest.load(recipe.base_manifest).env)
     run_study(
