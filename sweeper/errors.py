@@ -127,6 +127,12 @@ class StudyError(SweeperError):
 
 
 # the roots of the four packages' trees: catching them catches every error raised on purpose
-ERROR_ROOTS: tuple[type[Exception], ...] = (SweeperError, EvaluatorError, StorageError, SearchSpaceError)
+# (each named, so that a caught error's ``exit_code`` is known to the type checker)
+ERROR_ROOTS: tuple[type[SweeperError], type[EvaluatorError], type[StorageError], type[SearchSpaceError]] = (
+    SweeperError,
+    EvaluatorError,
+    StorageError,
+    SearchSpaceError,
+)
 # input the user fixes, never retried: sweeper's group and the lower packages' user errors
 USER_INPUT_ERRORS: tuple[type[Exception], ...] = (UserInputError, DataError, SearchSpaceError)

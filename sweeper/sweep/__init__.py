@@ -18,15 +18,11 @@ from sweeper.sweep._plan import (
     DEMO_STUDY,
     DEMO_TRIALS,
     GPU_DEMO_NOISE,
-    PreparedRun,
-    RunData,
     RunPlan,
     RunSizes,
-    demo_data,
-    demo_models,
-    execute,
-    prepare,
 )
+from sweeper.sweep._run import PreparedRun, execute, prepare
+from sweeper.sweep._run_data import RunData, demo_data, demo_models
 from sweeper.sweep._workers import (
     WorkerOutcome,
     WorkerSpec,

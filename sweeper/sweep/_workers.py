@@ -42,7 +42,8 @@ from sweeper.sweep._gpus import (
     parse_gpus,
     tensor_parallel_size,
 )
-from sweeper.sweep._plan import PreparedRun, RunPlan, execute, prepare, verify_answer
+from sweeper.sweep._plan import RunPlan
+from sweeper.sweep._run import PreparedRun, execute, prepare, verify_answer
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def worker_specs(
         WorkerSpec(
             index=i,
             gpus=tuple(group),
-            cpus=None if None in per_worker[i] else "|".join(per_worker[i]),
+            cpus=_bind_text(per_worker[i]),
             log_path=str(Path(log_folder) / f"worker-{i}.log") if log_folder else None,
         )
         for i, group in enumerate(groups)
@@ -123,6 +124,12 @@ def worker_specs(
 
 
 # -- in each worker process ---------------------------------------------------------
+
+
+def _bind_text(shares: Sequence[str | None]) -> str | None:
+    """One worker's ranks' cores joined by ``|``; None when any rank shares cores."""
+    cores = [share for share in shares if share is not None]
+    return "|".join(cores) if len(cores) == len(shares) else None
 
 
 def _die_with_parent() -> None:
@@ -265,6 +272,7 @@ def run_on_gpus(prepared: PreparedRun) -> StudyResult:
     worker that failed (the others' trials are stored all the same).
     """
     plan = prepared.plan
+    assert plan.gpus is not None  # only a run with --gpus has workers
     groups = gpu_groups(parse_gpus(plan.gpus), tensor_parallel_size(prepared.manifest.env))
     specs = worker_specs(groups, Path(plan.run_dir) / prepared.study_name)
     for spec in specs:
@@ -314,6 +322,7 @@ def _report(storage: str, study_name: str) -> None:
 
 def several_workers(plan: RunPlan, env: Mapping[str, str]) -> bool:
     """Does this plan's ``--gpus`` make more than one worker?"""
-    if not getattr(plan, "gpus", None):
+    gpus = getattr(plan, "gpus", None)
+    if not gpus:
         return False
-    return len(gpu_groups(parse_gpus(plan.gpus), tensor_parallel_size(env))) > 1
+    return len(gpu_groups(parse_gpus(gpus), tensor_parallel_size(env))) > 1
