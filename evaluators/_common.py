@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import httpx
 
@@ -140,7 +140,7 @@ def served_models(base_url: str, *, timeout_s: float = 30.0) -> dict[str, int | 
     return models
 
 
-def is_int_list(value: Any) -> bool:
+def is_int_list(value: Any) -> TypeGuard[Sequence[int]]:
     return (
         isinstance(value, Sequence)
         and not isinstance(value, (str, bytes))

@@ -185,7 +185,9 @@ class PriorFit(str, enum.Enum):
     decision, printed and stored as its word."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     FITS = "fits"  # the repeats' spread is one the prior could have produced
     HOST_NOISIER = "noisier"  # well above the prior: the intervals lean on a prior too narrow

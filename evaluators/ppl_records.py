@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from evaluators._tables import load_rows, split_items
 from evaluators.errors import DataError
@@ -204,6 +204,10 @@ def _int_list(row: dict[str, Any], field: str, where: str) -> list[int]:
     return tokens
 
 
+@overload
+def _integer(row: dict[str, Any], field: str, where: str, *, required: Literal[True]) -> int: ...
+@overload
+def _integer(row: dict[str, Any], field: str, where: str, *, required: bool) -> int | None: ...
 def _integer(row: dict[str, Any], field: str, where: str, *, required: bool) -> int | None:
     value = row.get(field)
     if value is None:

@@ -292,12 +292,9 @@ def _condition(raw: Any, where: str, earlier: list[Parameter]) -> Condition | No
 
 
 def _check_templates(parameters: list[Parameter], source: str) -> None:
-    samples = {p.name: (p.choices[0] if p.choices else p.snap(p.low)) for p in parameters}
+    samples = {p.name: (p.choices[0] if p.choices else p.snap(p.bounds[0])) for p in parameters}
     for parameter in parameters:
-        values = parameter.choices or (
-            parameter.snap(parameter.low),
-            parameter.snap(parameter.high),
-        )
+        values = parameter.choices or tuple(parameter.snap(end) for end in parameter.bounds)
         for target in parameter.targets:
             if target.template is None:
                 continue

@@ -97,20 +97,29 @@ class Parameter:
     def is_numeric(self) -> bool:
         return self.kind in ("int", "float")
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """``low`` and ``high`` of a numeric parameter (the loader requires both)."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"parameter {self.name!r} ({self.kind}) has no low/high range")
+        return self.low, self.high
+
     def distribution(self) -> BaseDistribution:
+        if not self.is_numeric:
+            return CategoricalDistribution(self.choices)
+        low, high = self.bounds
         if self.kind == "int":
-            return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
-        if self.kind == "float":
-            return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
-        return CategoricalDistribution(self.choices)
+            return IntDistribution(int(low), int(high), log=self.log, step=int(self.step or 1))
+        return FloatDistribution(low, high, log=self.log, step=self.step)
 
     def suggest(self, trial: Any) -> Any:
         """Ask an Optuna trial for this parameter's value."""
+        if not self.is_numeric:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        low, high = self.bounds
         if self.kind == "int":
-            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
-        if self.kind == "float":
-            return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
-        return trial.suggest_categorical(self.name, list(self.choices))
+            return trial.suggest_int(self.name, int(low), int(high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.name, low, high, step=self.step, log=self.log)
 
     def contains(self, value: Any) -> bool:
         if not self.is_numeric:
@@ -119,7 +128,8 @@ class Parameter:
             return False
         if self.kind == "int" and not float(value).is_integer():
             return False
-        return self.low <= value <= self.high
+        low, high = self.bounds
+        return low <= value <= high
 
     def coerce(self, value: Any) -> Any:
         """A user-written value (YAML, the base manifest's string) in this parameter's type."""
@@ -150,10 +160,11 @@ class Parameter:
 
     def snap(self, value: float) -> Any:
         """The nearest value Optuna can produce (on the step grid, within the range)."""
-        value = min(max(value, self.low), self.high)
+        low, high = self.bounds
+        value = min(max(value, low), high)
         if self.step:
-            value = self.low + round((value - self.low) / self.step) * self.step
-            value = min(value, self.high - (self.high - self.low) % self.step)
+            value = low + round((value - low) / self.step) * self.step
+            value = min(value, high - (high - low) % self.step)
         if self.kind == "int":
             return int(round(value))
         return float(value)
@@ -167,9 +178,10 @@ class Parameter:
     def boundary_resolution(self) -> float:
         if self.resolution is not None:
             return self.resolution
+        low, high = self.bounds
         if self.log:
-            return math.log(self.high / self.low) / 32
-        return max(float(self.step or (1 if self.kind == "int" else 0)), (self.high - self.low) / 32)
+            return math.log(high / low) / 32
+        return max(float(self.step or (1 if self.kind == "int" else 0)), (high - low) / 32)
 
     def gap(self, a: float, b: float) -> float:
         """Distance between two values, in the unit ``boundary_resolution`` uses."""
@@ -181,19 +193,16 @@ class Parameter:
         """A grid over the range for GridSampler: at most ``max_points`` values."""
         if not self.is_numeric:
             return list(self.choices)
+        low, high = self.bounds
         if self.kind == "int":
             step = int(self.step or 1)
-            count = (int(self.high) - int(self.low)) // step + 1
+            count = (int(high) - int(low)) // step + 1
             if count <= max_points:
-                return list(range(int(self.low), int(self.high) + 1, step))
+                return list(range(int(low), int(high) + 1, step))
         points = []
         for i in range(max_points):
             t = i / (max_points - 1)
-            raw = (
-                math.exp(math.log(self.low) + t * math.log(self.high / self.low))
-                if self.log
-                else self.low + t * (self.high - self.low)
-            )
+            raw = math.exp(math.log(low) + t * math.log(high / low)) if self.log else low + t * (high - low)
             points.append(self.snap(raw))
         return sorted(set(points))
 

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selecti
 
 from storage._engine import redact
 from storage._queries import StudyNotFoundError, _existing_database
-from storage._tables import Base, TableStore
+from storage._tables import Base, TableStore, mapped_tables
 from storage._values import as_utc, finite_float, json_safe, utc_now
 from storage.errors import StorageError
 
@@ -193,7 +193,7 @@ class AblationStore(TableStore):
     what = "ablation tables"
 
     def tables(self) -> list[sqlalchemy.Table]:
-        return [AblationRow.__table__, AblationServerRow.__table__, ClosingServerRow.__table__]
+        return mapped_tables(AblationRow, AblationServerRow, ClosingServerRow)
 
     def start(
         self,

@@ -59,13 +59,22 @@ def check_url(url: str | os.PathLike[str] | None) -> str:
     not a SQLite database, or a new file in a folder that does not exist is a
     ``StorageUrlError`` (exit code 2). Reads a few bytes; creates nothing."""
     url = normalize_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        path = Path(parsed.database)
+    path = sqlite_file(url)
+    if path is not None:
         check_sqlite_file(path)
         if not path.exists() and not path.parent.is_dir():
             raise StorageUrlError(f"no folder {path.parent} for the study database {path.name} (see --storage)")
     return url
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a URL from ``normalize_url`` names when it is SQLite's; None for another database."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    if not parsed.database:  # normalize_url refuses such a URL; here a caller skipped it
+        raise StorageUrlError(f"{redact(url)} names no database file (see --storage)")
+    return Path(parsed.database)
 
 
 def _check_driver(parsed: sqlalchemy.URL, text: str) -> None:

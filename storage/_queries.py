@@ -13,7 +13,6 @@ from typing import Any
 
 import optuna
 import sqlalchemy
-from sqlalchemy.engine import make_url
 
 from storage._engine import (
     check_sqlite_file,
@@ -22,6 +21,7 @@ from storage._engine import (
     normalize_url,
     optuna_storage,
     redact,
+    sqlite_file,
 )
 from storage._store import TrialRecord, TrialStore
 from storage._verification import VerificationRecord, latest_by_trial, verifications
@@ -56,13 +56,14 @@ def best_feasible(records: Iterable[TrialRecord]) -> TrialRecord | None:
 
 def pareto_front(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     """Feasible trials no other feasible trial beats on both TPS (up) and PPL (down)."""
-    answers = [r for r in records if is_answer(r)]
-    front = []
-    for r in answers:
-        dominated = any(o.tps >= r.tps and o.ppl <= r.ppl and (o.tps > r.tps or o.ppl < r.ppl) for o in answers)
-        if not dominated:
-            front.append(r)
-    return sorted(front, key=lambda r: (-r.tps, r.ppl, r.number))
+    # (trial, tps, ppl): is_answer checks both figures are set; the repeat tells the type checker
+    answers = [(r, r.tps, r.ppl) for r in records if is_answer(r) and r.tps is not None and r.ppl is not None]
+    front = [
+        (r, tps, ppl)
+        for r, tps, ppl in answers
+        if not any(t >= tps and p <= ppl and (t > tps or p < ppl) for _, t, p in answers)
+    ]
+    return [r for r, _, _ in sorted(front, key=lambda point: (-point[1], point[2], point[0].number))]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -105,9 +106,8 @@ def _existing_database(url: str | None, *, holds: str = STUDIES_TABLE, what: str
     reading it must not make it a study database. ``what`` names what it lacks.
     """
     url = normalize_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        path = Path(parsed.database)
+    path = sqlite_file(url)
+    if path is not None:
         if not path.exists():
             raise StudyNotFoundError(f"no study database at {path} (see --storage)")
         check_sqlite_file(path)  # a folder, or a file that is no SQLite database

@@ -163,9 +163,9 @@ class TrialStore(TableStore):
 
     @staticmethod
     def _add_phases(session: Session, row_id: int, phases: Sequence[tuple[str, float]]) -> None:
-        start = session.scalar(
+        start = session.scalars(
             select(sqlalchemy.func.count()).select_from(PhaseRow).where(PhaseRow.trial_row_id == row_id)
-        )
+        ).one()
         session.add_all(
             PhaseRow(trial_row_id=row_id, position=start + i, name=name, seconds=float(seconds))
             for i, (name, seconds) in enumerate(phases)
@@ -245,11 +245,11 @@ class TrialStore(TableStore):
 
     def count(self, study_name: str, states: Sequence[str]) -> int:
         with self._session() as session:
-            return session.scalar(
+            return session.scalars(
                 select(sqlalchemy.func.count())
                 .select_from(TrialRow)
                 .where(TrialRow.study_name == study_name, TrialRow.state.in_(list(states)))
-            )
+            ).one()
 
     def study_names(self) -> list[str]:
         with self._session() as session:

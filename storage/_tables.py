@@ -37,6 +37,11 @@ class Base(DeclarativeBase):
     pass
 
 
+def mapped_tables(*rows: type[Base]) -> list[sqlalchemy.Table]:
+    """The tables these row classes are mapped to, as ``Base``'s metadata holds them."""
+    return [Base.metadata.tables[row.__tablename__] for row in rows]
+
+
 _Store = TypeVar("_Store", bound="TableStore")
 
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+@overload
+def as_utc(moment: datetime.datetime) -> datetime.datetime: ...
+@overload
+def as_utc(moment: datetime.datetime | None) -> datetime.datetime | None: ...
 def as_utc(moment: datetime.datetime | None) -> datetime.datetime | None:
     """SQLite returns naive datetimes: they were written in UTC."""
     if moment is not None and moment.tzinfo is None:

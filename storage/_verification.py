@@ -29,7 +29,7 @@ from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, Stri
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selectinload
 
 from storage._engine import create_engine, create_schema, normalize_url, redact
-from storage._tables import Base, TableStore
+from storage._tables import Base, TableStore, mapped_tables
 from storage._values import as_utc, finite_float, json_safe, utc_now
 from storage.errors import StorageError
 
@@ -47,7 +47,9 @@ class VerificationStatus(str, enum.Enum):
     INTERRUPTED = "interrupted"
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
 
 # whose repeat a run is: the candidate's, or the base configuration's (the control)
@@ -67,7 +69,9 @@ class Control(str, enum.Enum):
     OFF = "off"
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
 
 class VerificationRow(Base):
@@ -231,7 +235,7 @@ class VerificationStore(TableStore):
         create_schema(self.url, lambda: add_missing_columns(self.engine, self.tables()), self.what)
 
     def tables(self) -> list[sqlalchemy.Table]:
-        return [VerificationRow.__table__, VerificationRunRow.__table__]
+        return mapped_tables(VerificationRow, VerificationRunRow)
 
     # -- writing ----------------------------------------------------------------
 
@@ -400,7 +404,7 @@ def add_missing_columns(engine: sqlalchemy.Engine, tables: Sequence[sqlalchemy.T
                 continue
             kind = column.type.compile(dialect=engine.dialect)
             ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
-            if column.server_default is not None:
+            if isinstance(column.server_default, sqlalchemy.DefaultClause):
                 ddl += f" DEFAULT '{column.server_default.arg}' NOT NULL"
             try:
                 with engine.begin() as connection:

@@ -188,6 +188,18 @@ def test_pareto_front_and_best_use_only_answers() -> None:
     assert best_feasible([records[0], records[8]]) is None
 
 
+def test_pareto_front_keeps_equal_points_and_orders_ties_by_ppl_then_number() -> None:
+    records = [
+        rec(0, 80.0, 1.7),
+        rec(1, 100.0, 1.9),
+        rec(2, 100.0, 1.9),  # the same point as 1: neither beats the other
+        rec(3, 100.0, 2.0),  # as fast as 1, worse PPL: dominated
+        rec(4, 80.0, 1.7),  # the same point as 0
+    ]
+    assert [r.number for r in pareto_front(records)] == [1, 2, 0, 4]
+    assert best_feasible(records).number == 1
+
+
 def test_status_of_a_known_study(storage_url: str) -> None:
     result = run_table_study(storage_url)
     assert result.trials_run == len(TABLE) and result.stop_reason == "n_trials"
