@@ -1,9 +1,15 @@
-"""Measurements against a running OpenAI-compatible server: pure HTTP and numbers.
+"""Measuring a running OpenAI-compatible server, the data sets it is measured on, and
+the statistics every figure is judged by.
 
-Each measurement takes a ``base_url``, the served model name, its data and a
-frozen settings dataclass, and returns a frozen result with ``to_dict()``.
-Progress goes to an optional ``progress(phase, done, total)`` callback.
-Nothing here knows about Optuna, manifests or how the server was started.
+Three things live here: the measurements (HTTP only, below), the data sets
+they read (load, check, split, build), and the statistics home: the
+intervals of a TPS figure, the spreads and the prior they lean on, Student's
+t, the screen floor (``intervals``) and the uncertainty of a PPL on records
+not seen (``ppl_uncertainty``). Each measurement takes a ``base_url``, the
+served model name, its data and a frozen settings dataclass, and returns a
+frozen result with ``to_dict()``. Progress goes to an optional
+``progress(phase, done, total)`` callback. Nothing here knows about Optuna,
+manifests or how the server was started.
 
 Data (load, check, split, build)::
 
@@ -23,6 +29,18 @@ Measurements::
     PplEstimate, pass_probability(ppl, stderr_log_ppl, records, cap, new_records):
         PPL on records not seen, the chance a re-run on new records passes
     served_models(base_url) -> {name: max_model_len}
+
+Statistics (no HTTP)::
+
+    Interval, tps_interval, request_interval, repeat_interval   one configuration's TPS
+    speedup_interval, paired_speedup_interval, ratio_interval,
+        paired_ratio_interval                     one configuration against another
+    Spread, pooled_spread, blocked_spread, nested_spread, NestedSpread
+                                                  the spread of repeats, within and between
+    PRIOR_SPREAD, prior_fit -> PriorCheck (PriorFit)   the prior spread, checked
+    screen_floor, t_quantile, t_cdf, DEFAULT_CONFIDENCE
+    PairedPpl, paired_log_ppl, record_stderr, predictive_sd,
+        bootstrap_pass_probability                PPL's uncertainty from its records
 """
 
 from __future__ import annotations
