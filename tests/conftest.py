@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from storage import VerificationStore
 from sweeper.demo import DemoPaths, demo_paths
 from sweeper.manifest import Manifest
 
@@ -61,6 +63,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "server" in item.keywords:
             item.add_marker(skip)
+
+
+# a verification's stored start: a candidate at 100 tok/s and PPL 2.2 under a cap of 2.3
+VERIFICATION_START: dict[str, Any] = {
+    "study_name": "s",
+    "trial_number": 1,
+    "params": {"k": 4},
+    "tuned_tps": 100.0,
+    "tuned_ppl": 2.2,
+    "ppl_cap": 2.3,
+    "tolerance": 0.05,
+    "repeats": 1,
+    "data": {},
+}
+
+
+def _start_verification(store: VerificationStore, **changes: Any) -> int:
+    return store.start(**{**VERIFICATION_START, **changes})
+
+
+@pytest.fixture(scope="session")
+def start_verification():
+    """``start_verification(store, **changes)`` -> the id of a verification stored as started:
+    ``VERIFICATION_START``'s arguments of ``VerificationStore.start`` with ``changes`` over them."""
+    return _start_verification
 
 
 @pytest.fixture(scope="session")

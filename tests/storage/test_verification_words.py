@@ -10,37 +10,22 @@ import pytest
 from storage import Control, VerificationRun, VerificationStatus, VerificationStore
 
 
-def start(store: VerificationStore, control: Control | str | None) -> int:
-    return store.start(
-        study_name="s",
-        trial_number=1,
-        params={"k": 4},
-        tuned_tps=100.0,
-        tuned_ppl=2.2,
-        ppl_cap=2.3,
-        tolerance=0.05,
-        repeats=1,
-        data={},
-        control=control,
-    )
-
-
 def stored_words(path) -> list[tuple[str, str | None]]:
     with sqlite3.connect(path) as db:
         return db.execute("SELECT status, control FROM sweeper_verifications ORDER BY id").fetchall()
 
 
-def test_the_words_stored_are_the_enums_values(tmp_path) -> None:
+def test_the_words_stored_are_the_enums_values(tmp_path, start_verification) -> None:
     path = tmp_path / "v.db"
     with VerificationStore(f"sqlite:///{path}") as store:
-        measured = start(store, Control.MEASURED)
+        measured = start_verification(store, control=Control.MEASURED)
         store.add_run(measured, VerificationRun(repeat=0, state="complete", tps=100.0, ppl=2.2))
         store.finish(measured, status=VerificationStatus.VERIFIED, reason="ok", median_tps=100.0, max_ppl=2.2)
-        is_base = start(store, Control.IS_BASE)
+        is_base = start_verification(store, control=Control.IS_BASE)
         store.finish(is_base, status=VerificationStatus.FAILED, reason="slow", median_tps=80.0, max_ppl=2.2)
-        off = start(store, Control.OFF)
+        off = start_verification(store, control=Control.OFF)
         store.finish(off, status=VerificationStatus.INTERRUPTED, reason="interrupted", median_tps=None, max_ppl=None)
-        running = start(store, None)
+        running = start_verification(store, control=None)
     assert stored_words(path) == [
         ("verified", "measured"),
         ("failed", "is-base"),
@@ -62,13 +47,13 @@ def test_the_words_stored_are_the_enums_values(tmp_path) -> None:
     assert records[measured].to_dict()["status"] == "verified"
 
 
-def test_words_are_read_as_enums_and_unknown_ones_refused(tmp_path) -> None:
+def test_words_are_read_as_enums_and_unknown_ones_refused(tmp_path, start_verification) -> None:
     path = tmp_path / "v.db"
     with VerificationStore(f"sqlite:///{path}") as store:
-        vid = start(store, "is-base")  # the word itself, as older callers passed it
+        vid = start_verification(store, control="is-base")  # the word itself, as older callers passed it
         store.finish(vid, status="failed", reason="slow", median_tps=80.0, max_ppl=2.2)
         with pytest.raises(ValueError):
-            start(store, "sometimes")
+            start_verification(store, control="sometimes")
         with pytest.raises(ValueError):
             store.finish(vid, status="passed", reason="", median_tps=None, max_ppl=None)
         (record,) = store.records("s")

@@ -12,28 +12,23 @@ from sweeper.answer import AnswerStatus, UnverifiedAnswerError, export_answer, r
 from sweeper.cli.verify_cmd import verification_table
 
 
-def verification(
-    url: str, study: str, number: int, status: VerificationStatus | None, control: Control = Control.OFF
-) -> None:
-    """A stored verification of trial ``number`` (``status`` None: left running)."""
-    with VerificationStore(url) as store:
-        vid = store.start(
-            study_name=study,
-            trial_number=number,
-            params={},
-            tuned_tps=100.0,
-            tuned_ppl=2.2,
-            ppl_cap=2.3,
-            tolerance=0.05,
-            repeats=1,
-            data={},
-            control=control,
-        )
-        if status is not None:
-            store.finish(vid, status=status, reason="too slow", median_tps=80.0, max_ppl=2.2)
+@pytest.fixture
+def verification(start_verification):
+    """``verification(url, study, number, status, control)``: a stored verification of trial
+    ``number`` (``status`` None: left running)."""
+
+    def store_one(
+        url: str, study: str, number: int, status: VerificationStatus | None, control: Control = Control.OFF
+    ) -> None:
+        with VerificationStore(url) as store:
+            vid = start_verification(store, study_name=study, trial_number=number, params={}, control=control)
+            if status is not None:
+                store.finish(vid, status=status, reason="too slow", median_tps=80.0, max_ppl=2.2)
+
+    return store_one
 
 
-def test_the_answer_after_failed_verifications(synthetic, tmp_path) -> None:
+def test_the_answer_after_failed_verifications(synthetic, tmp_path, verification) -> None:
     study = synthetic.make_study(tmp_path)
     ranked = [r.number for r in ranked_answers(study_status(study.url, study.name).trials)]
     assert len(ranked) >= 2
@@ -59,7 +54,7 @@ def test_the_answer_after_failed_verifications(synthetic, tmp_path) -> None:
     assert "FAILED verification: too slow." in json.loads(out.read_text())["description"]
 
 
-def test_the_verification_table_reads_status_and_control(synthetic, tmp_path) -> None:
+def test_the_verification_table_reads_status_and_control(synthetic, tmp_path, verification) -> None:
     study = synthetic.make_study(tmp_path)
     first, second, third = (r.number for r in ranked_answers(study_status(study.url, study.name).trials)[:3])
     verification(study.url, study.name, first, VerificationStatus.VERIFIED, Control.IS_BASE)

@@ -450,19 +450,14 @@ def test_an_interrupted_verify_goes_on_where_it_stopped(synthetic, tmp_path) -> 
 # -- storage ----------------------------------------------------------------------------------
 
 
-def test_the_control_is_stored_and_read_back(tmp_path) -> None:
+def test_the_control_is_stored_and_read_back(tmp_path, start_verification) -> None:
     url = f"sqlite:///{tmp_path / 'v.db'}"
     with VerificationStore(url) as store:
-        vid = store.start(
-            study_name="s",
+        vid = start_verification(
+            store,
             trial_number=3,
-            params={"k": 4},
             tuned_tps=120.0,
-            tuned_ppl=2.2,
-            ppl_cap=2.3,
-            tolerance=0.05,
             repeats=2,
-            data={},
             control="measured",
             claimed_speedup=True,
             base_params={"k": 3},
