@@ -45,17 +45,9 @@ from sweeper.answer._rerun import (
     rerun_against_base,
 )
 from sweeper.answer._study_data import ServerCount, configuration_data, study_data
-from sweeper.answer._verify import (
-    BaseConfiguration,
-    VerifyEvent,
-    VerifyResult,
-    VerifySettings,
-    VerifySettingsError,
-    base_configuration,
-    heldout_statement,
-    heldout_text,
-    verify_study,
-)
+from sweeper.answer._verify import verify_study
+from sweeper.answer._verify_result import VerifyEvent, VerifyResult, heldout_statement, heldout_text
+from sweeper.answer._verify_settings import BaseConfiguration, VerifySettings, VerifySettingsError, base_configuration
 
 __all__ = [
     "place_manifest",

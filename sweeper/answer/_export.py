@@ -34,7 +34,7 @@ from sweeper import invocation
 from sweeper.answer._candidates import Answer, AnswerStatus, study_answer, verify_command
 from sweeper.answer._figure import answer_figure
 from sweeper.answer._placement import PlacedManifest, absolute_paths_warning, place_manifest
-from sweeper.answer._verify import heldout_statement, heldout_text
+from sweeper.answer._verify_result import heldout_statement, heldout_text
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest, is_secret_name
 from sweeper.study import ConfirmSettings, StudyRecipe, base_manifest_of, ppl_statement, recipe_from_settings
@@ -175,7 +175,7 @@ _PROVENANCE = (
 
 def measured_on(record: TrialRecord) -> str:
     """``NVIDIA H200 x1, driver 580.65.06, CUDA 13.0, vLLM 0.26.0, peak GPU memory 43500 MiB``."""
-    parts = []
+    parts: list[str] = []
     for key, column, template in _PROVENANCE:
         value = getattr(record, column).get(key)
         if value is None or value == "":

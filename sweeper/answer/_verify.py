@@ -31,12 +31,10 @@ import dataclasses
 import json
 import logging
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from search_spaces import BASELINE
 from storage import (
     BASE,
     CANDIDATE,
@@ -51,293 +49,31 @@ from storage import (
 )
 from sweeper.answer._candidates import (
     NOISE_PRIOR_DF,
-    Answer,
     CandidateVerdict,
     candidates,
     judge_candidate,
     study_answer,
 )
-from sweeper.answer._figure import answer_figure
-from sweeper.errors import ERROR_ROOTS, USER_INPUT_ERRORS, MeasurementError, StudyError, UserInputError
-from sweeper.manifest import Manifest
+from sweeper.answer._verify_repeat import measure_repeat
+from sweeper.answer._verify_result import VerifyEvent, VerifyResult
+from sweeper.answer._verify_settings import (
+    DEFAULT_RUN_ROOT,
+    BaseConfiguration,
+    VerifySettings,
+    VerifySettingsError,
+    base_configuration,
+)
+from sweeper.errors import StudyError
 from sweeper.study import (
     Claim,
     ConfirmSettings,
-    DataDefaults,
     Evaluator,
-    Measurement,
-    PplStatement,
     Standing,
-    StudyRecipe,
-    TimedPhases,
-    ppl_statement,
     recipe_from_settings,
     standing,
-    uncertainty_extras,
 )
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_RUN_ROOT = Path("sweeper-runs")
-
-
-class VerifySettingsError(UserInputError):
-    """A verify option is not valid."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifySettings:
-    """``top`` candidates, ``repeats`` fresh servers each, TPS ``tolerance`` (0.05 = 5 %).
-
-    ``redo``: verify again the candidates that already have a verdict.
-    ``control``: measure the base configuration beside each candidate (as
-    many repeats, alternating), to confirm the speedup the study claims.
-    ``noise``: the between-server spread of TPS (SD of log TPS, 0.10 =
-    10 %) assumed until the repeats show their own; it widens the speedup
-    interval when there are few repeats. None: the study's own (its
-    ``sweeper run --noise``, stored with it), as the study's claim was made.
-
-    ``claimed_speedup``: whether the study claims each candidate is faster
-    than the base (one answer for all, or by trial number); None: it does
-    when the candidate is not the base configuration, unless the study found
-    the base over the cap or measured it at least as fast (the candidate's
-    point is then the cap, not its speed). ``tuned_tps``: the figure each
-    candidate's held-out median must match, by trial number (None: the
-    configuration's estimate after selection, else its trial's TPS).
-
-    ``evaluate(params, context)`` measures one repeat; None: a
-    ``ServerEvaluator`` on ``base_manifest`` (None: the study's own) with the
-    study's TPS settings (``recipe``, None: the stored one) and the held-out
-    ``prompts`` / ``ppl_data`` (given here, else the study's recipe, else the
-    held-out sets of ``data_defaults`` when the study tuned on their tuning
-    sets: ``sweeper verify`` and ``sweeper run`` pass the bundled demo's); its
-    servers' files go under ``run_dir`` (None:
-    ``sweeper-runs/<study>/verify``). ``progress`` is told each repeat and verdict.
-    """
-
-    top: int = 3
-    repeats: int = 3
-    tolerance: float = 0.05
-    redo: bool = False
-    control: bool = True
-    noise: float | None = None
-    claimed_speedup: bool | Mapping[int, bool] | None = None
-    tuned_tps: Mapping[int, float] | None = None
-    evaluate: Evaluator | None = None
-    base_manifest: Manifest | None = None
-    recipe: StudyRecipe | None = None
-    prompts: str | None = None
-    ppl_data: str | None = None
-    data_defaults: DataDefaults | None = None
-    run_dir: str | Path | None = None
-    progress: Callable[[VerifyEvent], None] | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("top", "repeats"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise VerifySettingsError(f"verify: {name} must be a positive integer, not {value!r}")
-        if (
-            isinstance(self.tolerance, bool)
-            or not isinstance(self.tolerance, (int, float))
-            or not 0 < self.tolerance < 1
-        ):
-            raise VerifySettingsError(
-                f"verify: tolerance must be a fraction between 0 and 1 (0.05 = 5 %), not {self.tolerance!r}"
-            )
-        if not isinstance(self.control, bool):
-            raise VerifySettingsError(f"verify: control must be true or false, not {self.control!r}")
-        prior = self.noise
-        if prior is not None and (isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0 < prior < 1):
-            raise VerifySettingsError(f"verify: noise must be a fraction between 0 and 1 (0.10 = 10 %), not {prior!r}")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BaseConfiguration:
-    """The study's base configuration: the base manifest as it is (no env overrides).
-
-    ``params``: its parameter values, as the study's trial of it recorded them
-    (None when the study has no such trial: the control still runs, the
-    manifest needs no values to start); ``trial_number``, ``tuned_tps`` and
-    ``feasible``: that trial, its measured TPS and whether it passed the cap,
-    when it has them.
-    """
-
-    params: Mapping[str, Any] | None = None
-    trial_number: int | None = None
-    tuned_tps: float | None = None
-    feasible: bool | None = None
-
-    def is_candidate(self, record: TrialRecord) -> bool:
-        """Is this trial the base configuration itself (same params, or no overrides)?"""
-        if not record.overrides:
-            return True
-        return self.params is not None and dict(self.params) == dict(record.params)
-
-
-def base_configuration(trials: Sequence[TrialRecord]) -> BaseConfiguration:
-    """The base configuration of a study, from its trial without overrides (the baseline,
-    or the imported manifest's own values): a measured one first, the earliest first."""
-    own = [t for t in trials if not t.overrides]
-    if not own:
-        return BaseConfiguration()
-
-    def rank(t: TrialRecord) -> tuple[bool, bool, int]:
-        measured = t.state == "complete" and t.tps is not None and not t.tps_imputed
-        roles = t.role.split("+")
-        named = BASELINE in roles or any(role.startswith("imported:") for role in roles)
-        return (not measured, not named, t.number)
-
-    best = min(own, key=rank)
-    measured = best.state == "complete" and best.tps is not None and not best.tps_imputed
-    return BaseConfiguration(
-        params=dict(best.params),
-        trial_number=best.number,
-        tuned_tps=best.tps if measured else None,
-        feasible=best.feasible,
-    )
-
-
-# -- running ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyEvent:
-    """Told to the progress callback: a candidate or one of its repeats starts or ends."""
-
-    kind: str  # candidate | repeat-started | repeat-finished | verdict | skipped
-    trial_number: int
-    repeat: int | None = None
-    subject: str = CANDIDATE  # whose repeat: the candidate's, or the base's (the control)
-    run: VerificationRun | None = None
-    verification: VerificationRecord | None = None
-    message: str = ""
-
-
-def heldout_statement(verification: VerificationRecord, settings: Mapping[str, Any]) -> PplStatement | None:
-    """The held-out PPL with its interval and the chance that a re-run passes the cap.
-
-    The highest held-out PPL of the candidate's repeats (the one the verdict
-    judges) with the standard error of its records; the re-run is on the
-    study's ``ppl_rerun_records`` new records (else as many as were scored),
-    under a relative cap with the baseline's record noise, as the gate
-    judges. ``within_noise``: the cap lies inside the held-out 95 %
-    interval, so a pass is no promise. None: no PPL measured.
-    """
-    runs = [r for r in verification.runs if r.state == "complete" and r.ppl is not None]
-    if not runs:
-        return None
-    run = max(runs, key=lambda r: r.ppl)
-    return ppl_statement(run.ppl, run.extras, verification.ppl_cap, settings)
-
-
-def heldout_text(statement: PplStatement) -> str:
-    """``held-out PPL 2.1600 (95 % interval ...); on 16 new records ...[; WITHIN NOISE ...]``."""
-    text = f"held-out {statement.text()}"
-    if statement.within_noise and statement.cap is not None:
-        over = statement.cap < statement.ppl
-        text += f"; WITHIN NOISE of the cap: {statement.cap:.4f} is inside the held-out interval, so " + (
-            "new records may well pass it" if over else "new records may put it over the cap"
-        )
-    return text
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyResult:
-    study_name: str
-    verifications: tuple[VerificationRecord, ...]  # made by this call
-    skipped: tuple[tuple[int, str], ...]  # (trial number, why) not verified again
-    answer: Answer
-    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the study's
-    # the standing verification of each candidate skipped (already verified or failed)
-    previous: tuple[VerificationRecord, ...] = ()
-
-    def heldout_ppl(self, verification: VerificationRecord) -> PplStatement | None:
-        return heldout_statement(verification, self.settings)
-
-    def to_dict(self) -> dict[str, Any]:
-        answer = self.answer
-
-        def with_ppl(v: VerificationRecord) -> dict[str, Any]:
-            statement = self.heldout_ppl(v)
-            return {**v.to_dict(), "heldout_ppl": statement.to_dict() if statement else None}
-
-        return {
-            "study": self.study_name,
-            "verifications": [with_ppl(v) for v in self.verifications],
-            "skipped": [{"trial": n, "reason": why} for n, why in self.skipped],
-            "previous": [with_ppl(v) for v in self.previous],
-            "answer": {
-                "trial": answer.record.number if answer.record else None,
-                "status": answer.status,
-                "tps": answer_figure(answer),
-                "ppl": answer.record.ppl if answer.record else None,
-            },
-        }
-
-
-class VerificationContext(TimedPhases):
-    """What an evaluator sees of a verification repeat (the TrialContext interface).
-
-    Nothing is written to the trial tables: phases, the server token, the
-    manifest and the log tail are kept here and stored with the repeat.
-    For the base's repeat (``subject`` "base") the params are the base's,
-    there are no overrides and no cap: its PPL is measured in full (the same
-    steps as the candidate's, so that its TPS is measured alike) and shown,
-    not judged.
-    """
-
-    def __init__(
-        self,
-        *,
-        study_name: str,
-        record: TrialRecord,
-        repeat: int,
-        ppl_cap: float | None,
-        subject: str = CANDIDATE,
-        base: BaseConfiguration | None = None,
-    ) -> None:
-        self.study_name = study_name
-        self.number = repeat
-        self.trial_number = record.number
-        self.subject = subject
-        if subject == BASE:
-            self.params = dict(base.params or {}) if base else {}
-            self.overrides: dict[str, str] = {}
-            self.role = f"verify #{record.number} base"
-        else:
-            self.params = dict(record.params)
-            self.overrides = dict(record.overrides)
-            self.role = f"verify #{record.number}"
-        self.ppl_cap = ppl_cap
-        self.known_ppl: float | None = None
-        self.known_ppl_trial: int | None = None
-        self.stop_requested = False
-        self.phases: dict[str, float] = {}
-        self.server_token: str | None = None
-        self.manifest: Mapping[str, Any] | None = None
-        self.log_tail = ""
-
-    def record_phase(self, name: str, seconds: float) -> None:
-        self.phases[name] = self.phases.get(name, 0.0) + float(seconds)
-
-    def notify_phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
-        """Phases of a repeat are not shown one by one (verify reports whole repeats)."""
-
-    def notify_progress(self, name: str, done: int, total: int) -> None:
-        """Not shown either."""
-
-    def set_server_token(self, token: str) -> None:
-        self.server_token = token
-
-    def set_manifest(self, manifest: Mapping[str, Any]) -> None:
-        self.manifest = dict(manifest)
-
-    def set_log_tail(self, text: str) -> None:
-        self.log_tail = text
-
-    def set_device(self, device: Mapping[str, str]) -> None:
-        self.device = dict(device)
 
 
 def verify_study(
@@ -525,44 +261,9 @@ def _verify_one(
     assert settings.noise is not None
     cap = record.ppl_cap
     assert record.tps is not None and record.ppl is not None and cap is not None
-    runs: dict[int, VerificationRun] = {}
-    base_runs: dict[int, VerificationRun] = {}
-    if resumable is not None and _can_resume(resumable, record, plan, data_info):
-        verification_id = resumable.id
-        store.resume(
-            verification_id,
-            tuned_tps=plan.tuned_tps,
-            tolerance=settings.tolerance,
-            repeats=settings.repeats,
-            control=plan.control,
-            claimed_speedup=plan.claimed_speedup,
-            noise=settings.noise,
-        )
-        runs = {r.repeat: r for r in resumable.runs if r.repeat < settings.repeats}
-        base_runs = {r.repeat: r for r in resumable.base_runs if r.repeat < settings.repeats}
-        logger.info(
-            "taking up the unfinished verification of trial %d: %d candidate and %d base repeats kept",
-            record.number,
-            len(runs),
-            len(base_runs),
-        )
-    else:
-        verification_id = store.start(
-            study_name=study_name,
-            trial_number=record.number,
-            params=record.params,
-            tuned_tps=plan.tuned_tps,
-            tuned_ppl=record.ppl,
-            ppl_cap=cap,
-            tolerance=settings.tolerance,
-            repeats=settings.repeats,
-            data=data_info,
-            control=plan.control,
-            claimed_speedup=plan.claimed_speedup,
-            base_params=plan.base.params,
-            base_trial=plan.base.trial_number,
-            noise=settings.noise,
-        )
+    verification_id, runs, base_runs = _open_verification(
+        store, study_name, record, plan, settings, data_info, resumable
+    )
     logger.info(
         "verifying trial %d (TPS %.2f, PPL %.4f): %d repeats on held-out data, control %s",
         record.number,
@@ -574,9 +275,8 @@ def _verify_one(
     _emit(progress, VerifyEvent(kind="candidate", trial_number=record.number, message=_control_note(plan)))
 
     def repeat_of(subject: str, repeat: int) -> VerificationRun:
-        event = {"trial_number": record.number, "repeat": repeat, "subject": subject}
-        _emit(progress, VerifyEvent(kind="repeat-started", **event))
-        run = _measure(
+        _emit(progress, VerifyEvent(kind="repeat-started", trial_number=record.number, repeat=repeat, subject=subject))
+        run = measure_repeat(
             evaluate,
             study_name,
             record,
@@ -586,7 +286,10 @@ def _verify_one(
             base=plan.base,
         )
         store.add_run(verification_id, run)
-        _emit(progress, VerifyEvent(kind="repeat-finished", run=run, **event))
+        _emit(
+            progress,
+            VerifyEvent(kind="repeat-finished", trial_number=record.number, repeat=repeat, subject=subject, run=run),
+        )
         return run
 
     try:
@@ -608,7 +311,75 @@ def _verify_one(
             max_ppl=None,
         )
         raise
-    verdict = judge_candidate(
+    verdict = _judge(plan, cap, runs, base_runs, settings, noise_df)
+    _finish(store, verification_id, verdict)
+    logger.info("trial %d %s: %s", record.number, verdict.status.upper(), verdict.reason)
+    done = next(v for v in store.records(study_name) if v.id == verification_id)
+    _emit(progress, VerifyEvent(kind="verdict", trial_number=record.number, verification=done))
+    return done
+
+
+def _open_verification(
+    store: VerificationStore,
+    study_name: str,
+    record: TrialRecord,
+    plan: _CandidatePlan,
+    settings: VerifySettings,
+    data_info: Mapping[str, Any],
+    resumable: VerificationRecord | None,
+) -> tuple[int, dict[int, VerificationRun], dict[int, VerificationRun]]:
+    """The verification's id and the candidate's and base's repeats kept, by repeat: an
+    unfinished one taken up (``_can_resume``), else a new one started with none."""
+    if resumable is not None and _can_resume(resumable, record, plan, data_info):
+        store.resume(
+            resumable.id,
+            tuned_tps=plan.tuned_tps,
+            tolerance=settings.tolerance,
+            repeats=settings.repeats,
+            control=plan.control,
+            claimed_speedup=plan.claimed_speedup,
+            noise=settings.noise,
+        )
+        runs = {r.repeat: r for r in resumable.runs if r.repeat < settings.repeats}
+        base_runs = {r.repeat: r for r in resumable.base_runs if r.repeat < settings.repeats}
+        logger.info(
+            "taking up the unfinished verification of trial %d: %d candidate and %d base repeats kept",
+            record.number,
+            len(runs),
+            len(base_runs),
+        )
+        return resumable.id, runs, base_runs
+    assert record.ppl is not None and record.ppl_cap is not None  # a candidate passed the cap
+    verification_id = store.start(
+        study_name=study_name,
+        trial_number=record.number,
+        params=record.params,
+        tuned_tps=plan.tuned_tps,
+        tuned_ppl=record.ppl,
+        ppl_cap=record.ppl_cap,
+        tolerance=settings.tolerance,
+        repeats=settings.repeats,
+        data=data_info,
+        control=plan.control,
+        claimed_speedup=plan.claimed_speedup,
+        base_params=plan.base.params,
+        base_trial=plan.base.trial_number,
+        noise=settings.noise,
+    )
+    return verification_id, {}, {}
+
+
+def _judge(
+    plan: _CandidatePlan,
+    cap: float,
+    runs: Mapping[int, VerificationRun],
+    base_runs: Mapping[int, VerificationRun],
+    settings: VerifySettings,
+    noise_df: float,
+) -> CandidateVerdict:
+    """The candidate's verdict on its repeats (and the base's, when measured), in repeat order."""
+    assert settings.noise is not None
+    return judge_candidate(
         tuned_tps=plan.tuned_tps,
         ppl_cap=cap,
         runs=[runs[r] for r in sorted(runs)],
@@ -620,11 +391,6 @@ def _verify_one(
         noise=settings.noise,
         noise_df=noise_df,
     )
-    _finish(store, verification_id, verdict)
-    logger.info("trial %d %s: %s", record.number, verdict.status.upper(), verdict.reason)
-    done = next(v for v in store.records(study_name) if v.id == verification_id)
-    _emit(progress, VerifyEvent(kind="verdict", trial_number=record.number, verification=done))
-    return done
 
 
 def _finish(store: VerificationStore, verification_id: int, verdict: CandidateVerdict) -> None:
@@ -648,57 +414,6 @@ def _control_note(plan: _CandidatePlan) -> str:
         return "no control (switched off)"
     claim = "claimed faster than the base" if plan.claimed_speedup else "no speedup over the base claimed"
     return f"alternating with the base configuration ({claim})"
-
-
-def _measure(
-    evaluate: Evaluator,
-    study_name: str,
-    record: TrialRecord,
-    repeat: int,
-    cap: float | None,
-    *,
-    subject: str = CANDIDATE,
-    base: BaseConfiguration | None = None,
-) -> VerificationRun:
-    context = VerificationContext(
-        study_name=study_name, record=record, repeat=repeat, ppl_cap=cap, subject=subject, base=base
-    )
-    whose = f"trial {record.number}" if subject == CANDIDATE else f"the base beside trial {record.number}"
-    began = time.monotonic()
-    try:
-        measurement = evaluate(dict(context.params), context)
-        if not isinstance(measurement, Measurement):
-            raise MeasurementError(f"the evaluator returned {type(measurement).__name__}, not a Measurement")
-    except (*ERROR_ROOTS, OSError) as exc:
-        if isinstance(exc, USER_INPUT_ERRORS):
-            raise
-        logger.warning("verification of %s, repeat %d failed: %s", whose, repeat + 1, exc)
-        return VerificationRun(
-            repeat=repeat,
-            subject=subject,
-            state="failed",
-            error_kind=type(exc).__name__,
-            error_message=str(exc),
-            phases=dict(context.phases),
-            log_tail=getattr(exc, "log_tail", "") or context.log_tail or None,
-            seconds=time.monotonic() - began,
-        )
-    # the evaluator's own timings, and those it reported through the context (start, teardown)
-    phases = {**{k: float(v) for k, v in measurement.phases.items()}, **context.phases}
-    # the held-out PPL's standard error (records as the sampling unit), from its per-record rows
-    extras = {**measurement.extras, **uncertainty_extras(measurement.extras, measurement.requests)}
-    return VerificationRun(
-        repeat=repeat,
-        subject=subject,
-        state="complete",
-        tps=measurement.tps,
-        ppl=math.inf if measurement.extras.get("ppl_infinite") else measurement.ppl,
-        early_stopped=measurement.early_stopped,
-        phases=phases,
-        extras=extras,
-        log_tail=measurement.log_tail or context.log_tail or None,
-        seconds=time.monotonic() - began,
-    )
 
 
 def _emit(progress: Callable[[VerifyEvent], None] | None, event: VerifyEvent) -> None:

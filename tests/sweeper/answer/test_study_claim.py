@@ -10,7 +10,8 @@ import pytest
 
 from storage import TrialRecord
 from sweeper.answer import VerifySettings
-from sweeper.answer._verify import _plan, base_configuration
+from sweeper.answer._verify import _plan
+from sweeper.answer._verify_settings import base_configuration
 from sweeper.study import Claim, ConfirmSettings, confirmation_role, standing
 
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
