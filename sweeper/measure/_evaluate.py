@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from evaluators import (
     FidelityReference,
@@ -57,6 +57,8 @@ from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess, model_limits, shared_launchers
 
 logger = logging.getLogger(__name__)
+
+_Result = TypeVar("_Result")  # what a timed phase returns
 
 SPLIT_PARTS = ("tuning", "heldout")
 
@@ -402,11 +404,12 @@ def measure_server(
     # PPL first: it is not timed, so it needs no warm-up, and a trial stopped
     # early by the PPL gate then costs neither the warm-up nor the TPS run
     ppl = None
-    if settings.ppl is not None and data.ppl_records is not None:
+    ppl_records, ppl_settings = data.ppl_records, settings.ppl
+    if ppl_settings is not None and ppl_records is not None:
         ppl = _timed(
             timings,
             "ppl",
-            lambda: measure_ppl(base_url, model, data.ppl_records, settings.ppl, progress=progress),
+            lambda: measure_ppl(base_url, model, ppl_records, ppl_settings, progress=progress),
             hooks,
         )
     gate_failed = ppl is not None and ppl.stopped_early and not settings.tps_after_failed_gate
@@ -422,57 +425,21 @@ def measure_server(
             hooks,
         )
 
-    tps = screen = None
-    if settings.screen is not None and settings.tps is not None and data.prompts is not None and not gate_failed:
-        screen = _timed(
-            timings,
-            "screen",
-            lambda: measure_tps(base_url, model, data.prompts, settings.screen, progress=progress),
-            hooks,
-        )
-    floor = settings.screen_floor
-    screened_out = screen is not None and floor is not None and screen.tps is not None and screen.tps < floor
-    if settings.tps is not None and data.prompts is not None:
-        if gate_failed:
-            skipped.append(f"tps: PPL {ppl.ppl:.4f} is clearly over the cap {settings.ppl.stop_above}")
-        elif screened_out:
-            skipped.append(
-                f"tps: the screen read {screen.tps:.2f} tok/s, below the floor {floor:.2f} "
-                f"(it cannot beat the study's best)"
-            )
-        else:
-            tps = _timed(
-                timings,
-                "tps",
-                lambda: measure_tps(base_url, model, data.prompts, settings.tps, progress=progress),
-                hooks,
-            )
+    tps, screen = _measure_speed(
+        base_url, model, data.prompts, settings, ppl if gate_failed else None, timings, hooks, progress, skipped
+    )
 
     fidelity = None
-    if data.reference is not None:
+    reference = data.reference
+    if reference is not None:
         fidelity = _timed(
             timings,
             "fidelity",
-            lambda: measure_fidelity(base_url, model, data.reference, progress=progress),
+            lambda: measure_fidelity(base_url, model, reference, progress=progress),
             hooks,
         )
 
-    saved = None
-    if settings.save_reference is not None and data.prompts is not None:
-        output_len = settings.tps.output_len if settings.tps else TpsSettings().output_len
-        reference = _timed(
-            timings,
-            "reference",
-            lambda: generate_reference(
-                base_url,
-                model,
-                data.prompts.head(settings.reference_prompts),
-                output_len=output_len,
-                progress=progress,
-            ),
-            hooks,
-        )
-        saved = str(reference.save(settings.save_reference))
+    saved = _save_reference(base_url, model, data.prompts, settings, timings, hooks, progress)
     return EvalResult(
         manifest="",
         overrides={},
@@ -488,7 +455,80 @@ def measure_server(
     )
 
 
-def _timed(timings: dict[str, float], phase: str, work: Callable[[], Any], hooks: ServerHooks) -> Any:
+def _measure_speed(
+    base_url: str,
+    model: str,
+    prompts: PromptSet | None,
+    settings: EvalSettings,
+    failed_gate: PplResult | None,
+    timings: dict[str, float],
+    hooks: ServerHooks,
+    progress: ProgressCallback | None,
+    skipped: list[str],
+) -> tuple[TpsResult | None, TpsResult | None]:
+    """The TPS run, and the screen before it: (tps, screen). ``failed_gate``: the PPL that
+    stopped the trial early, when it did (no screen, no TPS run); a screen below the study's
+    floor spares the TPS run too. Each phase left out is told in ``skipped``."""
+    tps_settings, screen_settings = settings.tps, settings.screen
+    if tps_settings is None or prompts is None:
+        return None, None
+    screen = None
+    if screen_settings is not None and failed_gate is None:
+        screen = _timed(
+            timings,
+            "screen",
+            lambda: measure_tps(base_url, model, prompts, screen_settings, progress=progress),
+            hooks,
+        )
+    floor = settings.screen_floor
+    if failed_gate is not None:
+        cap = settings.ppl.stop_above if settings.ppl is not None else None
+        skipped.append(f"tps: PPL {failed_gate.ppl:.4f} is clearly over the cap {cap}")
+    elif screen is not None and floor is not None and screen.tps is not None and screen.tps < floor:
+        skipped.append(
+            f"tps: the screen read {screen.tps:.2f} tok/s, below the floor {floor:.2f} (it cannot beat the study's best)"
+        )
+    else:
+        tps = _timed(
+            timings,
+            "tps",
+            lambda: measure_tps(base_url, model, prompts, tps_settings, progress=progress),
+            hooks,
+        )
+        return tps, screen
+    return None, screen
+
+
+def _save_reference(
+    base_url: str,
+    model: str,
+    prompts: PromptSet | None,
+    settings: EvalSettings,
+    timings: dict[str, float],
+    hooks: ServerHooks,
+    progress: ProgressCallback | None,
+) -> str | None:
+    """``save_reference``: this server's outputs saved as a fidelity reference; where (None: not asked)."""
+    save_to = settings.save_reference
+    if save_to is None or prompts is None:
+        return None
+    output_len = settings.tps.output_len if settings.tps else TpsSettings().output_len
+    reference = _timed(
+        timings,
+        "reference",
+        lambda: generate_reference(
+            base_url,
+            model,
+            prompts.head(settings.reference_prompts),
+            output_len=output_len,
+            progress=progress,
+        ),
+        hooks,
+    )
+    return str(reference.save(save_to))
+
+
+def _timed(timings: dict[str, float], phase: str, work: Callable[[], _Result], hooks: ServerHooks) -> _Result:
     began = time.perf_counter()
     try:
         return work()

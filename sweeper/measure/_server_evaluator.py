@@ -273,14 +273,13 @@ class ServerEvaluator:
         }
         if tps is not None and tps.tps is not None:
             extras.update(_tps_interval(tps))
-        screened = result.screen is not None and tps is None and not early
-        if result.screen is not None and result.screen.tps is not None:
-            extras["tps_screen"] = result.screen.tps
-            extras["screen_size"] = f"{result.screen.settings.num_prompts}x{result.screen.settings.output_len}"
-        elif screened:  # a screen that failed its requests is a failed measurement
-            raise MeasurementError(
-                f"TPS screen failed: {result.screen.completed}/{result.screen.total} requests completed"
-            )
+        screen = result.screen
+        screened = screen is not None and tps is None and not early
+        if screen is not None and screen.tps is not None:
+            extras["tps_screen"] = screen.tps
+            extras["screen_size"] = f"{screen.settings.num_prompts}x{screen.settings.output_len}"
+        elif screen is not None and screened:  # a screen that failed its requests is a failed measurement
+            raise MeasurementError(f"TPS screen failed: {screen.completed}/{screen.total} requests completed")
         if ppl is not None:
             extras["ppl_low"], extras["ppl_high"] = ppl.ppl_low, ppl.ppl_high
         if ppl is not None and not ppl.finite:
