@@ -15,5 +15,8 @@ import enum
 class Word(str, enum.Enum):
     """A decision stored, compared and printed as its word (``str(Claim.FASTER)`` is ``faster``)."""
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from evaluators import DEFAULT_CONFIDENCE, PRIOR_SPREAD, FidelityResult, PairedPpl, paired_log_ppl
 from storage import (
@@ -161,11 +161,11 @@ def follow_up_switches(result: AblationResult, keep: int) -> tuple[Switch, ...]:
     is not counted twice. A switch with no effect measured (its arm never ran) is not chosen."""
     if keep < 1:
         raise UserInputError(f"--keep must be at least 1, not {keep}")
-    measured = [(index, r) for index, r in enumerate(result.reports) if r.tps_effect is not None]
+    measured = [(index, r.switch, r.tps_effect) for index, r in enumerate(result.reports) if r.tps_effect is not None]
     if not measured:
         raise UserInputError(f"ablation {result.name!r} has no switch with a TPS effect to follow up")
-    farthest = sorted(measured, key=lambda item: (-abs(math.log(item[1].tps_effect.value)), item[0]))[:keep]
-    return tuple(report.switch for _, report in sorted(farthest, key=lambda item: item[0]))
+    farthest = sorted(measured, key=lambda item: (-abs(math.log(item[2].value)), item[0]))[:keep]
+    return tuple(switch for _, switch, _ in sorted(farthest, key=lambda item: item[0]))
 
 
 def exported_changes(reports: tuple[SwitchReport, ...], *, allow_output_change: bool) -> dict[str, str]:
@@ -437,13 +437,22 @@ def _slot_settings(plan: AblationPlan, slot: Slot, base: EvalSettings, reference
     )
 
 
+class _SlotFields(TypedDict):
+    """What an ablation server's record takes from its slot, failed or complete."""
+
+    round: int
+    block: int
+    arm: int | None
+    overrides: dict[str, str]
+
+
 def _measure_slot(
     manifest: Manifest, slot: Slot, settings: EvalSettings, measure: Measure, *, where: str
 ) -> AblationServer:
     """One server's figures; ``where`` names it in the warning a failed start logs
     ("round 2, ENFORCE_EAGER=0 (switch ...)", "closing pair 1, exported")."""
     began = time.monotonic()
-    common = {"round": slot.round, "block": slot.block, "arm": slot.arm, "overrides": dict(settings.overrides)}
+    common = _SlotFields(round=slot.round, block=slot.block, arm=slot.arm, overrides=dict(settings.overrides))
     try:
         result = measure(manifest, settings)
     except (*ERROR_ROOTS, OSError) as exc:

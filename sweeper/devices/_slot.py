@@ -189,7 +189,7 @@ class DeviceSlot:
     def server_env(self) -> dict[str, str]:
         """Env entries every server of this worker gets on top of its manifest's."""
         env = {}
-        if self.set_visible:
+        if self.set_visible and self.gpus is not None:  # (set_visible implies gpus)
             env[CUDA_DEVICES_VARIABLE] = ",".join(self.gpus)
         if self.cpus is not None:
             env[CPU_BIND_VARIABLE] = self.cpus
