@@ -13,7 +13,7 @@ import types
 from click.testing import CliRunner
 
 from sweeper.answer import heldout_data
-from sweeper.cli import ablate_cmd, app, eval_cmd, rerun_cmd, run_cmd, status_cmd, verify_cmd
+from sweeper.cli import _study_view, ablate_cmd, app, eval_cmd, rerun_cmd, run_cmd, verify_cmd
 from sweeper.demo import demo_paths
 from sweeper.devices import NoDevices
 from sweeper.manifest import Manifest
@@ -127,9 +127,9 @@ def test_import_picks_the_demo_preset_for_the_demo_model() -> None:
 
 def test_status_says_a_study_without_data_tuned_on_the_demo() -> None:
     status = types.SimpleNamespace(settings={"recipe": StudyRecipe().to_attr()})
-    lines = status_cmd.recipe_lines(status)
+    lines = _study_view.recipe_lines(status)
     assert "held-out data: prompts demo; PPL demo" in lines
     own = StudyRecipe(prompts="mine.json", ppl_data="mine.jsonl").to_attr()
-    assert "held-out data: prompts none recorded; PPL none recorded" in status_cmd.recipe_lines(
+    assert "held-out data: prompts none recorded; PPL none recorded" in _study_view.recipe_lines(
         types.SimpleNamespace(settings={"recipe": own})
     )

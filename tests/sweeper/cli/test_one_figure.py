@@ -341,7 +341,7 @@ def test_status_in_a_wide_console_keeps_the_params_in_the_table(synthetic, tmp_p
 
     from rich.console import Console
 
-    from sweeper.cli.status_cmd import print_trial_table
+    from sweeper.cli._trial_view import print_trial_table
 
     study = synthetic.make_study(tmp_path, name="roomy")
     records = study_status(study.url, study.name).pareto

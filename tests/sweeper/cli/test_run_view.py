@@ -11,7 +11,7 @@ import logging
 
 from rich.console import Console
 
-from sweeper.cli.run_cmd import LiveView, PlainView, TrialCount, _log_through
+from sweeper.cli._run_view import LiveView, PlainView, TrialCount, log_through
 from sweeper.study import Measurement, PplGate, StudyOptions, run_study
 
 PPL_RECORDS, TPS_REQUESTS = 4, 3
@@ -115,11 +115,11 @@ def test_log_lines_go_through_rich_on_the_views_console_and_the_handlers_come_ba
     root = logging.getLogger()
     before = list(root.handlers)
     terminal, out = console()
-    with _log_through(terminal, None):
+    with log_through(terminal, None):
         logging.getLogger("sweeper.test").warning("the server took %d s", 12)
     assert "sweeper.test: the server took 12 s" in out.getvalue()
     assert root.handlers == before
-    with _log_through(None, logging.WARNING):
+    with log_through(None, logging.WARNING):
         assert not logging.getLogger("sweeper.test").isEnabledFor(logging.INFO)
     assert root.handlers == before
 

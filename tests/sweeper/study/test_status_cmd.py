@@ -115,7 +115,7 @@ def test_status_errors_are_one_line_and_an_exit_code(tmp_path: Path) -> None:
 def test_status_lists_the_races_that_ran_a_round_and_not_those_screened_at_once() -> None:
     from test_confirm import BASE, RACING, record
 
-    from sweeper.cli.status_cmd import standing_lines
+    from sweeper.cli._standing_view import standing_lines
 
     records = [
         record(0, BASE, 100.0, role="baseline"),
@@ -135,7 +135,7 @@ def test_status_lists_the_races_that_ran_a_round_and_not_those_screened_at_once(
 def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made() -> None:
     from test_confirm import BASE, FIRM, record
 
-    from sweeper.cli.status_cmd import standing_lines
+    from sweeper.cli._standing_view import standing_lines
 
     records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 160.0)]
     for n, (a, b) in enumerate(((131.0, 100.0), (129.0, 99.0)), start=1):
@@ -169,7 +169,7 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
 
     from evaluators.ppl_uncertainty import PplEstimate
     from storage import TrialRecord
-    from sweeper.cli.status_cmd import _trial_table
+    from sweeper.cli._trial_view import trial_table as _trial_table
 
     base = PplEstimate(ppl=2.0, stderr_log_ppl=0.02, records=32)
     gate = PplGate(cap_rel=1.05, confidence=0.9)
@@ -223,7 +223,7 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
 def test_status_says_when_the_repeats_outvote_a_narrow_noise_prior() -> None:
     from test_confirm import BASE, record
 
-    from sweeper.cli.status_cmd import standing_lines
+    from sweeper.cli._standing_view import standing_lines
 
     # the GPU demo's readings on a noisy H100 lease (2026-12-06), run with --noise 0.02
     records = [record(0, BASE, 634.7, role="baseline"), record(1, {"c": 1}, 1172.2)]

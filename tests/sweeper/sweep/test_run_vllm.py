@@ -21,7 +21,7 @@ import optuna
 import pytest
 
 from storage import TrialStore, pareto_front, study_status
-from sweeper.cli.status_cmd import phase_lines
+from sweeper.cli._study_view import phase_lines
 from sweeper.demo import DemoPaths
 from sweeper.measure import duration_text, start_seconds
 from sweeper.serving import START_PHASES, TOKEN_VARIABLE, processes

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from storage import TrialStore, study_status
-from sweeper.cli.status_cmd import running_devices
+from sweeper.cli._study_view import running_devices
 from sweeper.errors import UserInputError
 from sweeper.study import ConfirmSettings, Measurement, PplGate, StudyOptions, run_study, standing
 from sweeper.sweep import RunPlan, gpu_groups, prepare, run_workers, worker_slot
