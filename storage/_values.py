@@ -1,11 +1,21 @@
-"""Value conversions shared by our tables: UTC timestamps and JSON-safe numbers."""
+"""Value conversions shared by our tables: UTC timestamps, JSON-safe numbers, words."""
 
 from __future__ import annotations
 
 import datetime
+import enum
 import math
 from collections.abc import Mapping
 from typing import Any, overload
+
+
+class StoredWord(str, enum.Enum):
+    """A decision stored, compared and printed as its word (``str(Control.OFF)`` is ``off``)."""
+
+    __str__ = str.__str__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
 
 def utc_now() -> datetime.datetime:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import enum
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -30,13 +29,13 @@ from sqlalchemy.orm import Mapped, Session, mapped_column, relationship, selecti
 
 from storage._engine import create_engine, create_schema, normalize_url, redact
 from storage._tables import Base, TableStore, mapped_tables
-from storage._values import as_utc, finite_float, json_safe, utc_now
+from storage._values import StoredWord, as_utc, finite_float, json_safe, utc_now
 from storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
 
-class VerificationStatus(str, enum.Enum):
+class VerificationStatus(StoredWord):
     """Where a verification stands: its verdict once finished (verified, failed), else running
     or interrupted ("running" also stands for one that never finished); stored and printed as
     its word."""
@@ -45,11 +44,6 @@ class VerificationStatus(str, enum.Enum):
     FAILED = "failed"
     RUNNING = "running"
     INTERRUPTED = "interrupted"
-
-    __str__ = str.__str__
-
-    def __format__(self, format_spec: str) -> str:
-        return str.__format__(self, format_spec)
 
 
 # whose repeat a run is: the candidate's, or the base configuration's (the control)
@@ -61,17 +55,12 @@ SUBJECTS = (CANDIDATE, BASE)
 # how a verification treated the base: its repeats ran beside the candidate's ("measured"),
 # the candidate is the base itself ("is-base"), the user switched the control off ("off");
 # None: stored before there was a control
-class Control(str, enum.Enum):
+class Control(StoredWord):
     """How a verification treated the base; stored and printed as its word."""
 
     MEASURED = "measured"
     IS_BASE = "is-base"
     OFF = "off"
-
-    __str__ = str.__str__
-
-    def __format__(self, format_spec: str) -> str:
-        return str.__format__(self, format_spec)
 
 
 class VerificationRow(Base):
