@@ -56,7 +56,8 @@ from sweeper.ablation import (
     ppl_text,
 )
 from sweeper.errors import StudyError
-from sweeper.report._files import markdown_table, write_text
+from sweeper.report._files import write_text
+from sweeper.report._tables import markdown_table
 
 if TYPE_CHECKING:  # plotly and matplotlib are imported where a figure is drawn, as build_report does
     import plotly.graph_objects as go

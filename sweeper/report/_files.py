@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sweeper.answer import tps_text, verify_command
+from sweeper.answer import tps_text
 from sweeper.measure import duration_text, phase_headline, phase_rows
 from sweeper.report._data import ReportData
+from sweeper.report._tables import markdown_table, table_markdown, verification_table
 
 logger = logging.getLogger(__name__)
 
@@ -112,17 +113,6 @@ def _cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """The lines of a markdown table (a ``|`` in a cell is escaped, a line break becomes a space)."""
-
-    def clean(cell: str) -> str:
-        return str(cell).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows]
-    return lines
-
-
 def summary_markdown(data: ReportData) -> str:
     """The winner, how its manifest differs from the base, verification, time by phase."""
     lines = [f"# Study `{data.study_name}`", ""]
@@ -167,34 +157,7 @@ def summary_markdown(data: ReportData) -> str:
             lines.append("No difference: the base manifest's own values won.")
         lines.append("")
     lines += ["## Verification on held-out data", ""]
-    if data.verifications:
-        lines += markdown_table(
-            [
-                "trial",
-                "status",
-                "TPS verified against",
-                "held-out median TPS",
-                "deviation",
-                "max held-out PPL",
-                "repeats",
-                "reason",
-            ],
-            [
-                [
-                    f"#{v.trial_number}",
-                    v.status.upper(),
-                    _num(v.tuned_tps, ".1f"),
-                    _num(v.median_tps, ".2f"),
-                    f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "",
-                    _num(v.max_ppl, ".4f"),
-                    f"{len(v.runs)}/{v.repeats}",
-                    v.reason,
-                ]
-                for v in data.verifications
-            ],
-        )
-    else:
-        lines.append(f"No trial verified yet: run `{verify_command(data.study_name, data.storage)}`.")
+    lines += table_markdown(verification_table(data))
     lines += ["", "## Pareto front (gate-passing configurations)", ""]
     if data.configurations:
         lines += markdown_table(

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from sweeper.answer import tps_text, verify_command
+from sweeper.answer import tps_text
 from sweeper.measure import phase_headline, phase_rows
 from sweeper.report._data import ReportData
 from sweeper.report._html import escape, figure_div, html_page, html_table
+from sweeper.report._tables import table_html, verification_table
 from sweeper.study import probability_text
 
 logger = logging.getLogger(__name__)
@@ -120,36 +121,7 @@ def _answer_sentence(data: ReportData) -> str:
 
 
 def _verification_section(data: ReportData) -> str:
-    if not data.verifications:
-        command = verify_command(data.study_name, data.storage)
-        body = f"<p>No trial verified yet: run <code>{escape(command)}</code>.</p>"
-    else:
-        body = html_table(
-            [
-                "trial",
-                "status",
-                "TPS verified against",
-                "held-out median TPS",
-                "deviation",
-                "max held-out PPL",
-                "repeats",
-                "reason",
-            ],
-            [
-                [
-                    f"#{v.trial_number}",
-                    f'<span class="{escape(v.status)}">{escape(v.status.upper())}</span>',
-                    _num(v.tuned_tps, ".1f"),
-                    _num(v.median_tps, ".2f"),
-                    f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else "-",
-                    _num(v.max_ppl, ".4f"),
-                    f"{len(v.runs)}/{v.repeats}",
-                    escape(v.reason),
-                ]
-                for v in data.verifications
-            ],
-        )
-    return f"<section><h2>Verification on held-out data</h2>{body}</section>"
+    return f"<section><h2>Verification on held-out data</h2>{table_html(verification_table(data))}</section>"
 
 
 def _phase_section(data: ReportData) -> str:
