@@ -128,7 +128,7 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones() -> None:
     modules = module_files()
     assert "sweeper.errors" in modules and "evaluators.intervals" in modules
     # a function-level import is an edge as much as a module-level one
-    assert "evaluators.intervals" in import_graph()["sweeper.study._guided"]
+    assert "evaluators.intervals" in import_graph()["sweeper.study._window_readings"]
 
 
 def test_no_two_product_modules_import_each_other() -> None:
