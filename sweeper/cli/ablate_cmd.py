@@ -16,6 +16,7 @@ from sweeper.ablation import (
     DEFAULT_CLOSING_PAIRS,
     AblationMode,
     AblationPlan,
+    AblationResult,
     Switch,
     effect_text,
     find_switches,
@@ -27,7 +28,16 @@ from sweeper.ablation import (
 from sweeper.answer import place_manifest
 from sweeper.cli._ablation_view import print_ablation
 from sweeper.cli._held_logs import logs_after_checks
-from sweeper.cli._options import storage_option
+from sweeper.cli._options import (
+    json_option,
+    num_prompts_option,
+    output_len_option,
+    ppl_data_option,
+    ppl_records_option,
+    prompts_option,
+    ready_timeout_option,
+    storage_option,
+)
 from sweeper.demo import demo_paths
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest, parse_assignments
@@ -78,11 +88,11 @@ logger = logging.getLogger(__name__)
     help="The ablation's name in the database (default: MANIFEST's name, or NAME-follow-up).",
 )
 @storage_option(name="url")
-@click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
-@click.option("--ppl-data", metavar="D", help="PPL records (file or hub id; default: the demo's tuning set).")
-@click.option("--num-prompts", default=8, show_default=True, help="TPS prompts a server.")
-@click.option("--output-len", default=128, show_default=True, help="TPS output tokens a prompt.")
-@click.option("--ppl-records", type=int, help="PPL records a first-round server scores (default: all).")
+@prompts_option(help="Prompt set (file or hub id; default: the demo's tuning set).")
+@ppl_data_option(help="PPL records (file or hub id; default: the demo's tuning set).")
+@num_prompts_option(default=8, help="TPS prompts a server.")
+@output_len_option(default=128, help="TPS output tokens a prompt.")
+@ppl_records_option(help="PPL records a first-round server scores (default: all).")
 @click.option("--fidelity-prompts", default=4, show_default=True, help="Prompts whose greedy tokens are compared.")
 @click.option(
     "--allow-output-change",
@@ -109,8 +119,8 @@ logger = logging.getLogger(__name__)
     show_default=True,
     help="Where server logs go.",
 )
-@click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the verdict lines.")
+@ready_timeout_option(help="Seconds to wait for each server.")
+@json_option(help="Print one JSON object instead of the verdict lines.")
 def command(
     manifest_path: str,
     flags: str | None,
@@ -163,22 +173,7 @@ def command(
     manifest = Manifest.load(manifest_path)
     check_serve_env(manifest)  # every value checked before a server starts
     console = Console(stderr=True, soft_wrap=True)
-    if follow_up is not None:
-        if flags is not None or alternatives or add_one_in:
-            raise UserInputError(
-                "--follow-up takes the stored ablation's switches and mode: leave out --flags, --alternative "
-                "and --add-one-in"
-            )
-        switches, mode = _follow_up(follow_up, keep, manifest, url, console)
-    else:
-        flag_list = [f.strip() for f in flags.split(",")] if flags is not None else None
-        switches = find_switches(
-            manifest.env,
-            flags=flag_list,
-            alternatives=parse_assignments(list(alternatives), option="--alternative"),
-            source=f"manifest {manifest_path}",
-        )
-        mode = AblationMode.ADD_ONE_IN if add_one_in else AblationMode.LEAVE_ONE_OUT
+    switches, mode = _switches(manifest, manifest_path, flags, alternatives, add_one_in, follow_up, keep, url, console)
     plan = AblationPlan(
         name=name or (f"{follow_up}-follow-up" if follow_up else f"{manifest.name}-ablation"),
         confidence=confidence,
@@ -190,14 +185,88 @@ def command(
         allow_output_change=allow_output_change,
         closing_pairs=closing_pairs,
     )
+    eval_settings = _eval_settings(prompts, ppl_data, num_prompts, output_len, ppl_records, ready_timeout)
+    with logs_after_checks():  # bad data is one line, before anything is stored or started
+        load_eval_data(manifest, eval_settings)
+    _announce(console, manifest, plan)
+    result = run_ablation(
+        manifest, plan, eval_settings, url=url, workdir=Path(run_dir), progress=lambda line: console.print(line)
+    )
+    exported = _export(manifest, result, plan.name, Path(export_path)) if export_path is not None else None
+    _print_result(result, exported, as_json=as_json)
+
+
+def _switches(
+    manifest: Manifest,
+    manifest_path: str,
+    flags: str | None,
+    alternatives: tuple[str, ...],
+    add_one_in: bool,
+    follow_up: str | None,
+    keep: int,
+    url: str,
+    console: Console,
+) -> tuple[tuple[Switch, ...], AblationMode]:
+    """The switches to ablate and the mode: the manifest's (``--flags``, ``--alternative``,
+    ``--add-one-in``), or a stored ablation's for a ``--follow-up``."""
+    if follow_up is not None:
+        if flags is not None or alternatives or add_one_in:
+            raise UserInputError(
+                "--follow-up takes the stored ablation's switches and mode: leave out --flags, --alternative "
+                "and --add-one-in"
+            )
+        return _follow_up(follow_up, keep, manifest, url, console)
+    flag_list = [f.strip() for f in flags.split(",")] if flags is not None else None
+    switches = find_switches(
+        manifest.env,
+        flags=flag_list,
+        alternatives=parse_assignments(list(alternatives), option="--alternative"),
+        source=f"manifest {manifest_path}",
+    )
+    return switches, AblationMode.ADD_ONE_IN if add_one_in else AblationMode.LEAVE_ONE_OUT
+
+
+def _announce(console: Console, manifest: Manifest, plan: AblationPlan) -> None:
+    """What is about to run: the switches, the mode, the servers."""
+    switches, rounds, closing_pairs = plan.switches, plan.rounds, plan.closing_pairs
+    servers = rounds * servers_per_round(len(switches), plan.block_size)
+    console.print(
+        f"ablate {manifest.name}: {len(switches)} switch(es) ({', '.join(s.label for s in switches)}), "
+        f"{plan.mode.value}, {rounds} round(s): {servers} fresh servers"
+        + (f", then up to {2 * closing_pairs} for the closing race" if closing_pairs else "")
+    )
+
+
+def _print_result(result: AblationResult, exported: Path | None, *, as_json: bool) -> None:
+    """The verdicts (or one JSON object) and where the exported manifest went."""
+    if as_json:
+        data = result.to_dict()
+        data["export"] = str(exported) if exported else None
+        click.echo(json.dumps(data, indent=2))
+        return
+    print_ablation(Console(soft_wrap=True), result)
+    if exported is not None:
+        click.echo(f"exported: {exported}")
+
+
+def _eval_settings(
+    prompts: str | None,
+    ppl_data: str | None,
+    num_prompts: int,
+    output_len: int,
+    ppl_records: int | None,
+    ready_timeout: float,
+) -> EvalSettings:
+    """What every server of the ablation measures; the demo's tuning sets where no data is given
+    (the ablation records only the data given)."""
     try:
         tps = TpsSettings(num_prompts=num_prompts, output_len=output_len, warmup_requests=1)
         ppl = PplSettings(max_records=ppl_records) if ppl_records is not None else PplSettings()
     except (ValueError, TypeError) as exc:
         raise UserInputError(str(exc)) from None
-    demo = demo_paths()  # the data measured where none is given (the ablation records only what was)
+    demo = demo_paths()
     try:
-        eval_settings = EvalSettings(
+        return EvalSettings(
             prompts=prompts,
             ppl_data=ppl_data,
             default_prompts=demo.prompts_tuning,
@@ -208,40 +277,23 @@ def command(
         )
     except ValueError as exc:
         raise UserInputError(str(exc)) from None
-    with logs_after_checks():  # bad data is one line, before anything is stored or started
-        load_eval_data(manifest, eval_settings)
-    servers = rounds * servers_per_round(len(switches), block_size)
-    console.print(
-        f"ablate {manifest.name}: {len(switches)} switch(es) ({', '.join(s.label for s in switches)}), "
-        f"{mode.value}, {rounds} round(s): {servers} fresh servers"
-        + (f", then up to {2 * closing_pairs} for the closing race" if closing_pairs else "")
+
+
+def _export(manifest: Manifest, result: AblationResult, ablation: str, output: Path) -> Path:
+    """``-o``: the manifest with every switch set as its verdict says, written to ``output``."""
+    redacted = manifest.redacted()
+    placed = place_manifest(
+        redacted,
+        result.export_env(redacted),
+        output,
+        name=f"{manifest.name}-ablated",
+        description=f"{manifest.description} Switches set by sweeper ablate {ablation}.".strip(),
     )
-    result = run_ablation(
-        manifest, plan, eval_settings, url=url, workdir=Path(run_dir), progress=lambda line: console.print(line)
-    )
-    exported = None
-    if export_path is not None:
-        output = Path(export_path)
-        redacted = manifest.redacted()
-        placed = place_manifest(
-            redacted,
-            result.export_env(redacted),
-            output,
-            name=f"{manifest.name}-ablated",
-            description=f"{manifest.description} Switches set by sweeper ablate {plan.name}.".strip(),
-        )
-        exported = placed.manifest.save(output)
-        absolute = placed.absolute_paths_warning(str(output.parent))
-        if absolute:
-            click.echo(f"warning: {absolute}", err=True)
-    if as_json:
-        data = result.to_dict()
-        data["export"] = str(exported) if exported else None
-        click.echo(json.dumps(data, indent=2))
-        return
-    print_ablation(Console(soft_wrap=True), result)
-    if exported is not None:
-        click.echo(f"exported: {exported}")
+    exported = placed.manifest.save(output)
+    absolute = placed.absolute_paths_warning(str(output.parent))
+    if absolute:
+        click.echo(f"warning: {absolute}", err=True)
+    return exported
 
 
 def _follow_up(

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from sweeper.cli._options import json_option
 from sweeper.demo import demo_paths
 from sweeper.errors import SweeperError
 
@@ -16,7 +17,7 @@ def command() -> None:
 
 
 @command.command("info")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def info(as_json: bool) -> None:
     """Show the absolute paths of the bundled demo's parts."""
     paths = demo_paths()

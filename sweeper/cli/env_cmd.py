@@ -6,6 +6,7 @@ import json
 
 import click
 
+from sweeper.cli._options import json_option
 from sweeper.manifest import Manifest
 from sweeper.serving import CACHE_VARIABLE, server_venv
 
@@ -17,7 +18,7 @@ from sweeper.serving import CACHE_VARIABLE, server_venv
     type=click.Path(file_okay=False),
     help=f"Where server venvs are cached (default: ${CACHE_VARIABLE}, else ~/.cache/sweeper/venvs).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def command(manifest_path: str, cache_dir: str | None, as_json: bool) -> None:
     """Create (or reuse) a venv with MANIFEST's dependencies and print its python.
 

@@ -21,7 +21,17 @@ from rich.table import Table
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from evaluators.tps import CONNECTIONS
 from sweeper.cli._held_logs import logs_after_checks
-from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
+from sweeper.cli._options import (
+    json_option,
+    num_prompts_option,
+    output_len_option,
+    ppl_data_option,
+    ppl_records_option,
+    prompts_option,
+    ready_timeout_option,
+    warmup_prompts_option,
+    warmup_requests_option,
+)
 from sweeper.demo import demo_paths
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest, parse_assignments
@@ -65,8 +75,8 @@ PHASE_LABELS = {
     show_default=True,
     help="Prompts recorded by --save-reference.",
 )
-@click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: demo tuning set).")
-@click.option("--ppl-data", metavar="D", help="PPL reference set (default: demo tuning set).")
+@prompts_option(help="Prompt set (file or hub id; default: demo tuning set).")
+@ppl_data_option(help="PPL reference set (default: demo tuning set).")
 @click.option(
     "--set",
     "assignments",
@@ -74,9 +84,9 @@ PHASE_LABELS = {
     metavar="KEY=VALUE",
     help="Override one env value of the manifest (repeatable).",
 )
-@click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True, help=NUM_PROMPTS_HELP)
-@click.option("--output-len", default=TpsSettings.output_len, show_default=True, help=OUTPUT_LEN_HELP)
-@click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True, help=WARMUP_REQUESTS_HELP)
+@num_prompts_option()
+@output_len_option()
+@warmup_requests_option()
 @click.option("--stream", is_flag=True, help="Stream TPS requests (records TTFT and ITL).")
 @click.option(
     "--connection",
@@ -86,14 +96,14 @@ PHASE_LABELS = {
     help="harness: each TPS request on a connection of its own, as the harness's client sends "
     "them; keep-alive: all on one.",
 )
-@click.option("--warmup-prompts", type=int, help="Warm-up bridge prompts (default: manifest or 64).")
+@warmup_prompts_option(help="Warm-up bridge prompts (default: manifest or 64).")
 @click.option("--warmup-seed", type=int, help="Warm-up bridge seed (default: manifest or 42).")
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up bridge.")
-@click.option("--ppl-records", type=int, help="Score only the first N PPL records.")
+@ppl_records_option(help="Score only the first N PPL records.")
 @click.option("--ppl-cap", type=float, help="Stop PPL early (and skip TPS) when clearly over it.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), help="Server log file.")
-@click.option("--ready-timeout", default=900.0, show_default=True, help="Seconds to wait for the server.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@ready_timeout_option(help="Seconds to wait for the server.")
+@json_option(help="Print one JSON object instead of a table.")
 def command(
     manifest_path: str,
     want_tps: bool,
@@ -128,17 +138,10 @@ def command(
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     manifest = Manifest.load(manifest_path)
-    check_serve_env(manifest.render(parse_assignments(assignments)))  # every value, before a server starts
+    overrides = parse_assignments(assignments)
+    check_serve_env(manifest.render(overrides))  # every value, before a server starts
     both = not want_tps and not want_ppl
-    warmup = None
-    if no_warmup or warmup_prompts is not None or warmup_seed is not None:
-        base = warmup_settings_from(manifest, parse_assignments(assignments))
-        warmup = WarmupSettings(
-            enabled=not no_warmup,
-            num_prompts=base.num_prompts if warmup_prompts is None else warmup_prompts,
-            max_tokens=base.max_tokens,
-            seed=base.seed if warmup_seed is None else warmup_seed,
-        )
+    warmup = _warmup_settings(manifest, overrides, no_warmup, warmup_prompts, warmup_seed)
     demo = demo_paths()  # the data measured where none is given
     try:
         settings = EvalSettings(
@@ -160,7 +163,7 @@ def command(
             fidelity_reference=fidelity_ref,
             save_reference=save_reference,
             reference_prompts=reference_prompts,
-            overrides=parse_assignments(assignments),
+            overrides=overrides,
             ready_timeout_s=ready_timeout,
             log_path=log_path,
         )
@@ -168,13 +171,36 @@ def command(
         raise click.BadParameter(str(exc)) from None
     with logs_after_checks():  # a bad data set is one line
         data = load_eval_data(manifest, settings)
-    console = Console(stderr=True)
-    with _ProgressDisplay(console) as display:
+    with _ProgressDisplay(Console(stderr=True)) as display:
         result = evaluate(manifest, settings, data=data, progress=display.update)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         Console().print(_table(result, ppl_cap))
+    _raise_for_failures(result)
+
+
+def _warmup_settings(
+    manifest: Manifest,
+    overrides: dict[str, str],
+    no_warmup: bool,
+    warmup_prompts: int | None,
+    warmup_seed: int | None,
+) -> WarmupSettings | None:
+    """The warm-up bridge the options ask for (None: the manifest's own)."""
+    if not no_warmup and warmup_prompts is None and warmup_seed is None:
+        return None
+    base = warmup_settings_from(manifest, overrides)
+    return WarmupSettings(
+        enabled=not no_warmup,
+        num_prompts=base.num_prompts if warmup_prompts is None else warmup_prompts,
+        max_tokens=base.max_tokens,
+        seed=base.seed if warmup_seed is None else warmup_seed,
+    )
+
+
+def _raise_for_failures(result: EvalResult) -> None:
+    """Exit code 1 when a TPS request failed or the PPL is not finite (the table is shown first)."""
     if result.tps is not None and not result.tps.ok:
         result.tps.raise_for_failures()
     if result.ppl is not None and not result.ppl.finite:
@@ -242,12 +268,12 @@ def _table(result: EvalResult, ppl_cap: float | None) -> Table:
             table.add_row(f"failed #{failure.index}", f"{failure.prompt_id}: {failure.error}")
     if result.ppl is not None:
         ppl = result.ppl
-        value = f"{ppl.ppl:.4f}" if ppl.finite else "inf (gate failure)"
+        ppl_cell = f"{ppl.ppl:.4f}" if ppl.finite else "inf (gate failure)"
         if ppl.stopped_early:
-            value += f" (stopped after {ppl.records_scored}/{ppl.records_total} records)"
+            ppl_cell += f" (stopped after {ppl.records_scored}/{ppl.records_total} records)"
         elif ppl_cap is not None and ppl.finite:
-            value += "  passes the cap" if ppl.passes(ppl_cap) else "  OVER the cap"
-        table.add_row("PPL", value)
+            ppl_cell += "  passes the cap" if ppl.passes(ppl_cap) else "  OVER the cap"
+        table.add_row("PPL", ppl_cell)
         table.add_row("PPL tokens", f"{ppl.tokens} in {ppl.records_scored} records")
     if data["spec_drafts"] is not None:
         table.add_row("mean acceptance length", _fmt(data["mean_acceptance_length"], ".3f"))

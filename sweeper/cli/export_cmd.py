@@ -9,7 +9,7 @@ import os
 import click
 
 from sweeper.answer import export_answer
-from sweeper.cli._options import storage_option, study_option
+from sweeper.cli._options import base_manifest_option, json_option, storage_option, study_option
 from sweeper.manifest import Manifest
 
 logger = logging.getLogger(__name__)
@@ -25,19 +25,13 @@ logger = logging.getLogger(__name__)
     type=click.Path(dir_okay=False),
     help="Manifest file to write (default: ./<derived name>.json).",
 )
-@click.option(
-    "--manifest",
-    "manifest_path",
-    metavar="FILE",
-    type=click.Path(dir_okay=False),
-    help="Base manifest the study ran on (default: the one the study recorded).",
-)
+@base_manifest_option()
 @click.option(
     "--allow-unverified",
     is_flag=True,
     help="Export the best feasible trial even if it is not verified on held-out data.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def command(
     study_name: str | None,
     storage: str,

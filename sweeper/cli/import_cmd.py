@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search_spaces import load_space
+from sweeper.cli._options import json_option
 from sweeper.errors import SearchSpaceError
 from sweeper.manifest import Manifest
 from sweeper.serving import check_serve_env
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
     metavar="NAME|FILE",
     help="Search-space preset or file (default: the preset that fits the manifest's model).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def command(manifest_path: str, space_spec: str | None, as_json: bool) -> None:
     """Show what 'sweeper run --manifest MANIFEST' would search, and from where.
 

@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from sweeper.cli._options import storage_option, study_option
+from sweeper.cli._options import base_manifest_option, json_option, storage_option, study_option
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest
 from sweeper.report import build_ablation_report, build_report
@@ -31,14 +31,10 @@ logger = logging.getLogger(__name__)
     type=click.Path(file_okay=False),
     help="Folder to write into (default: ./report-<study>, or ./report-ablation-<name> with --ablation).",
 )
-@click.option(
-    "--manifest",
-    "manifest_path",
-    metavar="FILE",
-    type=click.Path(dir_okay=False),
-    help="Base manifest, to show how the winner differs from it (default: the recorded one; studies only).",
+@base_manifest_option(
+    help="Base manifest, to show how the winner differs from it (default: the recorded one; studies only)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def command(
     study_name: str | None,
     ablation_name: str | None,

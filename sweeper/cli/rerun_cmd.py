@@ -10,9 +10,18 @@ from rich.console import Console
 
 from evaluators import TpsSettings, WarmupSettings
 from sweeper.answer import RerunSettings, rerun_against_base
-from sweeper.cli._options import NUM_PROMPTS_HELP, OUTPUT_LEN_HELP, WARMUP_REQUESTS_HELP
+from sweeper.cli._options import (
+    json_option,
+    num_prompts_option,
+    output_len_option,
+    prompts_option,
+    ready_timeout_option,
+    warmup_prompts_option,
+    warmup_requests_option,
+)
 from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
+from sweeper.measure import warmup_settings_from
 from sweeper.serving import check_serve_env
 
 logger = logging.getLogger(__name__)
@@ -29,13 +38,13 @@ logger = logging.getLogger(__name__)
     help="The base manifest the answer claims to beat.",
 )
 @click.option("--pairs", default=3, show_default=True, help="Answer/base pairs, each run in a fresh server.")
-@click.option("--prompts", metavar="P", help="Prompt set (file or hub id; default: the demo's tuning set).")
-@click.option("--num-prompts", default=TpsSettings.num_prompts, show_default=True, help=NUM_PROMPTS_HELP)
-@click.option("--output-len", default=TpsSettings.output_len, show_default=True, help=OUTPUT_LEN_HELP)
-@click.option("--warmup-requests", default=TpsSettings.warmup_requests, show_default=True, help=WARMUP_REQUESTS_HELP)
-@click.option("--warmup-prompts", type=int, help="Warm-up bridge prompts (default: each manifest's own or 64).")
-@click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of lines.")
+@prompts_option(help="Prompt set (file or hub id; default: the demo's tuning set).")
+@num_prompts_option()
+@output_len_option()
+@warmup_requests_option()
+@warmup_prompts_option(help="Warm-up bridge prompts (default: each manifest's own or 64).")
+@ready_timeout_option(help="Seconds to wait for each server.")
+@json_option(help="Print one JSON object instead of lines.")
 def command(
     answer_path: str,
     base_path: str,
@@ -69,8 +78,6 @@ def command(
         raise click.BadParameter(str(exc)) from None
     warmup = None
     if warmup_prompts is not None:
-        from sweeper.measure import warmup_settings_from
-
         own = warmup_settings_from(answer)
         warmup = WarmupSettings(enabled=True, num_prompts=warmup_prompts, max_tokens=own.max_tokens, seed=own.seed)
     prompts = prompts or str(demo_paths().prompts_tuning)  # the demo's tuning set where none is given

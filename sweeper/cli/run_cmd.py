@@ -15,7 +15,19 @@ from rich.console import Console
 from storage import study_names, study_status
 from sweeper.answer import Answer, study_answer, study_data
 from sweeper.cli._held_logs import HeldLogs
-from sweeper.cli._options import storage_option, study_option
+from sweeper.cli._options import (
+    json_option,
+    num_prompts_option,
+    output_len_option,
+    ppl_data_option,
+    ppl_records_option,
+    prompts_option,
+    ready_timeout_option,
+    storage_option,
+    study_option,
+    warmup_prompts_option,
+    warmup_requests_option,
+)
 from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.cli._run_view import ViewMode, log_through, logs_for, open_view, view_mode
 from sweeper.cli._standing_view import derivation_lines
@@ -126,16 +138,8 @@ def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
     help=f"Between-server spread of a TPS figure (SD of log TPS) assumed until the study's repeats "
     f"measure it (default: {DEFAULT_NOISE}; the GPU demo {GPU_DEMO_NOISE}); verify judges with it too.",
 )
-@click.option(
-    "--prompts",
-    metavar="P",
-    help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).",
-)
-@click.option(
-    "--ppl-data",
-    metavar="D",
-    help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).",
-)
+@prompts_option(help="Tuning prompt set for TPS, a file or hub id (needed with --manifest; the demo has its own).")
+@ppl_data_option(help="Tuning PPL records, a file or hub id (needed with --manifest; the demo has its own).")
 @click.option(
     "--heldout-prompts", metavar="P", help="Held-out prompts for verify (or split them off with --heldout-fraction)."
 )
@@ -151,36 +155,24 @@ def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
     help="Hold this fraction of the tuning prompts / PPL records out for verify (e.g. 0.25), seeded by --split-seed.",
 )
 @click.option("--split-seed", type=int, default=0, show_default=True, help="Seed of the --heldout-fraction split.")
-@click.option(
-    "--num-prompts",
-    type=int,
+@num_prompts_option(
+    default=None,
     help=f"Prompts per TPS measurement (default: {CHALLENGE_SIZES.num_prompts}; demo {DEMO_SIZES.num_prompts}).",
 )
-@click.option(
-    "--output-len",
-    type=int,
+@output_len_option(
+    default=None,
     help=f"Output tokens per request (default: {CHALLENGE_SIZES.output_len}; demo {DEMO_SIZES.output_len}).",
 )
-@click.option(
-    "--warmup-requests",
-    type=int,
+@warmup_requests_option(
+    default=None,
     help=f"Untimed chat requests before each TPS measurement (default: {CHALLENGE_SIZES.warmup_requests}; demo {DEMO_SIZES.warmup_requests}).",
 )
-@click.option(
-    "--warmup-prompts",
-    type=int,
-    help="Warm-up bridge prompts (max_tokens=1) after start (default: the manifest's WARMUP_NUM_PROMPTS or 64).",
+@warmup_prompts_option(
+    help="Warm-up bridge prompts (max_tokens=1) after start (default: the manifest's WARMUP_NUM_PROMPTS or 64)."
 )
-@click.option("--ppl-records", "ppl_max_records", type=int, help="Score only the first N PPL records (default: all).")
+@ppl_records_option(name="ppl_max_records", help="Score only the first N PPL records (default: all).")
 @click.option("--run-dir", default="sweeper-runs", show_default=True, help="Where server logs go.")
-@click.option(
-    "--ready-timeout",
-    "ready_timeout_s",
-    type=float,
-    default=900.0,
-    show_default=True,
-    help="Seconds a server may take to answer /v1/models.",
-)
+@ready_timeout_option(name="ready_timeout_s", help="Seconds a server may take to answer /v1/models.")
 @click.option(
     "--server-python", metavar="PATH", help="Run the manifest's 'python ...' serve command with this interpreter."
 )
@@ -243,7 +235,7 @@ def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
     help="Before the closing block, the claim's derivation as 'sweeper status' shows it: its rounds "
     "and pairs, the between-server spread, the races and the Pareto set.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@json_option(help="Print the result as one JSON object.")
 def command(**options: Any) -> None:
     """Run a quality-gated study; with no options, the demo on the bundled model.
 

@@ -12,7 +12,7 @@ from storage import StudyStatus, TrialRecord, TrialStore, normalize_url, stored_
 from sweeper.ablation import judge_stored
 from sweeper.answer import study_answer, study_data
 from sweeper.cli._ablation_view import print_ablation
-from sweeper.cli._options import storage_option, study_option
+from sweeper.cli._options import json_option, storage_option, study_option
 from sweeper.cli._standing_view import configuration_figure
 from sweeper.cli._study_view import show_status
 from sweeper.cli._trial_view import show_trial
@@ -26,7 +26,7 @@ from sweeper.study import ConfirmSettings, ppl_statement
 @storage_option()
 @click.option("--trial", "trial_number", type=int, default=None, help="Show one trial in detail.")
 @click.option("--ablation", "ablation_name", metavar="NAME", help="Show a stored ablation (sweeper ablate) instead.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@json_option(help="Print JSON instead of tables.")
 def command(
     study_name: str | None, storage: str, trial_number: int | None, ablation_name: str | None, as_json: bool
 ) -> None:

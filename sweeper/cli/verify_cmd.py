@@ -11,7 +11,14 @@ from rich.console import Console
 
 from storage import BASE
 from sweeper.answer import VerifyEvent, VerifyResult, VerifySettings, verify_study
-from sweeper.cli._options import storage_option, study_option
+from sweeper.cli._options import (
+    base_manifest_option,
+    json_option,
+    ppl_data_option,
+    prompts_option,
+    storage_option,
+    study_option,
+)
 from sweeper.cli._verification_view import control_lines, failure_lines, heldout_ppl_lines, verification_table
 from sweeper.errors import StudyError, UserInputError
 from sweeper.manifest import Manifest
@@ -35,15 +42,9 @@ class NotVerifiedError(StudyError):
     show_default=True,
     help="Largest allowed gap between held-out median TPS and tuned TPS (0.05 = 5 %).",
 )
-@click.option(
-    "--manifest",
-    "manifest_path",
-    metavar="FILE",
-    type=click.Path(dir_okay=False),
-    help="Base manifest the study ran on (default: the one the study recorded).",
-)
-@click.option("--prompts", metavar="P", help="Held-out prompt set (default: recorded, or the demo's held-out set).")
-@click.option("--ppl-data", metavar="D", help="Held-out PPL records (default: recorded, or the demo's held-out set).")
+@base_manifest_option()
+@prompts_option(help="Held-out prompt set (default: recorded, or the demo's held-out set).")
+@ppl_data_option(help="Held-out PPL records (default: recorded, or the demo's held-out set).")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where the servers' logs go.")
 @click.option("--redo", is_flag=True, help="Verify again candidates that already have a verdict.")
 @click.option(
@@ -60,7 +61,7 @@ class NotVerifiedError(StudyError):
     "show their own (default: the study's, its 'sweeper run --noise').",
 )
 @click.option("--spread-prior", type=float, hidden=True, help="Deprecated: the old name of --noise.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def command(
     study_name: str | None,
     storage: str,
