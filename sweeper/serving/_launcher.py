@@ -42,7 +42,7 @@ from typing import Any
 
 from sweeper.errors import ServerStartError
 from sweeper.serving import processes
-from sweeper.serving.warm_launcher import STARTUP_PREFIXES, startup_key
+from sweeper.serving.warm_child import STARTUP_PREFIXES, startup_key
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import pytest
 
 from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_plan
-from sweeper.serving.warm_launcher import CUDA_REFUSAL, startup_key
+from sweeper.serving.warm_child import startup_key
+from sweeper.serving.warm_launcher import CUDA_REFUSAL
 
 # answers /v1/models; writes what it was started with, and what a process it spawns was
 SERVE = r"""
@@ -172,5 +173,60 @@ def test_a_cuda_build_of_torch_starts_fresh_and_says_why(script_manifest: Manife
             assert server.start_note == f"starts fresh: the warm launcher is not available ({CUDA_REFUSAL})"
             assert json.loads((tmp_path / "server.json").read_text())["ppid"] == os.getpid()
         assert launchers.pids() == []
+    finally:
+        launchers.close()
+
+
+# execs this same interpreter into -m MODULE, as `sweeper serve` does: the launcher runs it in place
+EXEC_SERVE = r"""
+import os, sys
+os.execv(sys.executable, [sys.executable, "-m", "exec_target", "--flag"])
+"""
+EXEC_TARGET = r"""
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+if __name__ == "__main__":
+    with open("exec.json", "w") as out:
+        json.dump({"pid": os.getpid(), "argv": sys.argv, "name": __name__, "knob": os.environ.get("KNOB")}, out)
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
+"""
+
+
+def test_an_exec_of_this_interpreter_into_a_module_runs_in_the_warm_process(tmp_path: Path) -> None:
+    (tmp_path / "serve.py").write_text(EXEC_SERVE)
+    (tmp_path / "exec_target.py").write_text(EXEC_TARGET)
+    manifest_path = tmp_path / "manifest.json"
+    manifest_path.write_text(
+        json.dumps(
+            {"name": "exec", "model_id": "m", "served_model_name": "m", "serve": ["python", "serve.py"], "port": 8000}
+        )
+    )
+    launchers = WarmLaunchers(tmp_path / "launchers", modules=("json",))
+    log = tmp_path / "s.log"
+    try:
+        server = ServerProcess(Manifest.load(manifest_path), launchers=launchers, overrides={"KNOB": "3"}, log_path=log)
+        with server:
+            assert server.start_kind == "warm"
+            seen = json.loads((tmp_path / "exec.json").read_text())
+        # runpy gives the module's path as argv[0], as a fresh `python -m` does
+        assert seen == {
+            "pid": server.pid,
+            "argv": [str(tmp_path / "exec_target.py"), "--flag"],
+            "name": "__main__",
+            "knob": "3",
+        }
+        assert "exec_target runs in this warm process" in log.read_text()
     finally:
         launchers.close()
