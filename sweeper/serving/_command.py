@@ -252,9 +252,8 @@ def _speculative_config(
 
 def _config_nests_text_config(model: str) -> bool:
     """Does the model's config.json keep the text settings under ``text_config``?"""
-    config_path = Path(model) / "config.json"
-    if not config_path.is_file():
-        config_path = _hub_config(model)
+    local = Path(model) / "config.json"
+    config_path = local if local.is_file() else _hub_config(model)
     if config_path is None:
         # not resolvable offline: multimodal Gemma configs nest, text-only ones do not
         return "gemma-3" in model.lower() or "gemma-4" in model.lower()

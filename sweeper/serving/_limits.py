@@ -66,7 +66,8 @@ def model_limits(manifest: Manifest, overrides: Mapping[str, str] | None = None)
             config = json.loads((candidate / "config.json").read_text())
         except (OSError, json.JSONDecodeError):
             config = {}
-    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    nested = config.get("text_config")
+    text_config: dict[str, Any] = nested if isinstance(nested, dict) else {}
     vocab = text_config.get("vocab_size") or config.get("vocab_size")
     max_len: int | None = None
     if env.get("MAX_MODEL_LEN"):

@@ -213,11 +213,11 @@ def parse_startup(text: str, ready_s: float | None = None, *, started_at: float 
     if EXEC in found:
         last = found[EXEC]
         for milestone in MILESTONES[1:]:
-            at = found.get(milestone.name)
-            if at is None or at < int(last):
+            reached = found.get(milestone.name)
+            if reached is None or reached < int(last):
                 continue
-            phases.append((milestone.name, max(0.0, float(at - last))))
-            last = max(last, at)
+            phases.append((milestone.name, max(0.0, float(reached - last))))
+            last = max(last, reached)
         if ready_s is not None:
             phases.append((FIRST_ANSWER, max(0.0, round(found[EXEC] + ready_s - last, 1))))
     return Startup(

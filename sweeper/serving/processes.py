@@ -17,8 +17,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Protocol
 
 from sweeper.errors import ServerStopError
 
@@ -59,7 +60,15 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def terminate_group(pgid: int, *, grace_s: float, wait_for: subprocess.Popen[bytes] | None = None) -> None:
+class ChildProcess(Protocol):
+    """What ``terminate_group`` reaps: a ``subprocess.Popen``, or a server a warm launcher forked."""
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def terminate_group(pgid: int, *, grace_s: float, wait_for: ChildProcess | None = None) -> None:
     """SIGTERM the group, wait up to ``grace_s``, SIGKILL survivors, wait until none is left."""
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -271,6 +280,7 @@ class ChildSetup:
     def __init__(self, report_path: Path, death_signal: int) -> None:
         self.report_path = str(report_path)
         self.death_signal = death_signal
+        self._prctl: Callable[..., Any] | None
         try:  # looked up in the parent: nothing but the call is left for the child
             self._prctl = ctypes.CDLL(None, use_errno=True).prctl
         except (OSError, AttributeError):

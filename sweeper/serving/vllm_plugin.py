@@ -9,6 +9,7 @@ only imported by vLLM itself, but tests check that it does not fail).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 # under "vllm." so that vLLM's own log handler and level apply in its processes
 logger = logging.getLogger("vllm.sweeper_patches")
@@ -44,7 +45,7 @@ def patch_centroid_graphs_on_cpu() -> bool:
     if proposer is None or not hasattr(proposer, "_setup_centroids_cuda_graphs"):
         return False
 
-    def _setup_centroids_without_graphs(self) -> None:  # type: ignore[no-untyped-def]
+    def _setup_centroids_without_graphs(self: Any) -> None:
         self._centroids_sizes = []
         logger.info("sweeper patch: no CUDA, centroid top-tokens run without CUDA graphs")
 
