@@ -16,6 +16,7 @@ from typing import Any
 
 from storage import DEFAULT_URL, TrialRecord, VerificationRecord, normalize_url, redact
 from sweeper.answer import ServerCount, answer_tps, tps_figure_text
+from sweeper.cli._formats import params_text, percent_text
 from sweeper.invocation import command
 from sweeper.measure import duration_text
 from sweeper.study import Claim, PplStatement, Standing, ppl_statement, probability_text
@@ -43,36 +44,32 @@ def command_options(storage: str, study_name: str, *, name_study: bool) -> str:
     return "".join(parts)
 
 
-def _percent(ratio: float) -> str:
-    return f"{(ratio - 1.0) * 100.0:+.1f} %"
-
-
 def _level(confidence: float) -> str:
     percent = confidence * 100.0
     return f"{percent:.0f} %" if abs(percent - round(percent)) < 1e-9 else f"{percent:.2f} %"
 
 
 def claim_line(now: Standing) -> str:
-    """The claim over the base manifest in plain words, with its interval."""
-    inc = now.incumbent
-    assert inc is not None
+    """The claim over the base manifest in plain words, with its interval (``now.claim`` says which)."""
+    assert now.incumbent is not None, "a standing with an answer"
     open_race = "" if now.confirmed else "; a race is still open"
-    if now.base is None:
+    claim = now.claim
+    if claim is Claim.NONE:  # with an answer, only when the base was not measured
         return f"claim: none - the base manifest was not measured, so no speedup can be stated{open_race}"
-    if inc.key == now.base.key:
+    if claim is Claim.BASE:
         return f"claim: none - no configuration was confirmed faster than the base manifest{open_race}"
     interval = now.speedup
-    assert interval is not None
+    assert interval is not None, "a claim over the base rests on a speedup"
     if now.basis is not None:
         level = f"study-wise {_level(now.basis.study_confidence)} interval"
     else:
         level = f"{_level(interval.confidence)} interval"
-    span = f"{level} {_percent(interval.low)} to {_percent(interval.high)}"
-    if now.claim is Claim.FASTER:
-        return f"claim: {_percent(interval.value)} faster than the base ({span}){open_race}"
-    if now.claim is Claim.SLOWER:
-        return f"claim: {_percent(interval.value)}, slower than the base ({span}){open_race}"
-    return f"claim: none - {_percent(interval.value)} is not distinguishable from the base ({span}){open_race}"
+    span = f"{level} {percent_text(interval.low)} to {percent_text(interval.high)}"
+    if claim is Claim.FASTER:
+        return f"claim: {percent_text(interval.value)} faster than the base ({span}){open_race}"
+    if claim is Claim.SLOWER:
+        return f"claim: {percent_text(interval.value)}, slower than the base ({span}){open_race}"
+    return f"claim: none - {percent_text(interval.value)} is not distinguishable from the base ({span}){open_race}"
 
 
 def ppl_line(statement: PplStatement | None, ppl: float, cap: float) -> str:
@@ -121,7 +118,7 @@ def closing_block(
     assert figure is not None
     who = f"the base manifest (trial {inc.first})" if inc.is_base else f"trial {inc.first}"
     answer = f"answer: {who}: {tps_figure_text(figure)}"
-    params = ", ".join(f"{key}={value}" for key, value in dict(inc.params).items())
+    params = params_text(inc.params)
     answer_lines = [f"{answer} with {params}"] if params else [answer]
     record = next((r for r in records if r.number == inc.first), None)
     statement = None if record is None else ppl_statement(record.ppl, record.extras, record.ppl_cap, settings)
