@@ -36,6 +36,7 @@ from sweeper.answer._heldout import (
     heldout_settings,
     heldout_sources,
 )
+from sweeper.answer._pareto import configuration_pareto
 from sweeper.answer._rerun import (
     RerunPair,
     RerunResult,
@@ -50,6 +51,7 @@ from sweeper.answer._verify_result import VerifyEvent, VerifyResult, heldout_sta
 from sweeper.answer._verify_settings import BaseConfiguration, VerifySettings, VerifySettingsError, base_configuration
 
 __all__ = [
+    "configuration_pareto",
     "place_manifest",
     "Answer",
     "AnswerStatus",

@@ -3,18 +3,16 @@ the time went, its standing, the Pareto set, the verifications and the answer.""
 
 from __future__ import annotations
 
-import dataclasses
-
 from rich.console import Console
 
-from storage import StudyStatus, TrialRecord, pareto_front
-from sweeper.answer import ServerCount, study_answer, verify_command
+from storage import StudyStatus
+from sweeper.answer import ServerCount, configuration_pareto, study_answer, verify_command
 from sweeper.cli._standing_view import answer_ppl_line, standing_lines
 from sweeper.cli._trial_view import print_trial_table
 from sweeper.cli._verification_view import failure_lines, heldout_ppl_lines, verification_table
 from sweeper.devices import describe_device
 from sweeper.measure import phase_headline, phase_rows, time_by_phase
-from sweeper.study import ConfirmSettings, Standing, recipe_from_settings
+from sweeper.study import ConfirmSettings, recipe_from_settings
 from sweeper.sweep import demo_data
 
 
@@ -162,19 +160,3 @@ def show_status(console: Console, status: StudyStatus) -> None:
             highlight=False,
         )
     console.print(f"answer: {answer.describe()}", markup=False, highlight=False)
-
-
-def configuration_pareto(status: StudyStatus, now: Standing | None) -> tuple[TrialRecord, ...]:
-    """The Pareto set of configurations (TPS: each one's geometric mean), one trial each.
-
-    Re-measurements make several trials of one configuration; the table
-    shows each configuration once, by the trial that found it, with its
-    estimate, so a lucky re-measurement is not listed as a configuration
-    of its own.
-    """
-    if now is None:
-        return status.pareto
-    by_number = {r.number: r for r in status.trials}
-    return tuple(
-        pareto_front(dataclasses.replace(by_number[c.first], tps=now.tps_interval(c).value) for c in now.configurations)
-    )
