@@ -31,7 +31,7 @@ from sweeper.cli._options import (
 from sweeper.cli._run_summary import closing_block, command_options
 from sweeper.cli._run_view import ViewMode, log_through, logs_for, open_view, view_mode
 from sweeper.cli._standing_view import derivation_lines
-from sweeper.demo import choose_demo_manifest, demo_paths
+from sweeper.demo import choose_demo_manifest
 from sweeper.devices import open_devices
 from sweeper.errors import UserInputError
 from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, ConfirmSettings, StudyResult
@@ -46,26 +46,11 @@ from sweeper.sweep import (
     PreparedRun,
     RunPlan,
     execute,
+    gpu_demo_options,
     prepare,
     run_on_gpus,
     several_workers,
 )
-
-
-def gpu_demo_options(options: dict[str, Any], manifest: str) -> dict[str, Any]:
-    """The demo's options on its GPU manifest: its data, sizes and budget wherever none is given."""
-    demo = demo_paths()
-    defaults = {
-        "prompts": str(demo.prompts_tuning),
-        "ppl_data": str(demo.ppl_tuning),
-        "num_prompts": DEMO_SIZES.num_prompts,
-        "output_len": DEMO_SIZES.output_len,
-        "warmup_requests": DEMO_SIZES.warmup_requests,
-        "n_trials": DEMO_TRIALS,
-        "noise": GPU_DEMO_NOISE,
-    }
-    filled = {key: value if options.get(key) is None else options[key] for key, value in defaults.items()}
-    return {**options, **filled, "manifest": manifest}
 
 
 @click.command("run")

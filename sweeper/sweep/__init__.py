@@ -6,6 +6,7 @@
 ``run_on_gpus`` runs one worker process per GPU group of ``--gpus``.
 """
 
+from sweeper.sweep._gpu_demo import gpu_demo_options
 from sweeper.sweep._gpus import gpu_groups, worker_slot
 from sweeper.sweep._plan import (
     CHALLENGE_SIZES,
@@ -45,6 +46,7 @@ __all__ = [
     "demo_data",
     "demo_models",
     "execute",
+    "gpu_demo_options",
     "gpu_groups",
     "prepare",
     "PreparedRun",
