@@ -91,18 +91,13 @@ def command(
     interrupted verify goes on where it stopped. Exits with code 1 when no
     candidate is verified.
     """
-    if spread_prior is not None:
-        if noise is not None:
-            raise UserInputError("--spread-prior is the old name of --noise: give --noise only")
-        click.echo("warning: --spread-prior is deprecated: use --noise (the same prior, by its one name)", err=True)
-        noise = spread_prior
     settings = VerifySettings(
         top=top,
         repeats=repeats,
         tolerance=tolerance,
         redo=redo,
         control=not no_control,
-        noise=noise,
+        noise=_noise(noise, spread_prior),
         prompts=prompts,
         ppl_data=ppl_data,
         data_defaults=demo_data(),
@@ -115,22 +110,38 @@ def command(
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        if result.verifications:
-            Console().print(verification_table(result.verifications, title=f"sweeper verify: {result.study_name}"))
-        for line in failure_lines(result.verifications):
-            click.echo(line)
-        for line in control_lines(result.verifications):
-            click.echo(line)
-        for line in heldout_ppl_lines(result.verifications, result.settings):
-            click.echo(line)
-        previous = {v.trial_number: v for v in result.previous}
-        for number, why in result.skipped:
-            click.echo(f"trial #{number}: {why}")
-            if number in previous:
-                for line in heldout_ppl_lines([previous[number]], result.settings):
-                    click.echo(f"  {line}")
-        click.echo(f"answer: {result.answer.describe()}")
+        _print_result(result)
     _exit_status(result)
+
+
+def _noise(noise: float | None, spread_prior: float | None) -> float | None:
+    """``--noise``, or the value given by its deprecated name ``--spread-prior`` (with a warning)."""
+    if spread_prior is None:
+        return noise
+    if noise is not None:
+        raise UserInputError("--spread-prior is the old name of --noise: give --noise only")
+    click.echo("warning: --spread-prior is deprecated: use --noise (the same prior, by its one name)", err=True)
+    return spread_prior
+
+
+def _print_result(result: VerifyResult) -> None:
+    """The verifications' table, why each failed, the held-out speedups and PPL, the candidates
+    skipped (with their earlier held-out PPL) and the answer."""
+    if result.verifications:
+        Console().print(verification_table(result.verifications, title=f"sweeper verify: {result.study_name}"))
+    for line in failure_lines(result.verifications):
+        click.echo(line)
+    for line in control_lines(result.verifications):
+        click.echo(line)
+    for line in heldout_ppl_lines(result.verifications, result.settings):
+        click.echo(line)
+    previous = {v.trial_number: v for v in result.previous}
+    for number, why in result.skipped:
+        click.echo(f"trial #{number}: {why}")
+        if number in previous:
+            for line in heldout_ppl_lines([previous[number]], result.settings):
+                click.echo(f"  {line}")
+    click.echo(f"answer: {result.answer.describe()}")
 
 
 def _exit_status(result: VerifyResult) -> None:
