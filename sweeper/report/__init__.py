@@ -27,6 +27,7 @@ from pathlib import Path
 from sweeper.manifest import Manifest
 from sweeper.report._ablation import AblationReportData, AblationReportFiles, build_ablation_report
 from sweeper.report._data import ReportData, assemble_report_data
+from sweeper.report._figures import figure_models
 from sweeper.report._files import summary_markdown, trials_csv, write_text
 
 logger = logging.getLogger(__name__)
@@ -78,10 +79,11 @@ def build_report(
     out = out.expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    figures = _plotly.figures(data)
+    models = figure_models(data)  # each figure described once, drawn by plotly and as PNGs
+    figures = _plotly.draw_figures(models)
     # the Pareto plot also stands alone; every figure is in report.html
     files["pareto.html"] = _plotly.write_html(figures["pareto"], out / "pareto.html")
-    for stem, path in _png.write_pngs(data, out).items():
+    for stem, path in _png.write_pngs(models, out).items():
         files[f"{stem}.png"] = path
     files["trials.csv"] = write_text(out / "trials.csv", trials_csv(data))
     files["summary.md"] = write_text(out / "summary.md", summary_markdown(data))

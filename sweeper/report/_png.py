@@ -1,12 +1,9 @@
-"""The report's static figures (matplotlib PNGs), built from ReportData only.
+"""The report's static figures (matplotlib PNGs): the figure model (``_figures``) drawn, nothing more.
 
-Uses matplotlib's object API (``Figure`` + the Agg canvas), never pyplot,
-so nothing global changes in the calling process. Artist labels mirror the
-plotly traces: ``PPL cap``, the trial categories, ``winner``, ``base manifest``,
-``one server's reading``, the claim and the band of configurations set side by
-side; the answer's label is ``answer #N (STATUS): X tok/s (95% interval
-LOW-HIGH)``, at its configuration's estimate, and every other configuration is
-labelled with its trial and figure.
+Uses matplotlib's object API (``Figure`` + the Agg canvas), never pyplot, so nothing global
+changes in the calling process. Artist labels are the model's names, the same as the plotly
+traces'; this module gives them matplotlib's markers, sizes and fills, and places the Pareto
+plot's labels on the laid-out figure, where the text and the marks are measured.
 """
 
 from __future__ import annotations
@@ -16,258 +13,56 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from storage import VerificationStatus
-from sweeper.report._data import CATEGORIES, COLORS, FAILED_TRIAL, FEASIBLE, IMPUTED, LABELS, ReportData
-from sweeper.report._plotly import (
+from sweeper.report._data import COLORS, FAILED_TRIAL, FEASIBLE, LABELS, ReportData
+from sweeper.report._figure_model import (
+    ANSWER,
+    BASE,
     BASE_LINE_TRACE,
     BASE_TRACE,
     BEST_TRACE,
     CAP_TRACE,
     CLAIM_TRACE,
+    CONFIGURATION,
     FAINT,
     FRONT_TRACE,
-    IMPORTANCE_TITLE,
-    LEFTOVER_FEASIBLE,
     READINGS_TRACE,
     SIDE_BY_SIDE_TRACE,
-    VERIFIED_TRACE,
-    VERIFY_FAILED_TRACE,
     WINNER_TRACE,
+    XY,
+    FigureModels,
+    HistoryModel,
+    ImportanceModel,
     Label,
-    choose_label_spot,
-    claim_band,
-    clipped,
-    config_label,
-    config_xs,
-    config_xy,
-    history_labels,
-    history_marks,
-    other_configurations,
-    pareto_obstacles,
-    plot_xy,
-    position,
-    ppl_axis,
-    ppl_text,
-    side_by_side,
-    side_by_side_text,
-    slice_answer,
-    slice_groups,
-    whole_ticks,
+    ParetoModel,
+    PointGroup,
+    SliceModel,
 )
+from sweeper.report._figures import history_model, importance_model, pareto_model, slice_model
+from sweeper.report._placement import Box, choose_label_spot
 
 logger = logging.getLogger(__name__)
 
 DPI = 110
 BOX = {"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
+MARKERS = {"circle": "o", "cross": "X", "square": "s", "diamond": "D", "triangle": "^"}  # the model's open marks
+LABEL_SIZES = {ANSWER: 10, CONFIGURATION: 8, BASE: 9}
+# an estimate across the history: its band's opacity, its line's style
+LEVEL_STYLES: dict[str, tuple[float, dict[str, Any]]] = {
+    "base": (0.12, {"linestyle": "--", "linewidth": 1.8}),
+    "answer": (0.25, {"linewidth": 2.2}),
+}
 
 
 def new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
     """A figure on its own Agg canvas (no pyplot: nothing global changes)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    return fig
-
-
-def _configurations(ax: Axes, data: ReportData) -> None:
-    """Each configuration once, at its estimate with the interval as an error bar; readings faint."""
-    configs = data.configurations
-    xs = config_xs(data)
-    readings = [(xs[c.first], v) for c in configs for _, v in c.readings]
-    ax.scatter(*zip(*readings), s=14, color=COLORS[FEASIBLE], alpha=FAINT, linewidths=0, label=READINGS_TRACE, zorder=2)
-    ax.errorbar(
-        [xs[c.first] for c in configs],
-        [c.tps for c in configs],
-        yerr=[[c.tps - c.low for c in configs], [c.high - c.tps for c in configs]],
-        fmt="o",
-        markersize=7,
-        color=COLORS[FEASIBLE],
-        markeredgecolor="#333",
-        markeredgewidth=0.6,
-        ecolor=COLORS["front"],
-        elinewidth=1.2,
-        capsize=3,
-        label=LABELS[FEASIBLE],
-        zorder=3,
-    )
-
-
-def _place_labels(ax: Axes, labels: list[Label], obstacles: list[tuple[float, float]]) -> None:
-    """Each (text, anchors, style, close) label with an arrow to the anchor where it covers the
-    fewest ``obstacles`` (all in data coordinates); a ``close`` one right beside its point, with
-    no arrow, where there is room.
-
-    The figure is laid out first, so the label boxes and the marks are
-    measured where they will be drawn.
-    """
-    fig = ax.get_figure()
-    fig.draw_without_rendering()
-    renderer = fig.canvas.get_renderer()
-    points = [tuple(xy) for xy in ax.transData.transform(obstacles)] if obstacles else []
-    area = tuple(ax.bbox.extents)
-    per_point = fig.dpi / 72.0  # offsets are in points, the boxes in pixels
-    legend = ax.get_legend()
-    taken = [tuple(legend.get_window_extent(renderer).extents)] if legend is not None else []
-    taken += [tuple(t.get_window_extent(renderer).extents) for t in ax.texts]  # e.g. an off-axis PPL
-    drawn: list[tuple[float, float, float, float]] = []
-    for text, anchors, style, close in labels:
-        probe = ax.text(0, 0, text, **style, bbox=BOX)
-        extent = probe.get_window_extent(renderer)
-        probe.remove()
-        pixels = [tuple(xy) for xy in ax.transData.transform(anchors)]
-        # a small label keeps clear of the others' arrows too (each one's extent as drawn)
-        avoid = taken + drawn if close else taken
-        size = (extent.width, extent.height)
-        spot, beside = choose_label_spot(pixels, size, points, area, avoid, close=close, scale=per_point)
-        taken.append(spot.box)
-        placed = ax.annotate(
-            text,
-            anchors[spot.anchor],
-            xytext=(spot.dx / per_point, spot.dy / per_point),
-            textcoords="offset points",
-            ha=spot.ha,
-            va=spot.va,
-            bbox=BOX,
-            zorder=6,
-            arrowprops=None if beside else {"arrowstyle": "->", "color": "#333"},
-            **style,
-        )
-        drawn.append(tuple(placed.get_window_extent(renderer).extents))
-
-
-def pareto_figure(data: ReportData) -> Figure:
-    fig = new_figure(9.0, 5.6)
-    ax = fig.add_subplot()
-    configs = data.configurations
-    drawn = {n for c in configs for n in c.numbers}
-    for index, (left, right, _) in enumerate(side_by_side(data)):  # the disclosure, under everything
-        ax.axvspan(
-            left,
-            right,
-            color=COLORS[FAILED_TRIAL],
-            alpha=0.12,
-            linewidth=0,
-            zorder=0,
-            label=SIDE_BY_SIDE_TRACE if index == 0 else "_nolegend_",
-        )
-    if configs:
-        _configurations(ax, data)
-    for category in CATEGORIES:
-        points = [p for p in data.by_category(category) if p.number not in drawn]
-        if not points:
-            continue
-        label = LEFTOVER_FEASIBLE if category == FEASIBLE and configs else LABELS[category]
-        xy = [plot_xy(p, data) for p in points]
-        for p, (x, y) in zip(points, xy):
-            if clipped(p, data):  # off the axis: at its edge, its PPL written beside it
-                ax.annotate(
-                    f"{ppl_text(p.ppl)} \u2192",
-                    (x, y),
-                    xytext=(-9, 0),
-                    textcoords="offset points",
-                    ha="right",
-                    va="center",
-                    fontsize=8,
-                    color=COLORS[category],
-                )
-        for imputed in (False, True):
-            for off in (False, True):
-                chosen = [xy for xy, p in zip(xy, points) if p.tps_imputed == imputed and clipped(p, data) == off]
-                if not chosen:
-                    continue
-                marker = "x" if category == FAILED_TRIAL else ">" if off else "o"
-                name = f"{LABELS[category]}, {IMPUTED}" if imputed else label
-                ax.scatter(
-                    *zip(*chosen),
-                    s=55 if off else 45,
-                    marker=marker,
-                    label=name + (", PPL off the axis" if off else ""),
-                    linewidths=0.9 if imputed else 0.6,
-                    zorder=3,
-                    **(
-                        {"facecolors": "none", "edgecolors": COLORS[category]}
-                        if imputed
-                        else {"color": COLORS[category], "edgecolors": "#333" if marker != "x" else None}
-                    ),
-                )
-    if configs:
-        front = [config_xy(c, data) for c in data.configuration_front()]
-    else:
-        front = [(p.ppl, p.tps) for p in sorted((data.point(n) for n in data.pareto), key=lambda p: p.ppl or 0.0)]
-    if len(front) > 1:
-        ax.step(*zip(*front), where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE, zorder=2)
-    for status, label, marker, color in (
-        (VerificationStatus.VERIFIED, VERIFIED_TRACE, "o", COLORS["verified"]),
-        (VerificationStatus.FAILED, VERIFY_FAILED_TRACE, "X", COLORS["verify-failed"]),
-    ):
-        marked = [position(p, data) for p in data.points if p.verification is status]
-        if marked:
-            ax.scatter(
-                *zip(*marked),
-                s=260,
-                marker=marker,
-                facecolors="none",
-                edgecolors=color,
-                linewidths=2.2,
-                label=label,
-                zorder=4,
-            )
-    if data.cap is not None:
-        ax.axvline(
-            data.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8, label=f"{CAP_TRACE} {data.cap:.4f}", zorder=1
-        )
-    base = data.base_configuration
-    if base is not None and not base.is_answer:  # the claim: the answer's bar over the base's line
-        ax.axhline(base.tps, color=COLORS["base"], linestyle="--", linewidth=1.2, label=BASE_LINE_TRACE, zorder=1)
-    if base is not None:
-        ax.scatter(
-            [config_xs(data)[base.first]],
-            [base.tps],
-            s=220,
-            marker="s",
-            facecolors="none",
-            edgecolors=COLORS["base"],
-            linewidths=2.2,
-            label=BASE_TRACE,
-            zorder=4,
-        )
-    claim = claim_band(data)
-    if claim is not None:  # the claim itself: answer / base, at the study-wise level
-        cx, low, high = claim
-        ax.vlines(cx, low, high, linewidth=11, color=COLORS["winner"], alpha=0.35, label=CLAIM_TRACE, zorder=2)
-    winner = data.winner
-    if winner is not None:
-        config = data.answer_configuration
-        x, y = config_xy(config, data) if config is not None else plot_xy(winner, data)
-        ax.scatter([x], [y], s=300, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=WINNER_TRACE)
-    labels = []  # the answer's first: it gets the best spot; the small ones next, right beside their points
-    if winner is not None:
-        labels.append((data.answer_label(sep="\n"), [(x, y)], {"fontsize": 10, "fontweight": "bold"}, False))
-    for other in other_configurations(data):  # every configuration is named; other points: the legend
-        labels.append((config_label(other), [config_xy(other, data)], {"fontsize": 8, "color": COLORS["front"]}, True))
-    if base is not None and not base.is_answer:
-        labels.append(
-            (data.base_label(sep="\n"), [config_xy(base, data)], {"fontsize": 9, "color": COLORS["base"]}, False)
-        )
-    axis = ppl_axis(data)
-    if axis is not None:
-        ax.set_xlim(axis.low, axis.high)
-    ax.set_xlabel("PPL (lower is better)")
-    ax.set_ylabel("TPS (output tokens/s, higher is better)")
-    title = f"{data.study_name}: TPS against PPL ({data.trials_text()})"
-    if configs:
-        title += f"\n{len(configs)} gate-passing configurations at their estimates, bars: {configs[0].level} intervals"
-    moved = side_by_side_text(data)
-    if moved:
-        title += f"\n{moved}"
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    legend_below(ax)
-    _place_labels(ax, labels, pareto_obstacles(data))  # last: once everything else is drawn
     return fig
 
 
@@ -288,152 +83,323 @@ def legend_below(ax: Axes, order: Sequence[str] = (), *, below: float = -0.13) -
     )
 
 
-def _history_readings(ax: Axes, data: ReportData, alpha: float) -> None:
-    for category in CATEGORIES:
+# -- the Pareto plot ----------------------------------------------------------------------------
+
+
+def _side_by_side(ax: Axes, model: ParetoModel) -> None:
+    """The disclosure, under everything: one legend entry for every band."""
+    for index, (left, right) in enumerate(model.bands):
+        label = SIDE_BY_SIDE_TRACE if index == 0 else "_nolegend_"
+        ax.axvspan(left, right, color=COLORS[FAILED_TRIAL], alpha=0.12, linewidth=0, zorder=0, label=label)
+
+
+def _estimates(ax: Axes, model: ParetoModel) -> None:
+    """Each configuration once, at its estimate with the interval as an error bar; readings faint."""
+    readings, estimates = model.readings, model.estimates
+    xs, ys = [p.x for p in readings], [p.y for p in readings]
+    ax.scatter(xs, ys, s=14, color=COLORS[FEASIBLE], alpha=FAINT, linewidths=0, label=READINGS_TRACE, zorder=2)
+    ax.errorbar(
+        [e.x for e in estimates],
+        [e.tps for e in estimates],
+        yerr=[[e.tps - e.low for e in estimates], [e.high - e.tps for e in estimates]],
+        fmt="o",
+        markersize=7,
+        color=COLORS[FEASIBLE],
+        markeredgecolor="#333",
+        markeredgewidth=0.6,
+        ecolor=COLORS["front"],
+        elinewidth=1.2,
+        capsize=3,
+        label=LABELS[FEASIBLE],
+        zorder=3,
+    )
+
+
+def _trials(ax: Axes, model: ParetoModel) -> None:
+    """The trials drawn on their own: off the axis at its edge, its PPL written beside it."""
+    for group in model.trials:
+        for p in group.points:
+            if p.off_axis:
+                xy = (p.x, p.y)
+                style = {"ha": "right", "va": "center", "fontsize": 8, "color": group.color}
+                ax.annotate(p.note, xy, xytext=(-9, 0), textcoords="offset points", **style)
         for imputed in (False, True):
-            points = [p for p in data.by_category(category) if p.tps_imputed == imputed]
-            if not points:
-                continue
-            ax.scatter(
-                [p.number for p in points],
-                [p.tps if p.tps is not None else 0.0 for p in points],
-                marker="x" if category == FAILED_TRIAL else "o",
-                s=35,
-                label=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
-                zorder=3,
-                **(
-                    {"facecolors": "none", "edgecolors": COLORS[category]}
-                    if imputed
-                    else {"color": COLORS[category], "alpha": alpha}
-                ),
-            )
+            for off in (False, True):
+                chosen = [p for p in group.points if p.imputed == imputed and p.off_axis == off]
+                if not chosen:
+                    continue
+                marker = "x" if group.failed else ">" if off else "o"
+                ax.scatter(
+                    [p.x for p in chosen],
+                    [p.y for p in chosen],
+                    s=55 if off else 45,
+                    marker=marker,
+                    label=group.part_name(imputed, off),
+                    linewidths=0.9 if imputed else 0.6,
+                    zorder=3,
+                    **(
+                        {"facecolors": "none", "edgecolors": group.color}
+                        if imputed
+                        else {"color": group.color, "edgecolors": "#333" if marker != "x" else None}
+                    ),
+                )
 
 
-def history_figure(data: ReportData) -> Figure:
-    fig = new_figure(10.0, 6.0)
+def _lines(ax: Axes, model: ParetoModel) -> None:
+    """The front, the verification marks, the cap, the base's line and mark, the claim."""
+    if len(model.front) > 1:
+        xs, ys = [x for x, _ in model.front], [y for _, y in model.front]
+        ax.step(xs, ys, where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE, zorder=2)
+    for marks in model.verifications:
+        ax.scatter(
+            [p.x for p in marks.points],
+            [p.y for p in marks.points],
+            s=260,
+            marker=MARKERS[marks.shape],
+            facecolors="none",
+            edgecolors=marks.color,
+            linewidths=2.2,
+            label=marks.name,
+            zorder=4,
+        )
+    if model.cap is not None:
+        label = f"{CAP_TRACE} {model.cap:.4f}"
+        ax.axvline(model.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8, label=label, zorder=1)
+    if model.base_line is not None:  # the claim: the answer's bar over the base's line
+        y = model.base_line.y0
+        ax.axhline(y, color=COLORS["base"], linestyle="--", linewidth=1.2, label=BASE_LINE_TRACE, zorder=1)
+    base = model.base
+    if base is not None:
+        style = {"facecolors": "none", "edgecolors": COLORS["base"], "linewidths": 2.2}
+        ax.scatter([base.x], [base.y], s=220, marker="s", label=BASE_TRACE, zorder=4, **style)
+    claim = model.claim
+    if claim is not None:  # the claim itself: answer / base, at the study-wise level
+        style = {"linewidth": 11, "color": COLORS["winner"], "alpha": 0.35}
+        ax.vlines(claim.x0, claim.y0, claim.y1, label=CLAIM_TRACE, zorder=2, **style)
+
+
+def _style(label: Label) -> dict[str, Any]:
+    style: dict[str, Any] = {"fontsize": LABEL_SIZES[label.kind]}
+    style |= {"fontweight": "bold"} if label.kind == ANSWER else {}
+    return style | ({"color": label.color} if label.color is not None else {})
+
+
+def _extents(box: Any) -> Box:
+    x0, y0, x1, y1 = (float(v) for v in box.extents)
+    return x0, y0, x1, y1
+
+
+def _place_labels(ax: Axes, labels: Sequence[Label], obstacles: Sequence[XY]) -> None:
+    """Each label with an arrow to the anchor where it covers the fewest ``obstacles`` (all in
+    data coordinates); a ``close`` one right beside its point, with no arrow, where there is room.
+
+    The figure is laid out first, so the label boxes and the marks are
+    measured where they will be drawn.
+    """
+    fig = ax.figure
+    assert isinstance(fig, Figure)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # the Agg canvas has one
+    points = [(float(x), float(y)) for x, y in ax.transData.transform(obstacles)] if obstacles else []
+    area = _extents(ax.bbox)
+    per_point = fig.dpi / 72.0  # offsets are in points, the boxes in pixels
+    legend = ax.get_legend()
+    taken = [_extents(legend.get_window_extent(renderer))] if legend is not None else []
+    taken += [_extents(t.get_window_extent(renderer)) for t in ax.texts]  # e.g. an off-axis PPL
+    drawn: list[Box] = []
+    for label in labels:
+        style = _style(label)
+        probe = ax.text(0, 0, label.text, **style, bbox=BOX)
+        extent = probe.get_window_extent(renderer)
+        probe.remove()
+        pixels = [(float(x), float(y)) for x, y in ax.transData.transform(label.anchors)]
+        # a small label keeps clear of the others' arrows too (each one's extent as drawn)
+        avoid = taken + drawn if label.close else taken
+        size = (extent.width, extent.height)
+        spot, beside = choose_label_spot(pixels, size, points, area, avoid, close=label.close, scale=per_point)
+        taken.append(spot.box)
+        placed = ax.annotate(
+            label.text,
+            label.anchors[spot.anchor],
+            xytext=(spot.dx / per_point, spot.dy / per_point),
+            textcoords="offset points",
+            ha=spot.ha,
+            va=spot.va,
+            bbox=BOX,
+            zorder=6,
+            arrowprops=None if beside else {"arrowstyle": "->", "color": "#333"},
+            **style,
+        )
+        drawn.append(_extents(placed.get_window_extent(renderer)))
+
+
+def _pareto_title(model: ParetoModel) -> str:
+    title = f"{model.title} ({model.trials_text})"
+    if model.estimates_text is not None:
+        title += f"\n{model.estimates_text}, {model.bars_text}"
+    return title + (f"\n{model.moved}" if model.moved else "")
+
+
+def draw_pareto(model: ParetoModel) -> Figure:
+    """The Pareto plot: configurations at their estimates, the cap, the base and the answer, labelled."""
+    fig = new_figure(9.0, 5.6)
     ax = fig.add_subplot()
-    answer, base = data.answer_configuration, data.base_configuration
-    if answer is None and base is None:  # no standing: the best reading so far
-        _history_readings(ax, data, 1.0)
-        series = [(n, v) for n, v in data.best_so_far if v is not None]
-        if series:
-            ax.step(*zip(*series), where="post", color=COLORS["front"], linewidth=2, label=BEST_TRACE)
-        ax.set_title("Best feasible TPS against trial number")
-    else:
-        _history_readings(ax, data, FAINT)
-        if base is not None and not base.is_answer:
-            ax.axhspan(
-                base.low,
-                base.high,
-                color=COLORS["base"],
-                alpha=0.12,
-                linewidth=0,
-                label=f"base's {base.level} interval",
-            )
-            ax.axhline(base.tps, color=COLORS["base"], linestyle="--", linewidth=1.8, label="base's TPS estimate")
-        if answer is not None:
-            ax.axhspan(
-                answer.low,
-                answer.high,
-                color=COLORS["winner"],
-                alpha=0.25,
-                linewidth=0,
-                label=f"answer's {answer.level} interval",
-            )
-            ax.axhline(answer.tps, color=COLORS["winner"], linewidth=2.2, label="answer's TPS estimate")
-        for readings, name, symbol, color, _ in history_marks(data):
-            ax.scatter(
-                [n for n, _ in readings],
-                [v for _, v in readings],
-                s=120,
-                marker=_MARKERS[symbol],
-                linewidths=1.8,
-                label=name,
-                zorder=4,
-                facecolors="none",
-                edgecolors=color,
-            )
-        ax.set_title("TPS readings by trial (faint), the answer's estimate and the base's")
-    ax.set_xlabel("trial number")
-    ax.set_ylabel("TPS")
+    _side_by_side(ax, model)
+    if model.estimates:
+        _estimates(ax, model)
+    _trials(ax, model)
+    _lines(ax, model)
+    winner = model.winner
+    if winner is not None:
+        style = {"color": COLORS["winner"], "edgecolors": "#333"}
+        ax.scatter([winner.x], [winner.y], s=300, marker="*", zorder=5, label=WINNER_TRACE, **style)
+    if model.x_range is not None:
+        ax.set_xlim(*model.x_range)
+    ax.set_xlabel(model.x_title)
+    ax.set_ylabel(model.y_title)
+    ax.set_title(_pareto_title(model))
     ax.grid(alpha=0.3)
     legend_below(ax)
-    for text, y, color, above in history_labels(data, sep="\n"):
-        # in the right margin, level with its line: off the data
+    _place_labels(ax, model.labels, model.obstacles)  # last: once everything else is drawn
+    return fig
+
+
+# -- the history --------------------------------------------------------------------------------
+
+
+def _readings(ax: Axes, groups: Sequence[PointGroup], alpha: float) -> None:
+    for group in groups:
+        ax.scatter(
+            [p.x for p in group.points],
+            [p.y for p in group.points],
+            marker="x" if group.failed else "o",
+            s=35,
+            label=group.name,
+            zorder=3,
+            **(
+                {"facecolors": "none", "edgecolors": group.color}
+                if group.imputed
+                else {"color": group.color, "alpha": alpha}
+            ),
+        )
+
+
+def _estimate_lines(ax: Axes, model: HistoryModel) -> None:
+    """The base's and the answer's estimates: each a band (its interval) and a line."""
+    for level in model.levels:
+        alpha, line = LEVEL_STYLES[level.who]
+        ax.axhspan(level.low, level.high, color=level.color, alpha=alpha, linewidth=0, label=level.band_name)
+        ax.axhline(level.tps, color=level.color, label=level.line_name, **line)
+    for marks in model.marks:
+        ax.scatter(
+            [p.x for p in marks.points],
+            [p.y for p in marks.points],
+            s=120,
+            marker=MARKERS[marks.shape],
+            linewidths=1.8,
+            label=marks.name,
+            zorder=4,
+            facecolors="none",
+            edgecolors=marks.color,
+        )
+
+
+def draw_history(model: HistoryModel) -> Figure:
+    """The readings by trial number, with the answer's and the base's estimates (or the best so far)."""
+    fig = new_figure(10.0, 6.0)
+    ax = fig.add_subplot()
+    _readings(ax, model.readings, model.opacity)
+    if model.best_so_far:  # no standing: the best reading so far
+        xs, ys = [n for n, _ in model.best_so_far], [v for _, v in model.best_so_far]
+        ax.step(xs, ys, where="post", color=COLORS["front"], linewidth=2, label=BEST_TRACE)
+    _estimate_lines(ax, model)
+    ax.set_title(model.title)
+    ax.set_xlabel(model.x_title)
+    ax.set_ylabel(model.y_title)
+    ax.grid(alpha=0.3)
+    legend_below(ax)
+    for label in model.labels:  # in the right margin, level with its line: off the data
         ax.annotate(
-            text,
-            (1.0, y),
+            label.text,
+            (1.0, label.y),
             xycoords=("axes fraction", "data"),
-            xytext=(6, 2 if above else -2),
+            xytext=(6, 2 if label.above else -2),
             textcoords="offset points",
             ha="left",
-            va="bottom" if above else "top",
+            va="bottom" if label.above else "top",
             fontsize=8.5,
-            color=color,
-            fontweight="bold" if color != COLORS["base"] else "normal",
+            color=label.color,
+            fontweight="bold" if label.kind == ANSWER else "normal",
             annotation_clip=False,
         )
     return fig
 
 
-# plotly symbol -> matplotlib marker
-_MARKERS = {"circle-open": "o", "square-open": "s", "diamond-open": "D", "triangle-up-open": "^"}
+# -- the slices and the importance --------------------------------------------------------------
 
 
-def slice_figure(data: ReportData, name: str) -> Figure:
+def draw_slice(model: SliceModel) -> Figure:
     fig = new_figure(6.0, 4.2)
     ax = fig.add_subplot()
-    for category, imputed, points in slice_groups(data, name):
+    for group in model.groups:
         ax.scatter(
-            [p.params[name] for p in points],
-            [p.tps if p.tps is not None else 0.0 for p in points],
-            marker="x" if category == FAILED_TRIAL else "o",
+            [p.x for p in group.points],
+            [p.y for p in group.points],
+            marker="x" if group.failed else "o",
             s=35,
-            label=f"{LABELS[category]}, {IMPUTED}" if imputed else LABELS[category],
-            zorder=4 if imputed else 3,
-            **({"facecolors": "none", "edgecolors": COLORS[category]} if imputed else {"color": COLORS[category]}),
+            label=group.name,
+            zorder=4 if group.imputed else 3,
+            **({"facecolors": "none", "edgecolors": group.color} if group.imputed else {"color": group.color}),
         )
-    mark = slice_answer(data, name)
-    if mark is not None:
-        value, tps, label = mark
-        ax.scatter([value], [tps], s=220, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=label)
-    ticks = whole_ticks(data, name)
-    if ticks is not None:
-        ax.set_xticks(ticks)
-    ax.set_xlabel(name)
+    answer = model.answer
+    if answer is not None:
+        style = {"color": COLORS["winner"], "edgecolors": "#333"}
+        ax.scatter([answer.value], [answer.tps], s=220, marker="*", zorder=5, label=answer.label, **style)
+    if model.ticks is not None:
+        ax.set_xticks(list(model.ticks))
+    ax.set_xlabel(model.name)
     ax.set_ylabel("TPS")
-    ax.set_title(f"Slice: {name}")
+    ax.set_title(f"Slice: {model.name}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return fig
 
 
-def importance_figure(data: ReportData) -> Figure:
-    names = list(data.param_names)
+def draw_importance(model: ImportanceModel) -> Figure:
+    names = list(model.names)
     fig = new_figure(7.0, 1.2 + 0.5 * max(1, len(names)))
     ax = fig.add_subplot()
-    if data.importance and names:
+    if model.note is None and names:
         height = 0.38
-        for offset, (target, color) in enumerate((("tps", COLORS["feasible"]), ("ppl", COLORS["infeasible"]))):
-            values = data.importance.get(target)
-            if values:
-                ax.barh(
-                    [i + offset * height for i in range(len(names))],
-                    [values.get(n, 0.0) for n in names],
-                    height=height,
-                    color=color,
-                    label=f"importance for {target.upper()}",
-                )
+        for bars in model.bars:
+            positions = [i + bars.offset * height for i in range(len(names))]
+            ax.barh(positions, list(bars.values), height=height, color=bars.color, label=bars.name)
         ax.set_yticks([i + height / 2 for i in range(len(names))], names)
         ax.legend(fontsize=8)
         ax.set_xlabel("importance (share of variance)")
     else:
-        ax.text(
-            0.5, 0.5, f"parameter importance: {data.importance_note}", ha="center", va="center", transform=ax.transAxes
-        )
+        text = f"parameter importance: {model.note or ''}"
+        ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
-    ax.set_title(IMPORTANCE_TITLE)
+    ax.set_title(model.title)
     return fig
+
+
+# each figure straight from ReportData, its model built on the way
+def pareto_figure(data: ReportData) -> Figure:
+    return draw_pareto(pareto_model(data))
+
+
+def history_figure(data: ReportData) -> Figure:
+    return draw_history(history_model(data))
+
+
+def slice_figure(data: ReportData, name: str) -> Figure:
+    return draw_slice(slice_model(data, name))
+
+
+def importance_figure(data: ReportData) -> Figure:
+    return draw_importance(importance_model(data))
 
 
 def _slug(name: str) -> str:
@@ -448,14 +414,14 @@ def save_png(fig: Figure, path: Path) -> Path:
     return path
 
 
-def write_pngs(data: ReportData, out_dir: Path) -> dict[str, Path]:
+def write_pngs(models: FigureModels, out_dir: Path) -> dict[str, Path]:
     """pareto.png, history.png, importance.png and slice-<param>.png; returns them by stem."""
     written = {
-        "pareto": save_png(pareto_figure(data), out_dir / "pareto.png"),
-        "history": save_png(history_figure(data), out_dir / "history.png"),
-        "importance": save_png(importance_figure(data), out_dir / "importance.png"),
+        "pareto": save_png(draw_pareto(models.pareto), out_dir / "pareto.png"),
+        "history": save_png(draw_history(models.history), out_dir / "history.png"),
+        "importance": save_png(draw_importance(models.importance), out_dir / "importance.png"),
     }
-    for name in data.param_names:
-        stem = f"slice-{_slug(name)}"
-        written[stem] = save_png(slice_figure(data, name), out_dir / f"{stem}.png")
+    for model in models.slices:
+        stem = f"slice-{_slug(model.name)}"
+        written[stem] = save_png(draw_slice(model), out_dir / f"{stem}.png")
     return written
