@@ -26,6 +26,7 @@ NUM_PROMPTS_HELP = "Prompts of each TPS measurement."
 OUTPUT_LEN_HELP = "Output tokens of each TPS request."
 WARMUP_REQUESTS_HELP = "Untimed chat requests before each TPS measurement."
 JSON_HELP = "Print one JSON object."
+SET_HELP = "Override one env value of the manifest (repeatable)."
 BASE_MANIFEST_HELP = "Base manifest the study ran on (default: the one the study recorded)."
 READY_TIMEOUT_S = 900.0  # seconds a server may take to answer, unless a command is told otherwise
 
@@ -102,6 +103,11 @@ def ppl_records_option(*, help: str, name: str = "ppl_records") -> Decorator:
 def ready_timeout_option(*, help: str, name: str = "ready_timeout") -> Decorator:
     """``--ready-timeout SECONDS``: how long a server may take to be ready."""
     return click.option("--ready-timeout", name, type=float, default=READY_TIMEOUT_S, show_default=True, help=help)
+
+
+def set_option(*, help: str = SET_HELP) -> Decorator:
+    """``--set KEY=VALUE`` (repeatable): one env value of the manifest overridden."""
+    return click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help=help)
 
 
 def _shown_default(default: int | None) -> dict[str, Any]:

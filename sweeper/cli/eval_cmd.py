@@ -29,6 +29,7 @@ from sweeper.cli._options import (
     ppl_records_option,
     prompts_option,
     ready_timeout_option,
+    set_option,
     warmup_prompts_option,
     warmup_requests_option,
 )
@@ -77,13 +78,7 @@ PHASE_LABELS = {
 )
 @prompts_option(help="Prompt set (file or hub id; default: demo tuning set).")
 @ppl_data_option(help="PPL reference set (default: demo tuning set).")
-@click.option(
-    "--set",
-    "assignments",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override one env value of the manifest (repeatable).",
-)
+@set_option()
 @num_prompts_option()
 @output_len_option()
 @warmup_requests_option()

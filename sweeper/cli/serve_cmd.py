@@ -7,6 +7,7 @@ import os
 
 import click
 
+from sweeper.cli._options import set_option
 from sweeper.manifest import Manifest, parse_assignments
 from sweeper.serving import build_serve_command, exec_server
 
@@ -15,13 +16,7 @@ logger = logging.getLogger(__name__)
 
 @click.command("serve")
 @click.argument("manifest_path", metavar="MANIFEST", type=click.Path(dir_okay=False))
-@click.option(
-    "--set",
-    "assignments",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override one env value of the manifest (repeatable), e.g. --set SLIDING_WINDOW=24.",
-)
+@set_option(help="Override one env value of the manifest (repeatable), e.g. --set SLIDING_WINDOW=24.")
 @click.option(
     "--print-command",
     is_flag=True,
