@@ -189,8 +189,8 @@ class TrialContext(TimedPhases):
         self.study_name = study_name
         self.screen_floor = screen_floor
         self.number = number
-        self.params = dict(params)
-        self.overrides = dict(overrides)
+        self.params: Mapping[str, Any] = dict(params)
+        self.overrides: Mapping[str, str] = dict(overrides)
         self.role = role
         self.ppl_cap = ppl_cap
         self.known_ppl = known_ppl

@@ -59,26 +59,37 @@ ROUNDS_DF_ENOUGH = 12
 
 def configurations(records: Iterable[TrialRecord]) -> list[Configuration]:
     """The gate-passing configurations, by first measurement, each with all its TPS figures."""
-    grouped: dict[str, list[TrialRecord]] = {}
+    grouped: dict[str, list[tuple[TrialRecord, float, float]]] = {}
     for record in sorted(records, key=lambda r: r.number):
-        if is_answer(record) and record.tps > 0:
-            grouped.setdefault(params_key(record.params), []).append(record)
+        figures = _answer_figures(record)
+        if figures is not None:
+            grouped.setdefault(params_key(record.params), []).append((record, *figures))
     found = []
     for key, group in grouped.items():
-        first = next((r for r in group if not is_confirmation(r.role)), group[0])
+        first, _, first_ppl = next((g for g in group if not is_confirmation(g[0].role)), group[0])
+        roles = [r.role for r, _, _ in group]
         found.append(
             Configuration(
                 key=key,
                 params=dict(first.params),
-                numbers=tuple(r.number for r in group),
-                tps=tuple(float(r.tps) for r in group),
-                ppl=float(first.ppl),
-                ppl_cap=float(first.ppl_cap if first.ppl_cap is not None else first.ppl),
-                is_base=any(BASELINE in r.role.split("+") for r in group),
-                confirmed=tuple(r.number for r in group if is_confirmation(r.role) or BASELINE in r.role.split("+")),
+                numbers=tuple(r.number for r, _, _ in group),
+                tps=tuple(tps for _, tps, _ in group),
+                ppl=first_ppl,
+                ppl_cap=float(first.ppl_cap if first.ppl_cap is not None else first_ppl),
+                is_base=any(BASELINE in role.split("+") for role in roles),
+                confirmed=tuple(
+                    r.number for r, _, _ in group if is_confirmation(r.role) or BASELINE in r.role.split("+")
+                ),
             )
         )
     return sorted(found, key=lambda c: c.first)
+
+
+def _answer_figures(record: TrialRecord) -> tuple[float, float] | None:
+    """(TPS, PPL) of a gate-passing trial with a TPS over 0; None for any other trial."""
+    if is_answer(record) and record.tps is not None and record.ppl is not None and record.tps > 0:
+        return float(record.tps), float(record.ppl)
+    return None
 
 
 def _round_of(role: str) -> tuple[bool, int, int] | None:
@@ -143,11 +154,11 @@ def race_rounds(
         if is_claim == claim:
             found.setdefault(contender, []).append(Round(contender=contender, index=index, trials=tuple(group)))
     for group in untagged if not claim else ():
-        contender = first_of.get(params_key(group[0].params))
-        if contender is None:
+        raced = first_of.get(params_key(group[0].params))
+        if raced is None:
             continue
-        rounds = found.setdefault(contender, [])
-        rounds.append(Round(contender=contender, index=len(rounds) + 1, trials=tuple(group)))
+        rounds = found.setdefault(raced, [])
+        rounds.append(Round(contender=raced, index=len(rounds) + 1, trials=tuple(group)))
     return found
 
 

@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from storage import TPS_IMPUTED_ATTR, TrialOutcome, TrialRecord, TrialStore
+from sweeper.errors import StudyError
 from sweeper.study._gate import CONSTRAINT, PplGate
 
 logger = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ def recover_stale_trials(
 
 def _complete_from_record(study: optuna.Study, trial: optuna.trial.FrozenTrial, record: TrialRecord) -> None:
     """The result was recorded but Optuna never heard of it: tell it now."""
+    if record.tps is None or record.ppl is None or record.ppl_cap is None:
+        raise StudyError(f"trial {record.number} is stored complete without its TPS, PPL and cap")
     ppl = PplGate.model_ppl(record.ppl, record.ppl_cap)
     values = [record.tps] if len(study.directions) == 1 else [record.tps, ppl]
     live = optuna.trial.Trial(study, trial._trial_id)  # no public way to reopen a FrozenTrial

@@ -52,7 +52,10 @@ class TrialWatchdog:
     ) -> None:
         self.limit_s = limit_s
         self._token = token
-        self._thread_id = (thread or threading.current_thread()).ident
+        ident = (thread or threading.current_thread()).ident
+        if ident is None:
+            raise ValueError("a trial watchdog watches a thread that has started")
+        self._thread_id = ident
         self.return_grace_s = return_grace_s
         self.stop_grace_s = stop_grace_s
         self.expired = False
