@@ -18,7 +18,8 @@ What ends a run early: ``max_consecutive_failures`` failed trials in a row
 is an answer about that configuration, not about the night), and, under a
 relative cap, a baseline that failed twice (no trial could be judged).
 Before the first trial and after each one, servers that a dead worker left
-behind are stopped through their tokens.
+behind are stopped through their tokens. The study is opened (created, or
+resumed) by ``open_study`` (``_study_open.py``).
 """
 
 from __future__ import annotations
@@ -29,21 +30,18 @@ import signal
 import socket
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import optuna
 
-import sweeper
-from search_spaces import BASELINE, SearchSpace
+from search_spaces import SearchSpace
 from storage import (
     STUDY_ATTR_PREFIX,
     StudyStatus,
     TrialRecord,
     TrialStore,
     normalize_url,
-    optuna_storage,
     redact,
     study_status,
 )
@@ -51,18 +49,18 @@ from sweeper import invocation
 from sweeper.errors import ServerStopError, StudyError
 from sweeper.serving import stop_servers_with_token
 from sweeper.study._evaluator import Evaluator
-from sweeper.study._gate import PplGate, reference_ppl, study_settings
+from sweeper.study._gate import PplGate, reference_ppl
 from sweeper.study._options import StudyOptions, StudyOptionsError
 from sweeper.study._race_replay import standing
 from sweeper.study._recovery import RETRIED_ATTR, ROLE_ATTR, recover_stale_trials
-from sweeper.study._sampling import make_sampler
 from sweeper.study._standing import ROUND_ATTR_PREFIX, is_confirmation
-from sweeper.study._trial import REFUSED, TrialRunner, is_baseline
+from sweeper.study._study_open import ENQUEUED_ATTR, open_study
+from sweeper.study._trial import TrialRunner
+from sweeper.study._trial_outcome import is_baseline
+from sweeper.study._trial_tell import REFUSED
 
 logger = logging.getLogger(__name__)
 
-ENQUEUED_ATTR = f"{STUDY_ATTR_PREFIX}enqueued"
-DIRECTIONS = {"tps": ["maximize"], "pareto": ["maximize", "minimize"]}
 # study attributes that mark how far the runs got (queued races, the first enqueue done), not
 # how the study measures: they are not among its settings as shown
 PROGRESS_MARKS = (ENQUEUED_ATTR, ROUND_ATTR_PREFIX)
@@ -155,7 +153,7 @@ class Sweep:
         self.host = socket.gethostname()
         self.stop_event = options.stop_event or threading.Event()
         self.stop_reason: str | None = None
-        self.study, self.gate = self._open_study()
+        self.study, self.gate = open_study(self.space, options, url=self.url, recover=self._recover)
         self.runner = TrialRunner(
             study=self.study,
             store=self.store,
@@ -167,59 +165,6 @@ class Sweep:
             stop_event=self.stop_event,
         )
 
-    # -- study set-up -------------------------------------------------------------
-
-    def _settings(self, gate: PplGate | None) -> dict[str, Any]:
-        return {
-            "mode": self.options.mode,
-            **(gate.to_settings() if gate else {}),
-            **self.options.confirm.to_settings(),
-            "space": self.space.name,
-            "quality_params": list(self.space.quality_names),
-            "sweeper_version": sweeper.__version__,
-        }
-
-    def _open_study(self) -> tuple[optuna.Study, PplGate]:
-        opts = self.options
-        storage = optuna_storage(self.url)
-        sampler = make_sampler(opts.sampler, space=self.space, mode=opts.mode, seed=opts.seed)
-        try:
-            if opts.gate is None:  # resuming only: a new study needs its gate
-                try:
-                    study = optuna.load_study(study_name=opts.study_name, storage=storage, sampler=sampler)
-                except KeyError:
-                    raise StudyError(
-                        f"study {opts.study_name!r} is new: give a PPL cap (ppl_cap or ppl_cap_rel)"
-                    ) from None
-                created = False
-            else:
-                study = optuna.create_study(
-                    study_name=opts.study_name,
-                    storage=storage,
-                    sampler=sampler,
-                    directions=DIRECTIONS[opts.mode],
-                )
-                created = True
-        except optuna.exceptions.DuplicatedStudyError:
-            study = optuna.load_study(study_name=opts.study_name, storage=storage, sampler=sampler)
-            created = False
-        if created:
-            with warnings.catch_warnings():  # experimental since Optuna 3.2, still there in 5
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names(["tps"] if opts.mode == "tps" else ["tps", "ppl"])
-            for key, value in self._settings(opts.gate).items():
-                study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
-            gate = opts.gate
-            self._enqueue(study, gate, first_time=True)
-            study.set_user_attr(ENQUEUED_ATTR, True)
-            logger.info("created study %s in %s", opts.study_name, redact(self.url))
-        else:
-            gate = self._check_resumed(study)
-            self._wait_for_creator(study)
-            self._recover(study)
-            self._enqueue(study, gate, first_time=False)
-        return study, gate
-
     def _recover(self, study: optuna.Study) -> None:
         recover_stale_trials(
             study,
@@ -228,60 +173,6 @@ class Sweep:
             stale_after_s=self.options.stale_after_s,
             kill_server=_stop_left_behind,
         )
-
-    def _check_resumed(self, study: optuna.Study) -> PplGate:
-        opts = self.options
-        stored = study_settings(study.user_attrs)
-        if stored.get("mode", opts.mode) != opts.mode:
-            raise StudyError(
-                f"study {opts.study_name!r} runs in mode {stored['mode']!r}, not {opts.mode!r}: "
-                f"use the same mode or another study name"
-            )
-        stored_gate = PplGate.from_study_attrs(study.user_attrs)
-        if stored_gate is None:
-            # created by a run that died before writing its settings
-            if opts.gate is None:
-                raise StudyError(f"study {opts.study_name!r} has no gate stored: give a PPL cap")
-            for key, value in self._settings(opts.gate).items():
-                study.set_user_attr(STUDY_ATTR_PREFIX + key, value)
-            study.set_user_attr(ENQUEUED_ATTR, True)
-            return opts.gate
-        if opts.gate is not None and opts.gate != stored_gate:
-            raise StudyError(
-                f"study {opts.study_name!r} was started with the gate {stored_gate.describe()}, "
-                f"not {opts.gate.describe()}: use the same cap or another study name"
-            )
-        logger.info("resuming study %s (%d trials so far)", opts.study_name, len(study.trials))
-        return stored_gate
-
-    def _wait_for_creator(self, study: optuna.Study, timeout_s: float = 60.0) -> None:
-        """A worker that joins a study just created waits until its first trials are queued."""
-        deadline = time.monotonic() + timeout_s
-        while not study.user_attrs.get(ENQUEUED_ATTR):
-            if time.monotonic() > deadline:
-                logger.warning("the study's creator never queued its first trials; going on")
-                return
-            time.sleep(0.5)
-
-    def _enqueue(self, study: optuna.Study, gate: PplGate, *, first_time: bool) -> None:
-        configs: list[tuple[str, dict[str, Any]]] = []
-        if self.options.enqueue_space_configs:
-            configs += self.space.enqueued_params()
-        configs += [
-            (f"enqueued-{i}", self.space.check_params(c, f"enqueue[{i}]")) for i, c in enumerate(self.options.enqueue)
-        ]
-        if gate.relative or self.options.enqueue_base:
-            baseline = self.space.base_values()
-            configs = [(BASELINE, baseline)] + [(n, p) for n, p in configs if n != BASELINE]
-        seen: dict[str, tuple[str, dict[str, Any]]] = {}
-        for name, params in configs:
-            key = repr(sorted(params.items()))
-            if key in seen:  # the same config under two names: one trial, both names
-                seen[key] = (f"{seen[key][0]}+{name}", params)
-            else:
-                seen[key] = (name, params)
-        for name, params in seen.values():
-            study.enqueue_trial(params, user_attrs={ROLE_ATTR: name}, skip_if_exists=not first_time)
 
     # -- the loop -----------------------------------------------------------------
 
@@ -434,7 +325,7 @@ class Sweep:
     def _install_signals(self) -> dict[int, Any]:
         if not self.options.handle_signals or threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[int, Any] = {}
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, self._on_signal)
         return previous

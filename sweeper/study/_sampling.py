@@ -17,9 +17,10 @@ from search_spaces import SearchSpace
 from storage import TPS_IMPUTED_ATTR
 from sweeper.errors import UserInputError
 from sweeper.study._gate import CONSTRAINT
-from sweeper.study._guided import GuidedPlan, Observation
+from sweeper.study._guided import GuidedPlan
 from sweeper.study._recovery import ROLE_ATTR
 from sweeper.study._standing import is_confirmation
+from sweeper.study._window_readings import Observation
 
 logger = logging.getLogger(__name__)
 
