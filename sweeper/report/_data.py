@@ -1,29 +1,24 @@
 """Everything a report shows, read once from the study database into plain frozen data.
 
-The plot modules (``_png``, ``_plotly``) and the file writers (``_files``,
-``_page``) draw from ``ReportData`` only, so what a report shows can be
-tested on the data and on the figures without a browser.
+The figure model (``_figures``), the table model (``_tables``) and the file writers
+(``_files``, ``_page``) draw from ``ReportData`` only, so what a report shows can be
+tested on the data and on the figures without a browser. Its trials and configurations
+are ``_points``'s; the parameters' importance is ``_importance``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage import (
-    TPS_IMPUTED_ATTR,
     TrialRecord,
     TrialStore,
     VerificationRecord,
-    VerificationStatus,
     is_answer,
     normalize_url,
-    optuna_storage,
     pareto_front,
     study_status,
 )
@@ -32,6 +27,17 @@ from sweeper.answer import Answer, study_answer, tps_text, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
 from sweeper.measure import TimeByPhase, time_by_phase
+from sweeper.report._importance import importance
+from sweeper.report._points import (
+    FAILED_TRIAL,
+    FEASIBLE,
+    INFEASIBLE,
+    RUNNING,
+    ConfigurationPoint,
+    EnvChange,
+    TrialPoint,
+    percent,
+)
 from sweeper.study import (
     Claim,
     ConfirmSettings,
@@ -44,130 +50,6 @@ from sweeper.study import (
 )
 
 logger = logging.getLogger(__name__)
-
-# below this many measured trials an importance estimate is noise, and is not shown
-MIN_IMPORTANCE_TRIALS = 5
-# a trial's category on the plots: FAILED_TRIAL is a trial that measured nothing (not a failed verification)
-FEASIBLE, INFEASIBLE, FAILED_TRIAL, RUNNING = "feasible", "infeasible", "failed", "running"
-CATEGORIES = (FEASIBLE, INFEASIBLE, FAILED_TRIAL, RUNNING)
-COLORS = {
-    FEASIBLE: "#2a9d8f",
-    INFEASIBLE: "#e76f51",
-    FAILED_TRIAL: "#8d99ae",
-    RUNNING: "#f4a261",
-    "verified": "#1d3557",
-    "verify-failed": "#9d0208",
-    "cap": "#d62828",
-    "winner": "#ffb703",
-    "front": "#264653",
-    "base": "#457b9d",
-}
-LABELS = {
-    FEASIBLE: "feasible (PPL under the cap)",
-    INFEASIBLE: "infeasible (PPL over the cap)",
-    FAILED_TRIAL: "failed (no measurement; drawn at TPS 0)",
-    RUNNING: "running",
-}
-IMPUTED = "TPS imputed, not measured"  # appended to a category's label for its imputed points
-
-
-def percent(ratio: float) -> str:
-    """A ratio as a signed change: 1.265 -> '+26.5 %'."""
-    return f"{(ratio - 1.0) * 100.0:+.1f} %"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TrialPoint:
-    """One trial as the plots draw it."""
-
-    number: int
-    state: str
-    category: str
-    role: str
-    tps: float | None
-    ppl: float | None
-    params: Mapping[str, Any]
-    verification: VerificationStatus | None
-    tps_imputed: bool = False
-    early_stopped: bool = False
-    error: str | None = None
-    seconds: float = 0.0
-
-    def hover(self) -> str:
-        lines = [f"trial #{self.number} ({self.role}): {self.category}"]
-        if self.tps is not None:
-            lines.append(f"TPS {self.tps:.2f}" + (f" ({IMPUTED})" if self.tps_imputed else ""))
-        if self.ppl is not None:
-            lines.append(f"PPL {self.ppl:.4f}" if math.isfinite(self.ppl) else "PPL inf")
-        lines += [f"{k} = {v}" for k, v in self.params.items()]
-        if self.verification:
-            lines.append(f"verification: {self.verification}")
-        if self.error:
-            lines.append(f"error: {self.error[:120]}")
-        return "<br>".join(lines)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ConfigurationPoint:
-    """One gate-passing configuration as the plots draw it: at its TPS estimate, with its interval.
-
-    ``tps``, ``low`` and ``high`` are ``Standing.tps_interval`` (the figure the
-    study's claim rests on), never one server's reading; ``readings`` holds
-    every server's (trial number, TPS), in trial order, for the faint dots.
-    """
-
-    first: int
-    numbers: tuple[int, ...]
-    ppl: float
-    params: Mapping[str, Any]
-    readings: tuple[tuple[int, float], ...]
-    tps: float
-    low: float
-    high: float
-    confidence: float
-    method: str
-    is_base: bool
-    is_answer: bool
-    # the trials whose readings the estimate is made of (the figures after selection when
-    # there are any); a reading not counted is the one that picked the configuration for a race
-    counted: tuple[int, ...] = ()
-
-    @property
-    def counted_readings(self) -> tuple[tuple[int, float], ...]:
-        return tuple((n, v) for n, v in self.readings if n in self.counted)
-
-    @property
-    def uncounted_readings(self) -> tuple[tuple[int, float], ...]:
-        return tuple((n, v) for n, v in self.readings if n not in self.counted)
-
-    @property
-    def level(self) -> str:
-        return f"{self.confidence * 100:.0f} %"
-
-    def interval_text(self) -> str:
-        return f"{self.level} interval {self.low:.1f}-{self.high:.1f}"
-
-    def tps_text(self) -> str:
-        return tps_text(self.tps)
-
-    def hover(self) -> str:
-        role = " = the answer" if self.is_answer else ""
-        role += " (the base manifest)" if self.is_base else ""
-        lines = [
-            f"configuration of trial #{self.first}{role}",
-            f"TPS {self.tps:.2f} ({self.interval_text()})",
-            f"{len(self.readings)} server(s): " + ", ".join(f"#{n} {v:.1f}" for n, v in self.readings),
-            f"PPL {self.ppl:.4f}",
-        ]
-        lines += [f"{k} = {v}" for k, v in self.params.items()]
-        return "<br>".join(lines)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class EnvChange:
-    key: str
-    base: str | None  # None: not set in the base manifest
-    answer: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -451,92 +333,6 @@ def _best_so_far(points: Sequence[TrialPoint]) -> tuple[tuple[int, float | None]
             best = point.tps if best is None else max(best, point.tps)
         series.append((point.number, best))
     return tuple(series)
-
-
-def confounded(configurations: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """The pairs of settings that changed together in every configuration: each takes more
-    than one value and each one's value fixes the other's, both ways. No importance can
-    tell such settings' effects apart: every configuration changed both or neither."""
-    distinct = list({json.dumps(dict(c), sort_keys=True, default=str): dict(c) for c in configurations}.values())
-    names = sorted({name for config in distinct for name in config})
-    varying = [n for n in names if len({repr(c.get(n)) for c in distinct}) > 1]
-    pairs = []
-    for index, a in enumerate(varying):
-        for b in varying[index + 1 :]:
-            both = {(repr(c.get(a)), repr(c.get(b))) for c in distinct}
-            if len(both) == len({x for x, _ in both}) == len({y for _, y in both}):
-                pairs.append((a, b))
-    return pairs
-
-
-def confounded_text(pairs: Sequence[tuple[str, str]], configurations: int) -> str:
-    """Why importance is not drawn for ``pairs`` (``confounded``) over ``configurations``."""
-    named = "; ".join(f"{a} and {b}" for a, b in pairs)
-    return (
-        f"not drawn: {named} changed together in all {configurations} configurations measured, "
-        "so none of them separates their effects"
-    )
-
-
-def importance(url: str, study_name: str) -> tuple[dict[str, dict[str, float]], str]:
-    """Importance of each parameter for reaching the best quarter of TPS, and of PPL.
-
-    Optuna's PED-ANOVA evaluator (no scikit-learn needed), on measured values
-    only: a trial whose TPS is a stand-in (stopped early or refused: the
-    slowest TPS seen, told to the sampler) or that has no figure is left out
-    of that target, so a stand-in cannot make a parameter look important.
-    Nothing is computed where two settings changed together in every
-    configuration measured (``confounded``): importance would split between
-    them what no configuration can tell apart; the note says which.
-    """
-    import optuna
-
-    storage = optuna_storage(url)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
-        result: dict[str, dict[str, float]] = {}
-        counted: dict[str, int] = {}
-        for target in ("tps", "ppl"):
-            usable = [t for t in complete if _measured(t, target)]
-            counted[target] = len(usable)
-            if len(usable) < MIN_IMPORTANCE_TRIALS:
-                continue
-            pairs = confounded([t.params for t in usable])
-            if pairs:
-                configurations = len({json.dumps(t.params, sort_keys=True, default=str) for t in usable})
-                return {}, confounded_text(pairs, configurations)
-            sign = -1.0 if target == "tps" else 1.0  # PED-ANOVA ranks low values as good
-            scratch = optuna.create_study(direction="minimize")  # in memory: the measured values only
-            scratch.add_trials(
-                optuna.trial.create_trial(
-                    params=t.params, distributions=t.distributions, value=sign * float(t.user_attrs[target])
-                )
-                for t in usable
-            )
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                values = optuna.importance.get_param_importances(
-                    scratch, evaluator=optuna.importance.PedAnovaImportanceEvaluator(target_quantile=0.25)
-                )
-            result[target] = {name: float(value) for name, value in values.items()}
-        if not result and max(counted.values(), default=0) < MIN_IMPORTANCE_TRIALS:
-            return {}, f"needs at least {MIN_IMPORTANCE_TRIALS} measured trials ({counted.get('tps', 0)} so far)"
-        note = "" if result else "no parameter varied across the measured trials"
-        return result, note
-    except (RuntimeError, ValueError, ZeroDivisionError) as exc:
-        logger.info("parameter importance not computed: %s", exc)
-        return {}, f"not computed ({exc})"
-    finally:
-        storage.remove_session()
-
-
-def _measured(trial: Any, target: str) -> bool:
-    """Does the Optuna trial carry a measured, finite figure for ``target`` (not a stand-in)?"""
-    value = trial.user_attrs.get(target)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return False
-    return not (target == "tps" and trial.user_attrs.get(TPS_IMPUTED_ATTR))
 
 
 def _base_env(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sweeper.report._data import FAILED_TRIAL, IMPUTED, LABELS
+from sweeper.report._points import FAILED_TRIAL, IMPUTED, LABELS
 
 CAP_TRACE = "PPL cap"
 WINNER_TRACE = "winner"
@@ -289,3 +289,43 @@ class FigureModels:
     history: HistoryModel
     slices: tuple[SliceModel, ...]
     importance: ImportanceModel
+
+
+# -- an ablation's forest plot -------------------------------------------------------------------
+
+ZERO_LINE = "#333"  # the forest plot's line of no effect
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """One switch's TPS effect in percent, with its interval (a switch without one: at 0)."""
+
+    row: str  # the switch's row
+    value: float
+    low: float
+    high: float
+    hover: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class VerdictGroup:
+    """The switches of one verdict: those with a TPS effect, and those without (drawn at 0 %)."""
+
+    name: str
+    unmeasured_name: str
+    color: str
+    measured: tuple[Effect, ...]
+    unmeasured: tuple[Effect, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ForestModel:
+    """An ablation's forest plot: a row per switch, its effect and interval coloured by verdict."""
+
+    rows: tuple[str, ...]  # top to bottom
+    groups: tuple[VerdictGroup, ...]
+    x_range: tuple[float, float]
+    title: str
+    legend_order: tuple[str, ...]
+    x_title: str = "TPS effect (%): the subject value's TPS over the reference value's"

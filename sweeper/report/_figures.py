@@ -9,15 +9,7 @@ import math
 
 from storage import VerificationStatus
 from sweeper.answer import tps_text
-from sweeper.report._data import (
-    CATEGORIES,
-    COLORS,
-    FEASIBLE,
-    INFEASIBLE,
-    LABELS,
-    ConfigurationPoint,
-    ReportData,
-)
+from sweeper.report._data import ReportData
 from sweeper.report._figure_model import (
     ANSWER,
     ANSWER_READINGS_TRACE,
@@ -64,6 +56,7 @@ from sweeper.report._geometry import (
     tps_bottom,
     tps_top,
 )
+from sweeper.report._points import CATEGORIES, COLORS, FEASIBLE, INFEASIBLE, LABELS, ConfigurationPoint
 
 
 def figure_models(data: ReportData) -> FigureModels:

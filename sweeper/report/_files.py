@@ -113,14 +113,14 @@ def _cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def summary_markdown(data: ReportData) -> str:
-    """The winner, how its manifest differs from the base, verification, time by phase."""
-    lines = [f"# Study `{data.study_name}`", ""]
+def _head_lines(data: ReportData) -> list[str]:
+    """The title, where the study is, its mode and cap, its trials, and the notes a reader must see."""
     counts = data.counts
-    cap = f"{data.cap:.4f}" if data.cap is not None else "not set yet"
-    lines += [
+    lines = [
+        f"# Study `{data.study_name}`",
+        "",
         f"- storage: `{data.storage}`",
-        f"- mode: {data.mode}; PPL cap: {cap}",
+        f"- mode: {data.mode}; PPL cap: {_cap_text(data)}",
         f"- trials: {len(data.points)} ({data.searched} searched, {data.race_servers} race servers; "
         f"{counts.get('feasible', 0)} feasible, "
         f"{counts.get('infeasible', 0)} infeasible, {counts.get('FAIL', 0)} failed)",
@@ -128,40 +128,50 @@ def summary_markdown(data: ReportData) -> str:
     ]
     for message in data.messages():
         lines += [f"> **Note:** {message}", ""]
-    lines += ["## Winner", ""]
+    return lines
+
+
+def _cap_text(data: ReportData) -> str:
+    return f"{data.cap:.4f}" if data.cap is not None else "not set yet"
+
+
+def _winner_lines(data: ReportData) -> list[str]:
+    """The winner: its figures, its claim, its parameters, and how its manifest differs from the base."""
+    lines = ["## Winner", ""]
     record = data.answer.record
     if record is None:
-        lines += ["No trial passed the PPL cap: there is no winner.", ""]
-    else:
-        lines += [
-            f"Trial **#{record.number}** ({record.role}): **{data.answer.status.upper()}**",
-            "",
-            f"- TPS {data.answer_tps_text()}, PPL {record.ppl:.4f} (cap {cap})",
-        ]
-        claim, noise, ppl = data.claim_line(), data.noise_line(), data.winner_ppl()
-        lines += [f"- {ppl.text()}"] if ppl is not None else []
-        lines += [f"- claim: {claim}"] if claim else []
-        lines += [f"- noise: {noise}"] if noise else []
-        lines += [f"- `{name}` = `{value}`" for name, value in record.params.items()]
-        lines += ["", "### How its manifest differs from the base", ""]
-        if data.env_changes:
-            base = f" `{data.base_name}`" if data.base_name else ""
-            lines += markdown_table(
-                ["env", f"base{base}", "winner"],
-                [
-                    [f"`{c.key}`", f"`{c.base}`" if c.base is not None else data.unset_label, f"`{c.answer}`"]
-                    for c in data.env_changes
-                ],
-            )
-        else:
-            lines.append("No difference: the base manifest's own values won.")
-        lines.append("")
-    lines += ["## Verification on held-out data", ""]
-    lines += table_markdown(verification_table(data))
-    lines += ["", "## Pareto front (gate-passing configurations)", ""]
-    if data.configurations:
+        return lines + ["No trial passed the PPL cap: there is no winner.", ""]
+    lines += [
+        f"Trial **#{record.number}** ({record.role}): **{data.answer.status.upper()}**",
+        "",
+        f"- TPS {data.answer_tps_text()}, PPL {record.ppl:.4f} (cap {_cap_text(data)})",
+    ]
+    claim, noise, ppl = data.claim_line(), data.noise_line(), data.winner_ppl()
+    lines += [f"- {ppl.text()}"] if ppl is not None else []
+    lines += [f"- claim: {claim}"] if claim else []
+    lines += [f"- noise: {noise}"] if noise else []
+    lines += [f"- `{name}` = `{value}`" for name, value in record.params.items()]
+    lines += ["", "### How its manifest differs from the base", ""]
+    if data.env_changes:
+        base = f" `{data.base_name}`" if data.base_name else ""
         lines += markdown_table(
-            ["trial", "TPS", "interval", "servers", "PPL", *data.param_names],
+            ["env", f"base{base}", "winner"],
+            [
+                [f"`{c.key}`", f"`{c.base}`" if c.base is not None else data.unset_label, f"`{c.answer}`"]
+                for c in data.env_changes
+            ],
+        )
+    else:
+        lines.append("No difference: the base manifest's own values won.")
+    return lines + [""]
+
+
+def _front_lines(data: ReportData) -> list[str]:
+    """The Pareto front: the configurations at their estimates, else (no standing) each trial's reading."""
+    params = data.param_names
+    if data.configurations:
+        return markdown_table(
+            ["trial", "TPS", "interval", "servers", "PPL", *params],
             [
                 [
                     f"#{c.first}" + (" (answer)" if c.is_answer else "") + (" (base)" if c.is_base else ""),
@@ -169,44 +179,54 @@ def summary_markdown(data: ReportData) -> str:
                     f"{c.level} {c.low:.1f}-{c.high:.1f}",
                     f"{len(c.counted)}" + (" after selection" if len(c.counted) < len(c.readings) else ""),
                     _num(c.ppl, ".4f"),
-                    *(_cell(c.params.get(n)) for n in data.param_names),
+                    *(_cell(c.params.get(n)) for n in params),
                 ]
                 for c in data.configuration_front()
             ],
         )
-    elif data.pareto:  # no standing: each trial's own reading
-        lines += markdown_table(
-            ["trial", "TPS", "PPL", *data.param_names],
+    if data.pareto:
+        return markdown_table(
+            ["trial", "TPS", "PPL", *params],
             [
                 [
                     f"#{p.number}",
                     tps_text(p.tps) if p.tps is not None else "",
                     _num(p.ppl, ".4f"),
-                    *(_cell(p.params.get(n)) for n in data.param_names),
+                    *(_cell(p.params.get(n)) for n in params),
                 ]
                 for p in (data.point(n) for n in data.pareto)
             ],
         )
-    else:
-        lines.append("Empty: no feasible trial.")
-    lines += ["", "## Where the time went", ""]
-    if data.time.phases:
-        lines += [phase_headline(data.time) + ".", ""]
-        lines += markdown_table(
-            ["phase", "time", "share", "per server"],
-            phase_rows(data.time) + [["**total**", duration_text(data.time.total_s), "100%", ""]],
-        )
-    else:
-        lines.append("No phase timings were recorded.")
-    lines += ["", "## Parameter importance", ""]
-    if data.importance:
-        lines += ["On measured values only: a TPS imputed for a trial stopped early or refused is left out.", ""]
-        targets = list(data.importance)
-        lines += markdown_table(
-            ["parameter", *(f"for {t.upper()}" for t in targets)],
-            [[n, *(f"{data.importance[t].get(n, 0.0):.3f}" for t in targets)] for n in data.param_names],
-        )
-    else:
-        lines.append(f"Not available: {data.importance_note}.")
-    lines.append("")
-    return "\n".join(lines)
+    return ["Empty: no feasible trial."]
+
+
+def _time_lines(data: ReportData) -> list[str]:
+    if not data.time.phases:
+        return ["No phase timings were recorded."]
+    return [phase_headline(data.time) + ".", ""] + markdown_table(
+        ["phase", "time", "share", "per server"],
+        phase_rows(data.time) + [["**total**", duration_text(data.time.total_s), "100%", ""]],
+    )
+
+
+def _importance_lines(data: ReportData) -> list[str]:
+    if not data.importance:
+        return [f"Not available: {data.importance_note}."]
+    targets = list(data.importance)
+    return [
+        "On measured values only: a TPS imputed for a trial stopped early or refused is left out.",
+        "",
+    ] + markdown_table(
+        ["parameter", *(f"for {t.upper()}" for t in targets)],
+        [[n, *(f"{data.importance[t].get(n, 0.0):.3f}" for t in targets)] for n in data.param_names],
+    )
+
+
+def summary_markdown(data: ReportData) -> str:
+    """The winner, how its manifest differs from the base, verification, time by phase."""
+    lines = _head_lines(data) + _winner_lines(data)
+    lines += ["## Verification on held-out data", ""] + table_markdown(verification_table(data))
+    lines += ["", "## Pareto front (gate-passing configurations)", ""] + _front_lines(data)
+    lines += ["", "## Where the time went", ""] + _time_lines(data)
+    lines += ["", "## Parameter importance", ""] + _importance_lines(data)
+    return "\n".join(lines + [""])

@@ -13,7 +13,8 @@ import dataclasses
 import math
 from typing import TypeGuard
 
-from sweeper.report._data import FAILED_TRIAL, FEASIBLE, ConfigurationPoint, ReportData, TrialPoint
+from sweeper.report._data import ReportData
+from sweeper.report._points import FAILED_TRIAL, FEASIBLE, ConfigurationPoint, TrialPoint
 
 
 def _finite(value: float | None) -> TypeGuard[float]:

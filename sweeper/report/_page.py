@@ -18,6 +18,7 @@ from sweeper.answer import tps_text
 from sweeper.measure import phase_headline, phase_rows
 from sweeper.report._data import ReportData
 from sweeper.report._html import escape, figure_div, html_page, html_table
+from sweeper.report._points import FEASIBLE
 from sweeper.report._tables import table_html, verification_table
 from sweeper.study import probability_text
 
@@ -36,7 +37,7 @@ def _cards(data: ReportData) -> str:
     cards = [
         ("trials", str(len(data.points))),
         ("searched / race servers", f"{data.searched} / {data.race_servers}"),
-        ("feasible", str(sum(1 for p in data.points if p.category == "feasible"))),
+        ("feasible", str(sum(1 for p in data.points if p.category == FEASIBLE))),
         ("PPL cap", _num(data.cap, ".4f")),
     ]
     if record is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sweeper.report._data import COLORS, FEASIBLE, LABELS, ReportData
+from sweeper.report._data import ReportData
 from sweeper.report._figure_model import (
     ANSWER,
     BASE_LINE_TRACE,
@@ -32,7 +32,10 @@ from sweeper.report._figure_model import (
     SIDE_BY_SIDE_TRACE,
     WINNER_TRACE,
     XY,
+    ZERO_LINE,
+    Effect,
     FigureModels,
+    ForestModel,
     HistoryModel,
     ImportanceModel,
     Label,
@@ -44,6 +47,7 @@ from sweeper.report._figure_model import (
 )
 from sweeper.report._figures import figure_models, history_model, importance_model, pareto_model, slice_model
 from sweeper.report._placement import Box, choose_label_spot
+from sweeper.report._points import COLORS, FEASIBLE, LABELS
 
 BASE_FILL = "rgba(69, 123, 157, 0.15)"
 WINNER_FILL = "rgba(255, 183, 3, 0.25)"
@@ -518,3 +522,54 @@ def write_html(fig: go.Figure, path: Path) -> Path:
     fig.write_html(tmp, include_plotlyjs=True, full_html=True, config=PLOT_CONFIG)
     os.replace(tmp, path)
     return path
+
+
+# -- an ablation's forest plot ------------------------------------------------------------------
+
+
+def draw_forest(model: ForestModel) -> go.Figure:
+    """A point and an interval per switch, coloured by verdict, a line at 0 %."""
+    fig = go.Figure()
+    for group in model.groups:
+        measured, unmeasured = group.measured, group.unmeasured
+        if measured:
+            error_x = {
+                "type": "data",
+                "symmetric": False,
+                "array": [e.high - e.value for e in measured],
+                "arrayminus": [e.value - e.low for e in measured],
+                "color": group.color,
+                "thickness": 2,
+                "width": 6,
+            }
+            marker = {"color": group.color, "size": 11, "line": {"width": 1, "color": "#333"}}
+            fig.add_trace(_effects(measured, group.name, marker, error_x=error_x))
+        if unmeasured:
+            marker = {"color": group.color, "size": 12, "symbol": "x"}
+            fig.add_trace(_effects(unmeasured, group.unmeasured_name, marker))
+    fig.add_vline(x=0.0, line={"color": ZERO_LINE, "dash": "dash", "width": 1.5})
+    fig.update_xaxes(range=list(model.x_range), ticksuffix=" %", zeroline=False)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(model.rows), autorange="reversed")
+    fig.update_layout(
+        title=_br(model.title),
+        xaxis_title=model.x_title,
+        template="plotly_white",
+        legend={"orientation": "h", "y": -0.25},
+        height=260 + 44 * len(model.rows),
+        margin={"l": 40},
+    )
+    return fig
+
+
+def _effects(effects: Sequence[Effect], name: str, marker: dict[str, Any], **more: Any) -> go.Scatter:
+    return go.Scatter(
+        x=[e.value for e in effects],
+        y=[e.row for e in effects],
+        mode="markers",
+        name=name,
+        marker=marker,
+        text=[e.hover for e in effects],
+        hoverinfo="text",
+        customdata=[e.key for e in effects],
+        **more,
+    )

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sweeper.report._data import COLORS, FAILED_TRIAL, FEASIBLE, LABELS, ReportData
+from sweeper.report._data import ReportData
 from sweeper.report._figure_model import (
     ANSWER,
     BASE,
@@ -35,7 +35,9 @@ from sweeper.report._figure_model import (
     SIDE_BY_SIDE_TRACE,
     WINNER_TRACE,
     XY,
+    ZERO_LINE,
     FigureModels,
+    ForestModel,
     HistoryModel,
     ImportanceModel,
     Label,
@@ -45,6 +47,7 @@ from sweeper.report._figure_model import (
 )
 from sweeper.report._figures import history_model, importance_model, pareto_model, slice_model
 from sweeper.report._placement import Box, choose_label_spot
+from sweeper.report._points import COLORS, FAILED_TRIAL, FEASIBLE, LABELS
 
 logger = logging.getLogger(__name__)
 
@@ -425,3 +428,46 @@ def write_pngs(models: FigureModels, out_dir: Path) -> dict[str, Path]:
         stem = f"slice-{_slug(model.name)}"
         written[stem] = save_png(draw_slice(model), out_dir / f"{stem}.png")
     return written
+
+
+# -- an ablation's forest plot ------------------------------------------------------------------
+
+
+def draw_forest(model: ForestModel) -> Figure:
+    """A point and an interval per switch, coloured by verdict, a line at 0 %; the first switch on top."""
+    rows = {row: index for index, row in enumerate(model.rows)}
+    height = 2.8 + 0.5 * len(model.rows)
+    fig = new_figure(9.0, height)
+    ax = fig.add_subplot()
+    for group in model.groups:
+        measured, unmeasured = group.measured, group.unmeasured
+        if measured:
+            ax.errorbar(
+                [e.value for e in measured],
+                [rows[e.row] for e in measured],
+                xerr=[[e.value - e.low for e in measured], [e.high - e.value for e in measured]],
+                fmt="o",
+                markersize=8,
+                color=group.color,
+                markeredgecolor="#333",
+                markeredgewidth=0.6,
+                elinewidth=2,
+                capsize=4,
+                label=group.name,
+                zorder=3,
+            )
+        if unmeasured:
+            ys = [rows[e.row] for e in unmeasured]
+            style = {"marker": "x", "s": 70, "color": group.color, "linewidths": 2}
+            ax.scatter([0.0] * len(unmeasured), ys, label=group.unmeasured_name, zorder=3, **style)
+    ax.axvline(0.0, color=ZERO_LINE, linestyle="--", linewidth=1.2, zorder=1)
+    ax.set_yticks(list(rows.values()), list(rows))
+    ax.set_ylim(len(model.rows) - 0.5, -0.5)  # the first switch on top, as in the tables
+    ax.set_xlim(*model.x_range)
+    ax.xaxis.set_major_formatter(lambda value, _: f"{value:+g} %" if value else "0 %")
+    ax.set_xlabel(model.x_title)
+    ax.set_title(model.title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    # under the tick labels and the axis title, which take about 0.6 inch whatever the axes' height
+    legend_below(ax, order=model.legend_order, below=-0.6 / (0.6 * height))
+    return fig

@@ -34,7 +34,7 @@ from storage._queries import StudyNotFoundError
 from sweeper.ablation import AblationMode, SwitchVerdict, analyse, find_switches, plan_from_record
 from sweeper.cli import app, main
 from sweeper.errors import StudyError, UserInputError
-from sweeper.report import _ablation, build_ablation_report
+from sweeper.report import _ablation_plot, build_ablation_report
 
 MODE = AblationMode.LEAVE_ONE_OUT
 # leave-one-out: the two flags the manifest sets to 1 are judged by arms that run them at 0 (effect =
@@ -222,7 +222,7 @@ def test_servers_csv_is_the_stored_servers_in_the_order_they_ran(stored, written
 
 def test_the_forest_plot_draws_each_effect_in_percent_coloured_by_verdict(stored, written) -> None:
     data = written.data
-    fig = _ablation.effects_figure(data)
+    fig = _ablation_plot.effects_figure(data)
     by_name = {t.name: t for t in fig.data}
     assert set(by_name) == {
         "helps",
@@ -245,7 +245,7 @@ def test_the_forest_plot_draws_each_effect_in_percent_coloured_by_verdict(stored
         assert trace.x[0] == pytest.approx((ratio - 1) * 100)
         assert trace.error_x.array[0] == pytest.approx((high - ratio) * 100)
         assert trace.error_x.arrayminus[0] == pytest.approx((ratio - low) * 100)
-        assert trace.marker.color == _ablation.VERDICT_COLORS[verdict]
+        assert trace.marker.color == _ablation_plot.VERDICT_COLORS[verdict]
     assert by_name["fails to start (no TPS pair, drawn at 0 %)"].x == (0.0,)
     (line,) = fig.layout.shapes
     assert (line.x0, line.x1) == (0.0, 0.0)  # the line of no effect
@@ -265,7 +265,7 @@ def test_the_page_and_the_summary_show_each_switch_its_verdict_and_what_the_inte
     )
     assert basis in page and basis in summary
     for report in result.reports:
-        color = _ablation.VERDICT_COLORS[report.verdict]
+        color = _ablation_plot.VERDICT_COLORS[report.verdict]
         assert (
             f"<td><code>{report.switch.label}</code></td><td>{report.switch.reference_text}</td>"
             f'<td><span style="color: {color}; font-weight: 700">{report.verdict.value}</span></td>'
