@@ -68,7 +68,8 @@ def _effect(report: SwitchReport) -> Effect:
 def forest_model(data: AblationReportData) -> ForestModel:
     """The forest plot: a point and an interval per switch, coloured by verdict, a line at 0 %."""
     reports = data.result.reports
-    groups, measured = [], []
+    groups: list[VerdictGroup] = []
+    measured: list[Effect] = []
     for verdict in SwitchVerdict:
         chosen = [r for r in reports if r.verdict is verdict]
         with_effect = tuple(_effect(r) for r in chosen if r.tps_effect is not None)

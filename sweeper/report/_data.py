@@ -107,9 +107,9 @@ class ReportData:
         """The claimed speedup over the base at the study-wise level: '+26.5 % (95 % +2.1 to +56.9)'
         (None: no claim over the base)."""
         now = self.answer.standing
-        speedup = now.speedup if now is not None and self.answer.is_the_claim else None
-        if speedup is None:
+        if now is None or not self.answer.is_the_claim or now.speedup is None:
             return None
+        speedup = now.speedup
         level = now.basis.study_confidence if now.basis is not None else speedup.confidence
         return (
             f"{percent(speedup.value)} ({level * 100:.0f} % {percent(speedup.low).removesuffix(' %')} "

@@ -75,8 +75,11 @@ class TrialMark(Point):
     """A trial drawn on its own on the Pareto plot (no configuration's estimate stands for it)."""
 
     imputed: bool  # its TPS is a stand-in: drawn hollow
-    off_axis: bool  # drawn at the PPL axis' edge, ``note`` (its PPL) written beside it
-    note: str | None
+    note: str | None  # drawn at the PPL axis' edge, this (its PPL) written beside it; None: at its PPL
+
+    @property
+    def off_axis(self) -> bool:
+        return self.note is not None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,9 +88,8 @@ def _trial_groups(data: ReportData) -> tuple[TrialGroup, ...]:
         marks = []
         for p in points:
             x, y = plot_xy(p, data)
-            off = clipped(p, data)
-            note = f"{ppl_text(p.ppl)} \u2192" if off else None
-            marks.append(TrialMark(x, y, p.number, p.hover(), imputed=p.tps_imputed, off_axis=off, note=note))
+            note = f"{ppl_text(p.ppl)} \u2192" if clipped(p, data) else None
+            marks.append(TrialMark(x, y, p.number, p.hover(), imputed=p.tps_imputed, note=note))
         name = LEFTOVER_FEASIBLE if category == FEASIBLE and configs else LABELS[category]
         groups.append(TrialGroup(category=category, name=name, color=COLORS[category], points=tuple(marks)))
     return tuple(groups)

@@ -207,8 +207,8 @@ def pareto_obstacles(data: ReportData) -> list[tuple[float, float]]:
     if axis is not None:  # the answer's star and the base's square: wider than a point, and never to hide
         bottom, top = tps_bottom(data), tps_top(data)
         rx, ry = 0.015 * (axis.high - axis.low), 0.04 * (top - bottom)
-        for config in (data.answer_configuration, base):
-            if config is not None:
-                x, y = xs[config.first], config.tps
+        for marked in (data.answer_configuration, base):
+            if marked is not None:
+                x, y = xs[marked.first], marked.tps
                 found += [(x + i * rx / 2, y + j * ry / 2) for i in range(-2, 3) for j in range(-2, 3)] * 3
     return found

@@ -102,11 +102,12 @@ def _winner_section(data: ReportData) -> str:
         if data.env_changes
         else "<p>No difference: the base manifest's own values won.</p>"
     )
+    ppl = data.winner_ppl()
     return (
         f"<section><h2>Winner: trial #{record.number} "
         f'<span class="{escape(data.answer.status)}">{escape(data.answer.status.upper())}</span></h2>'
         f"<p>{escape(_answer_sentence(data))}</p>"
-        + (f"<p>{escape(data.winner_ppl().text())}</p>" if data.winner_ppl() is not None else "")
+        + (f"<p>{escape(ppl.text())}</p>" if ppl is not None else "")
         + (f"<p>Noise: {escape(data.noise_line())}</p>" if data.noise_line() else "")
         + f"<ul>{params}</ul>"
         f"<h3>How its manifest differs from the base</h3>{changes}</section>"

@@ -155,7 +155,7 @@ def _trials(fig: go.Figure, model: ParetoModel) -> None:
             )
         )
         for p in points:
-            if p.off_axis:
+            if p.note is not None:
                 fig.add_annotation(x=p.x, y=p.y, text=p.note, showarrow=False, xanchor="right", xshift=-8)
 
 

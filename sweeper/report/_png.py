@@ -86,6 +86,11 @@ def legend_below(ax: Axes, order: Sequence[str] = (), *, below: float = -0.13) -
     )
 
 
+def _fill(color: str, *, hollow: bool, **filled: Any) -> dict[str, Any]:
+    """A mark's colours: a hollow one (an imputed TPS) only its edge, a filled one ``color`` and ``filled``."""
+    return {"facecolors": "none", "edgecolors": color} if hollow else {"color": color, **filled}
+
+
 # -- the Pareto plot ----------------------------------------------------------------------------
 
 
@@ -122,9 +127,9 @@ def _trials(ax: Axes, model: ParetoModel) -> None:
     """The trials drawn on their own: off the axis at its edge, its PPL written beside it."""
     for group in model.trials:
         for p in group.points:
-            if p.off_axis:
+            if p.note is not None:
                 xy = (p.x, p.y)
-                style = {"ha": "right", "va": "center", "fontsize": 8, "color": group.color}
+                style: dict[str, Any] = {"ha": "right", "va": "center", "fontsize": 8, "color": group.color}
                 ax.annotate(p.note, xy, xytext=(-9, 0), textcoords="offset points", **style)
         for imputed in (False, True):
             for off in (False, True):
@@ -140,11 +145,7 @@ def _trials(ax: Axes, model: ParetoModel) -> None:
                     label=group.part_name(imputed, off),
                     linewidths=0.9 if imputed else 0.6,
                     zorder=3,
-                    **(
-                        {"facecolors": "none", "edgecolors": group.color}
-                        if imputed
-                        else {"color": group.color, "edgecolors": "#333" if marker != "x" else None}
-                    ),
+                    **_fill(group.color, hollow=imputed, edgecolors="#333" if marker != "x" else None),
                 )
 
 
@@ -173,12 +174,22 @@ def _lines(ax: Axes, model: ParetoModel) -> None:
         ax.axhline(y, color=COLORS["base"], linestyle="--", linewidth=1.2, label=BASE_LINE_TRACE, zorder=1)
     base = model.base
     if base is not None:
-        style = {"facecolors": "none", "edgecolors": COLORS["base"], "linewidths": 2.2}
-        ax.scatter([base.x], [base.y], s=220, marker="s", label=BASE_TRACE, zorder=4, **style)
+        ax.scatter(
+            [base.x],
+            [base.y],
+            s=220,
+            marker="s",
+            facecolors="none",
+            edgecolors=COLORS["base"],
+            linewidths=2.2,
+            label=BASE_TRACE,
+            zorder=4,
+        )
     claim = model.claim
     if claim is not None:  # the claim itself: answer / base, at the study-wise level
-        style = {"linewidth": 11, "color": COLORS["winner"], "alpha": 0.35}
-        ax.vlines(claim.x0, claim.y0, claim.y1, label=CLAIM_TRACE, zorder=2, **style)
+        ax.vlines(
+            claim.x0, claim.y0, claim.y1, linewidth=11, color=COLORS["winner"], alpha=0.35, label=CLAIM_TRACE, zorder=2
+        )
 
 
 def _style(label: Label) -> dict[str, Any]:
@@ -254,8 +265,16 @@ def draw_pareto(model: ParetoModel) -> Figure:
     _lines(ax, model)
     winner = model.winner
     if winner is not None:
-        style = {"color": COLORS["winner"], "edgecolors": "#333"}
-        ax.scatter([winner.x], [winner.y], s=300, marker="*", zorder=5, label=WINNER_TRACE, **style)
+        ax.scatter(
+            [winner.x],
+            [winner.y],
+            s=300,
+            marker="*",
+            color=COLORS["winner"],
+            edgecolors="#333",
+            zorder=5,
+            label=WINNER_TRACE,
+        )
     if model.x_range is not None:
         ax.set_xlim(*model.x_range)
     ax.set_xlabel(model.x_title)
@@ -279,11 +298,7 @@ def _readings(ax: Axes, groups: Sequence[PointGroup], alpha: float) -> None:
             s=35,
             label=group.name,
             zorder=3,
-            **(
-                {"facecolors": "none", "edgecolors": group.color}
-                if group.imputed
-                else {"color": group.color, "alpha": alpha}
-            ),
+            **_fill(group.color, hollow=group.imputed, alpha=alpha),
         )
 
 
@@ -352,12 +367,20 @@ def draw_slice(model: SliceModel) -> Figure:
             s=35,
             label=group.name,
             zorder=4 if group.imputed else 3,
-            **({"facecolors": "none", "edgecolors": group.color} if group.imputed else {"color": group.color}),
+            **_fill(group.color, hollow=group.imputed),
         )
     answer = model.answer
     if answer is not None:
-        style = {"color": COLORS["winner"], "edgecolors": "#333"}
-        ax.scatter([answer.value], [answer.tps], s=220, marker="*", zorder=5, label=answer.label, **style)
+        ax.scatter(
+            [answer.value],
+            [answer.tps],
+            s=220,
+            marker="*",
+            color=COLORS["winner"],
+            edgecolors="#333",
+            zorder=5,
+            label=answer.label,
+        )
     if model.ticks is not None:
         ax.set_xticks(list(model.ticks))
     ax.set_xlabel(model.name)
@@ -458,8 +481,16 @@ def draw_forest(model: ForestModel) -> Figure:
             )
         if unmeasured:
             ys = [rows[e.row] for e in unmeasured]
-            style = {"marker": "x", "s": 70, "color": group.color, "linewidths": 2}
-            ax.scatter([0.0] * len(unmeasured), ys, label=group.unmeasured_name, zorder=3, **style)
+            ax.scatter(
+                [0.0] * len(unmeasured),
+                ys,
+                marker="x",
+                s=70,
+                color=group.color,
+                linewidths=2,
+                label=group.unmeasured_name,
+                zorder=3,
+            )
     ax.axvline(0.0, color=ZERO_LINE, linestyle="--", linewidth=1.2, zorder=1)
     ax.set_yticks(list(rows.values()), list(rows))
     ax.set_ylim(len(model.rows) - 0.5, -0.5)  # the first switch on top, as in the tables
