@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import math
 import os
 from pathlib import Path
@@ -15,8 +14,6 @@ from sweeper.answer import tps_text
 from sweeper.measure import duration_text, phase_headline, phase_rows
 from sweeper.report._data import ReportData
 from sweeper.report._tables import markdown_table, table_markdown, verification_table
-
-logger = logging.getLogger(__name__)
 
 
 def write_text(path: Path, text: str) -> Path:

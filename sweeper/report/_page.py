@@ -7,7 +7,6 @@ with the ablation's page.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,8 +20,6 @@ from sweeper.report._html import escape, figure_div, html_page, html_table
 from sweeper.report._points import FEASIBLE
 from sweeper.report._tables import table_html, verification_table
 from sweeper.study import probability_text
-
-logger = logging.getLogger(__name__)
 
 
 def _num(value: float | None, spec: str) -> str:

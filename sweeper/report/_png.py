@@ -8,7 +8,6 @@ plot's labels on the laid-out figure, where the text and the marks are measured.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 from sweeper.report._data import ReportData
 from sweeper.report._figure_model import (
@@ -48,8 +48,6 @@ from sweeper.report._figure_model import (
 from sweeper.report._figures import history_model, importance_model, pareto_model, slice_model
 from sweeper.report._placement import Box, choose_label_spot
 from sweeper.report._points import COLORS, FAILED_TRIAL, FEASIBLE, LABELS
-
-logger = logging.getLogger(__name__)
 
 DPI = 110
 BOX = {"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
@@ -198,7 +196,7 @@ def _style(label: Label) -> dict[str, Any]:
     return style | ({"color": label.color} if label.color is not None else {})
 
 
-def _extents(box: Any) -> Box:
+def _extents(box: Bbox) -> Box:
     x0, y0, x1, y1 = (float(v) for v in box.extents)
     return x0, y0, x1, y1
 
