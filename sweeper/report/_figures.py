@@ -60,6 +60,7 @@ from sweeper.report._points import CATEGORIES, COLORS, FEASIBLE, INFEASIBLE, LAB
 
 
 def figure_models(data: ReportData) -> FigureModels:
+    """Every figure of the report, described once for both renderers."""
     return FigureModels(
         pareto=pareto_model(data),
         history=history_model(data),
