@@ -6,7 +6,9 @@ import datetime
 import math
 import random
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,9 @@ from sweeper.sweep._plan import CONFIRM_ROUNDS
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
 
-def record(number: int, params: dict, tps: float, *, role: str = "sampled", ppl: float = 1.1) -> TrialRecord:
+def record(
+    number: int, params: Mapping[str, Any], tps: float | None, *, role: str = "sampled", ppl: float = 1.1
+) -> TrialRecord:
     return TrialRecord(
         study_name="s",
         number=number,
@@ -72,6 +76,7 @@ FIRM = ConfirmSettings(rounds=2, noise=0.10, prior_df=50.0)
 def test_a_contender_measured_faster_within_the_noise_is_raced_against_incumbent_and_base() -> None:
     records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 108.0)]
     now = standing(records, RACING)
+    assert now.incumbent is not None
     assert now.incumbent.first == 0  # not yet confirmed: the base stays the answer
     assert now.race is not None and now.race.round == 1
     assert [c.first for c in now.race.lineup()] == [1, 0]  # the incumbent is the base: measured once
@@ -91,6 +96,7 @@ def test_a_contender_far_below_is_screened_and_one_far_above_is_confirmed_on_its
     ]
     first = standing(records, RACING)
     assert [d.outcome for d in first.decisions] == ["screened", "racing"]
+    assert first.incumbent is not None
     assert first.incumbent.first == 0  # a single figure, however fast, is not yet a claim
     records += [record(3, {"c": 2}, 250.0, role=tagged(2, 1)), record(4, BASE, 100.0, role=tagged(2, 1))]
     one_round = standing(records, RACING)
@@ -98,6 +104,7 @@ def test_a_contender_far_below_is_screened_and_one_far_above_is_confirmed_on_its
     records += [record(5, {"c": 2}, 250.0, role=tagged(2, 2)), record(6, BASE, 100.0, role=tagged(2, 2))]
     now = standing(records, RACING)
     assert [d.outcome for d in now.decisions] == ["screened", "faster"]
+    assert now.incumbent is not None
     assert now.incumbent.first == 2 and now.race is None
     # written out: every figure of a configuration agrees, so the spread of all servers is
     # the prior's alone, 0.10 as 2 df over 2 + 2 + 0 repeat df; the interleaved rounds show
@@ -110,6 +117,7 @@ def test_a_contender_far_below_is_screened_and_one_far_above_is_confirmed_on_its
     assert now.spread.df == pytest.approx(6.0)
     # the claim: the two rounds' pairs only (trial 2's own figure selected it), at 95 % for one race
     half = t.ppf(0.975, 6.0) * blocked * math.sqrt(2.0 / 2)
+    assert now.basis is not None and now.speedup is not None
     assert now.basis.answer_trials == (3, 5) and now.basis.base_trials == (4, 6)
     assert now.basis.excluded == (2,) and now.basis.races == 1
     assert now.speedup.value == pytest.approx(2.5)
@@ -131,6 +139,7 @@ def test_the_claim_rests_on_figures_after_selection_not_on_the_lucky_first_one()
         record(7, BASE, 100.0, role=tagged(1, 3)),
     ]
     now = standing(records, FIRM)
+    assert now.incumbent is not None and now.speedup is not None
     assert now.incumbent.first == 1 and now.claim == "faster"
     expected = math.exp(statistics.fmean(math.log(a / b) for a, b in ((121, 99), (119, 101), (120, 100))))
     assert now.speedup.value == pytest.approx(expected)  # about +20 %, not the +33 % of all figures
@@ -147,6 +156,7 @@ def test_a_contender_that_reads_no_faster_once_re_measured_is_not_raced_further(
     ]
     now = standing(records, RACING)
     assert now.decisions[-1].outcome == "behind" and now.decisions[-1].pairs == 1
+    assert now.incumbent is not None
     assert now.incumbent.first == 0 and now.race is None and now.claim == "base"
 
 
@@ -173,6 +183,7 @@ def test_a_claim_still_unclear_gets_claim_rounds_beside_the_base_until_it_is_cle
     ]
     after = standing(records, FIRM)
     assert after.decisions[-1].outcome == "behind"
+    assert after.basis is not None
     assert after.basis.races == 2 and after.basis.confidence == pytest.approx(0.975)
     assert after.basis.answer_trials == (2, 4, 8) and after.basis.base_trials == (3, 5, 9)
 
@@ -183,6 +194,7 @@ def test_untagged_rounds_of_older_studies_are_grouped_by_order() -> None:
     records += [record(4, {"c": 1}, 129.0, role=CONFIRM_ROLE), record(5, BASE, 99.0, role=CONFIRM_ROLE)]
     now = standing(records, FIRM)
     assert now.decisions[-1].rounds == 2 and now.decisions[-1].outcome == "faster"
+    assert now.basis is not None
     assert now.basis.answer_trials == (2, 4)
 
 
@@ -200,8 +212,10 @@ def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer
         record(6, near, 141.0),  # then a contender that reads as fast
     ]
     settled = standing(records[:6], FIRM)
+    assert settled.incumbent is not None
     assert settled.incumbent.first == 1 and settled.decisions[-1].outcome == "faster"
     now = standing(records, FIRM)
+    assert now.incumbent is not None and now.race is not None
     assert now.incumbent.first == 1 and now.race.contender.first == 6
     # contender, incumbent and the base, in every round
     assert [c.first for c in now.race.lineup()] == [6, 1, 0]
@@ -214,6 +228,7 @@ def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer
         ]
     now = standing(records, FIRM)
     assert now.decisions[-1].outcome == "tie-won" and now.decisions[-1].rounds == 2
+    assert now.incumbent is not None and now.basis is not None
     assert now.incumbent.first == 6 and now.race is None
     # the claim of the new incumbent: its own rounds beside the base's figures of those rounds
     assert now.basis.answer_trials == (7, 10) and now.basis.base_trials == (9, 12)
@@ -228,6 +243,7 @@ def test_a_race_that_stays_unclear_is_a_tie_and_goes_to_the_configuration_closer
 def test_a_best_that_the_base_matches_is_stated_as_not_distinguishable() -> None:
     records = [record(0, BASE, 100.0, role="baseline"), record(1, {"c": 1}, 112.0)]
     plain = standing(records, ConfirmSettings(rounds=0))
+    assert plain.incumbent is not None
     assert plain.incumbent.first == 1 and plain.decisions[-1].outcome == "unconfirmed"
     assert plain.claim == "indistinct"
     assert plain.describe().startswith("not distinguishable from the base manifest: +12.0 %")
@@ -307,6 +323,7 @@ def noisy_study(tmp_path: Path, seed: int, rounds: int) -> tuple[float, int]:
     )
     now = standing(result.status.trials, ConfirmSettings(rounds=rounds, noise=NOISE))
     assert now.confirmed  # every race was run to its end, past n_trials
+    assert now.incumbent is not None
     return TRUE_TPS[now.incumbent.params["c"]], len(result.status.trials)
 
 

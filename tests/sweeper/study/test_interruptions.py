@@ -70,7 +70,8 @@ def test_sigkilled_worker_resumes_without_losing_a_trial(tmp_path: Path) -> None
     store = TrialStore(f"sqlite:///{tmp_path / 'study.db'}")
     before = {r.number: r for r in store.records("toy")}
     assert [before[n].state for n in (0, 1, 2)] == ["complete", "complete", "running"]
-    assert before[2].server_token.startswith("token-2-")
+    token_2 = before[2].server_token
+    assert token_2 is not None and token_2.startswith("token-2-")
 
     # the same command again, in this process (same host, the old pid is dead)
     result = sweeper.run_study(
@@ -140,9 +141,10 @@ def test_sigkilled_worker_s_server_dies_with_it_and_resume_stops_what_escaped(
     assert not process_gone(escaped_pid), "the escaped child should still be there"
     url = f"sqlite:///{tmp_path / 'study.db'}"
     token = TrialStore(url).record("toy", 1).server_token
+    assert token is not None
     assert escaped_pid in processes.pids_with_env(TOKEN_VARIABLE, token)
 
-    left_at_first_trial = []
+    left_at_first_trial: list[list[int]] = []
 
     def evaluate(params, context):
         if not left_at_first_trial:
@@ -244,7 +246,8 @@ def test_consecutive_failures_stop_with_a_pointer(tmp_path: Path) -> None:
     assert "sweeper status --study toy --storage sqlite:///" in message and "--trial 3" in message
     records = TrialStore(str(tmp_path / "s.db")).records("toy")
     assert [r.state for r in records] == ["complete", "failed", "failed", "failed"]
-    assert records[3].log_tail.endswith("CUDA out of memory")
+    log_tail = records[3].log_tail
+    assert log_tail is not None and log_tail.endswith("CUDA out of memory")
 
 
 def test_failures_between_successes_do_not_stop_the_sweep(tmp_path: Path) -> None:

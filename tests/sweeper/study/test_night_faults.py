@@ -15,6 +15,7 @@ import math
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -69,7 +70,7 @@ def evaluator(tmp_path: Path, manifest: Manifest, demo_manifest: Manifest, **kw)
 
 
 def run(tmp_path: Path, evaluate, **kw):
-    fields = dict(
+    fields: dict[str, Any] = dict(
         study_name="night",
         storage=f"sqlite:///{tmp_path / 'study.db'}",
         n_trials=1,
@@ -88,6 +89,7 @@ def optuna_trials(tmp_path: Path):
 
 def test_trial_limit_is_derived_from_the_sizes(tmp_path: Path, demo_manifest: Manifest):
     evaluate = evaluator(tmp_path, fake_manifest(tmp_path, "ok"), demo_manifest)
+    assert evaluate.data.ppl_records is not None
     records = list(evaluate.data.ppl_records)[:4]
     expected = (
         2 * (30 + 90)  # start and teardown, twice (a start may be retried)
@@ -136,7 +138,7 @@ def test_a_transient_start_failure_is_retried_once(tmp_path: Path, demo_manifest
     result = run(tmp_path, evaluate)
     record = TrialStore(f"sqlite:///{tmp_path / 'study.db'}").record("night", 0)
     assert result.status.counts["COMPLETE"] == 1 and len(waited) == 1
-    assert record.state == "complete" and record.tps > 0
+    assert record.state == "complete" and record.tps is not None and record.tps > 0
     assert record.extras["start_attempts"] == 2
     assert record.extras["first_start_failure"].startswith("oom-start: server 'fake-trial-0'")
     folder = tmp_path / "runs" / "trial-0000"

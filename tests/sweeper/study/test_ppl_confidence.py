@@ -17,7 +17,7 @@ from scipy import stats
 
 import sweeper
 from storage import TrialStore
-from sweeper.study import GuidedPlan, Measurement, Observation, PplGate, StudyOptions
+from sweeper.study import GuidedPlan, Measurement, Observation, PplGate, StudyOptions, TrialEvent
 from sweeper.study._gate import (
     BOUND_KEY,
     PASS_PROBABILITY_KEY,
@@ -69,6 +69,7 @@ def test_the_confidence_gate_passes_only_configurations_with_margin(tmp_path: Pa
     for record in records.values():
         if record.state != "complete":
             continue
+        assert record.ppl is not None
         bound = record.extras[BOUND_KEY]
         assert bound == pytest.approx(record.ppl * math.exp(z * sd))
         assert record.feasible == (bound <= toy.CAP)
@@ -97,6 +98,7 @@ def test_the_relative_cap_adds_the_baselines_uncertainty() -> None:
     z = stats.t.ppf(0.9, 64 - 1)
     assert alone.bound == pytest.approx(2.40 * math.exp(z * 0.01 * math.sqrt(2)))
     assert both.bound == pytest.approx(2.40 * math.exp(z * 0.01 * 2.0))
+    assert both.pass_probability is not None and alone.pass_probability is not None
     assert both.pass_probability < alone.pass_probability
     with pytest.raises(GateError, match="ppl_confidence"):
         PplGate(cap=2.42, confidence=1.0)
@@ -151,7 +153,12 @@ def test_the_plan_is_not_trapped_at_a_window_within_noise_of_the_cap(
             return Measurement(tps=tps, ppl=ppl(params["w"]) + ppl_noise * rng.standard_normal())
 
         name = f"trap-{seed}-{enqueue}-{ppl_noise}"
-        seen = []
+        seen: list[int] = []
+
+        def note(event: TrialEvent, seen: list[int] = seen) -> None:
+            if event.kind == "finished":
+                seen.append(event.params["w"])
+
         sweeper.run_study(
             toy.SPACE,
             evaluate,
@@ -164,7 +171,7 @@ def test_the_plan_is_not_trapped_at_a_window_within_noise_of_the_cap(
                 seed=seed,
                 handle_signals=False,
                 enqueue=[{"w": 5, "k": 4}] if enqueue else (),
-                progress=lambda e, seen=seen: seen.append(e.params["w"]) if e.kind == "finished" else None,
+                progress=note,
             ),
         )
         over = [w for w in seen if ppl(w) > toy.CAP]

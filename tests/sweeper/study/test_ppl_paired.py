@@ -49,14 +49,17 @@ def test_paired_stderr_is_the_standard_error_of_the_mean_difference() -> None:
     rng = random.Random(1)
     base = [2.0 + rng.gauss(0, SHARED_SD) for _ in range(RECORDS)]
     other = [b + 0.03 + rng.gauss(0, OWN_SD) for b in base]
-    stderr, records = paired_stderr(record_rows(_rows(other)), record_rows(_rows(base)))
+    paired = paired_stderr(record_rows(_rows(other)), record_rows(_rows(base)))
+    assert paired is not None
+    stderr, records = paired
     differences = [o - b for o, b in zip(other, base)]  # equal tokens: the plain mean's SE
     assert records == RECORDS
     assert stderr == pytest.approx(statistics.stdev(differences) / math.sqrt(RECORDS))
     # a trial judged against itself: nothing varies
     assert paired_stderr(record_rows(_rows(base)), record_rows(_rows(base))) == (0.0, RECORDS)
     # only records both scored count; other token counts or under 2 common: no figure
-    assert paired_stderr(record_rows(_rows(other)[:5]), record_rows(_rows(base)))[1] == 5
+    few = paired_stderr(record_rows(_rows(other)[:5]), record_rows(_rows(base)))
+    assert few is not None and few[1] == 5
     changed = _rows(other)
     changed[0]["tokens"] = TOKENS + 1
     assert paired_stderr(record_rows(changed), record_rows(_rows(base))) is None
@@ -119,11 +122,13 @@ def test_a_relative_confidence_gate_on_shared_records_passes_what_has_margin(tmp
         own = {row["id"]: row["nll"] / TOKENS for row in record.requests if row.get("kind") == "ppl"}
         differences = [own[k] - base_nll[k] for k in sorted(own)]
         sd = statistics.stdev(differences) / math.sqrt(RECORDS) * math.sqrt(2)
+        assert record.ppl is not None
         assert record.extras[BOUND_KEY] == pytest.approx(record.ppl * math.exp(z * sd), rel=1e-9)
         assert record.feasible == (record.params["w"] >= 9), record.params
     assert baseline.extras[BOUND_KEY] == pytest.approx(baseline.ppl)
     # what the quadrature would have made of the baseline against itself: over the cap
     own_se = statistics.stdev(base_nll.values()) / math.sqrt(RECORDS)
+    assert baseline.ppl is not None
     quadrature_bound = baseline.ppl * math.exp(z * own_se * math.sqrt(2) * math.sqrt(2))
     assert quadrature_bound > CAP_REL * baseline.ppl
 
@@ -158,6 +163,7 @@ def test_the_paired_interval_decides_within_noise_and_its_records_are_stored() -
     itself = gate.judge_ppl(2.30, cap, stderr_log_ppl=0.03, records=RECORDS, reference=base, paired=(0.0, RECORDS))
     assert itself.extras()[PAIRED_RECORDS_KEY] == RECORDS
     shown = ppl_statement(2.30, itself.extras(), cap, settings)
+    assert shown is not None and shown.low is not None and shown.high is not None
     assert shown.low < cap < shown.high  # 2.30 x exp(+-t 0.03): the records' own noise
     assert not shown.within_noise and shown.pass_probability == 1.0
     # a trial near the cap, paired on 20 of the records: its figures rest on those 20
@@ -166,16 +172,20 @@ def test_the_paired_interval_decides_within_noise_and_its_records_are_stored() -
     half = stats.t.ppf(0.975, 20 - 1) * 0.004
     assert 2.40 * math.exp(-half) < cap < 2.40 * math.exp(half)
     stored = ppl_statement(2.40, near.extras(), cap, settings)
+    assert stored is not None
     assert stored.within_noise
     assert (stored.noise_low, stored.noise_high) == pytest.approx((2.40 * math.exp(-half), 2.40 * math.exp(half)))
     # recomputed (another re-run size) the same way the gate computed it: t on 19 df
     again = ppl_statement(2.40, near.extras(), cap, settings, new_records=10)
     sd = 0.004 * math.sqrt(1 + 20 / 10)
+    assert again is not None
     assert again.pass_probability == pytest.approx(stats.t.cdf(math.log(cap / 2.40) / sd, 19), rel=1e-9)
     # a trial judged before the records were stored: the trial's own records stand in
     older = {k: v for k, v in near.extras().items() if k != PAIRED_RECORDS_KEY}
     sd_old = 0.004 * math.sqrt(1 + RECORDS / 10)
-    assert ppl_statement(2.40, older, cap, settings, new_records=10).pass_probability == pytest.approx(
+    judged_before = ppl_statement(2.40, older, cap, settings, new_records=10)
+    assert judged_before is not None
+    assert judged_before.pass_probability == pytest.approx(
         stats.t.cdf(math.log(cap / 2.40) / sd_old, RECORDS - 1), rel=1e-9
     )
 

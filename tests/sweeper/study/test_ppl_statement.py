@@ -30,6 +30,7 @@ def test_a_repeat_with_its_standard_error_gets_the_interval_and_the_chance_on_th
     extras = {"ppl_stderr_records": 0.02, "ppl_records": 16}
     statement = ppl_statement(2.40, extras, 2.42)
     low, high, chance = expected(2.40, 0.02, 16, 2.42, 16)
+    assert statement is not None
     assert (statement.low, statement.high) == pytest.approx((low, high), rel=1e-12)
     assert statement.pass_probability == pytest.approx(chance, rel=1e-12)
     assert statement.rerun_records == 16 and statement.within_noise
@@ -39,6 +40,7 @@ def test_a_repeat_with_its_standard_error_gets_the_interval_and_the_chance_on_th
     )
     # the study's gate says how many records its re-run has
     on_64 = ppl_statement(2.40, extras, 2.42, {"ppl_cap": 2.42, "ppl_rerun_records": 64})
+    assert on_64 is not None
     assert on_64.pass_probability == pytest.approx(expected(2.40, 0.02, 16, 2.42, 64)[2], rel=1e-12)
     assert on_64.rerun_records == 64
 
@@ -58,6 +60,7 @@ def test_a_trial_shows_the_gates_own_figure_and_a_relative_cap_adds_the_baseline
     stored = ppl_statement(2.05, verdict.extras(), 2.10, settings)
     computed = ppl_statement(2.05, {"ppl_stderr_records": 0.02, "ppl_records": 32}, 2.10, settings)
     chance = expected(2.05, 0.02, 32, 2.10, 8, reference=(0.015, 32))[2]
+    assert stored is not None and computed is not None
     assert stored.pass_probability == pytest.approx(chance, rel=1e-12)
     assert computed.pass_probability == pytest.approx(chance, rel=1e-12)
     assert stored.text().endswith(
@@ -68,16 +71,17 @@ def test_a_trial_shows_the_gates_own_figure_and_a_relative_cap_adds_the_baseline
 
 def test_without_per_record_scores_there_is_no_interval_and_no_promise() -> None:
     statement = ppl_statement(2.1, {}, 2.42)
+    assert statement is not None
     assert not statement.known and not statement.within_noise and statement.pass_probability is None
     assert statement.text() == "PPL 2.1000 (no interval: no per-record scores)"
-    assert ppl_statement(math.inf, {"ppl_stderr_records": 0.1, "ppl_records": 8}, 2.42).text() == (
-        "PPL inf (no interval: a non-finite logprob)"
-    )
+    infinite = ppl_statement(math.inf, {"ppl_stderr_records": 0.1, "ppl_records": 8}, 2.42)
+    assert infinite is not None and infinite.text() == "PPL inf (no interval: a non-finite logprob)"
     assert ppl_statement(None, {}, 2.42) is None
 
 
 def test_a_cap_outside_the_interval_is_not_within_noise_and_certainty_is_not_printed_as_1() -> None:
     far = ppl_statement(2.0, {"ppl_stderr_records": 0.01, "ppl_records": 64}, 2.42)
+    assert far is not None
     assert not far.within_noise
     assert "with probability above 0.99" in far.text()
     assert [probability_text(p) for p in (0.9951, 0.5, 0.004)] == ["above 0.99", "0.50", "below 0.01"]

@@ -128,6 +128,7 @@ def test_a_missing_ppl_without_reuse_fails_the_trial(tmp_path: Path) -> None:
         run(tmp_path, evaluate, n_trials=5)
     records = TrialStore(str(tmp_path / "study.db")).records("toy")
     assert {r.error_kind for r in records} == {"measurement"}
+    assert records[0].error_message is not None
     assert "no PPL, and none could be reused" in records[0].error_message
 
 
@@ -252,4 +253,5 @@ def test_an_evaluator_must_return_a_measurement(tmp_path: Path) -> None:
         run(tmp_path, evaluate, n_trials=5)
     records = TrialStore(str(tmp_path / "study.db")).records("toy")
     assert {r.error_kind for r in records} == {"measurement"}
+    assert records[0].error_message is not None
     assert "the evaluator returned dict, not a Measurement" in records[0].error_message

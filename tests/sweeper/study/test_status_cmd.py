@@ -211,11 +211,11 @@ def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_rec
         "ppl_confidence": 0.9,
     }
     table = _trial_table("trials", (record,), settings)
-    assert table.caption.endswith("under the cap, judged against the baseline on the same records")
+    assert str(table.caption).endswith("under the cap, judged against the baseline on the same records")
     quadrature = dataclasses.replace(
         record, extras=gate.judge_ppl(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base).extras()
     )
-    assert _trial_table("trials", (quadrature,), settings).caption.endswith(
+    assert str(_trial_table("trials", (quadrature,), settings).caption).endswith(
         "under the cap, the baseline's record noise included"
     )
 
