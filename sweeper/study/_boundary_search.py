@@ -129,7 +129,9 @@ class BoundarySearch:
         if any((lo if lo is not None else fast_end) < self._oriented(q) < hi for q in pending_q):
             return None  # another worker is probing this bracket
         root = _root_estimate(gates, hi, lo)
-        if root is None:
+        if root is None and lo is not None:
+            root = (lo + hi) / 2  # no line to draw (an infinite PPL at the bracket's end): bisect it
+        elif root is None:
             # one feasible value and nothing below it: the middle of what is left
             root = (fast_end + hi) / 2 if hi - fast_end > 2 * tolerance else fast_end
         bottom = lo if lo is not None else fast_end - step
@@ -169,6 +171,8 @@ def _root_estimate(gates: Mapping[float, float], hi: float, lo: float | None) ->
     target = math.log(-floor)
 
     def root(u1: float, u2: float) -> float | None:
+        if not (math.isfinite(gates[u1]) and math.isfinite(gates[u2])):
+            return None  # a line through an infinite PPL says nothing of where the cap is crossed
         t1, t2 = math.log(gates[u1] - floor), math.log(gates[u2] - floor)
         return None if t1 == t2 else u1 + (u2 - u1) * (target - t1) / (t2 - t1)
 

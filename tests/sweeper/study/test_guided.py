@@ -426,3 +426,19 @@ def test_with_nothing_left_to_beat_the_incumbent_a_frozen_knob_moves_again() -> 
         (62, 8, 40),
         (62, 8, 30),
     ]
+
+
+def test_an_infinite_ppl_at_the_bracket_s_end_bisects_the_bracket() -> None:
+    """A window that read an infinite PPL (a server whose PPL came back NaN or inf) ends the
+    bracket from below, and no line runs through it (before, the secant through it was NaN
+    and the plan raised). With only the bracket's two ends read, the root is put at the
+    middle (feasible 320, infinite 256: 288) and the probe, as every probe, half a
+    resolution (8) past it on the feasible side: 292. With a second feasible window, the
+    secant through the two finite readings puts the root near the true boundary (300),
+    and the probe at 304."""
+    ppl = curve(boundary=300.0, power=1.0)
+    base = {"top_k": 32, "tokens": 4, "dead": 32}
+    infinite = Observation(number=2, params={"window": 256, **base}, tps=400.0, gate=math.inf)
+    bracket = [observe(1, {"window": 320, **base}, ppl), infinite]
+    assert GuidedPlan(SPACE).next_window(bracket) == 292
+    assert GuidedPlan(SPACE).next_window([observe(0, {"window": 512, **base}, ppl), *bracket]) == 304
