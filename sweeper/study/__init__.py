@@ -25,7 +25,7 @@ from sweeper.study._from_manifest import (
 )
 from sweeper.study._gate import (
     CONSTRAINT,
-    DEFAULT_CONFIDENCE,
+    PPL_GATE_CONFIDENCE,
     GateVerdict,
     PplGate,
     measured_uncertainty,
@@ -76,11 +76,11 @@ from sweeper.study._window_readings import Observation
 __all__ = [
     "CONFIRM_ROLE",
     "CONSTRAINT",
-    "DEFAULT_CONFIDENCE",
     "DEFAULT_SAMPLER",
     "FUTILITY_RATIO",
     "MEASURING_FIELDS",
     "MODES",
+    "PPL_GATE_CONFIDENCE",
     "PPL_INTERVAL_LEVEL",
     "ROUNDS_DF_ENOUGH",
     "SAMPLERS",

@@ -47,7 +47,7 @@ REFERENCE_TRIAL_ATTR = f"{STUDY_ATTR_PREFIX}reference_trial"
 REFERENCE_STDERR_ATTR = f"{STUDY_ATTR_PREFIX}reference_stderr_log_ppl"
 REFERENCE_RECORDS_ATTR = f"{STUDY_ATTR_PREFIX}reference_ppl_records"
 # the confidence ``sweeper run`` gates at (docs/measurement.md, "PPL on records not seen")
-DEFAULT_CONFIDENCE = 0.9
+PPL_GATE_CONFIDENCE = 0.9
 # what a judged trial stores in its extras
 STDERR_KEY = "ppl_stderr_records"
 RECORDS_KEY = "ppl_records"

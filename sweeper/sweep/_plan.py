@@ -29,8 +29,8 @@ from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit
 from sweeper.study import (
-    DEFAULT_CONFIDENCE,
     MODES,
+    PPL_GATE_CONFIDENCE,
     SAMPLERS,
     ConfirmSettings,
     ConfirmSettingsError,
@@ -234,9 +234,9 @@ class RunPlan:
 
     @property
     def default_confidence(self) -> float:
-        """A new study's level when none is given: ``DEFAULT_CONFIDENCE``, under an absolute
+        """A new study's level when none is given: ``PPL_GATE_CONFIDENCE``, under an absolute
         cap and a relative one alike (docs/study.md, "The gate")."""
-        return DEFAULT_CONFIDENCE
+        return PPL_GATE_CONFIDENCE
 
     def screen_sizes(self) -> tuple[int, int] | None:
         """``--screen PROMPTSxTOKENS`` as numbers (None: no screen)."""
