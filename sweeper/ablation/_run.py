@@ -51,13 +51,11 @@ from sweeper.ablation._switches import AblationArms, AblationMode, Switch
 from sweeper.ablation._verdict import SlotFigure, SwitchReport, TpsEffects, export_value, report_switches, tps_effects
 from sweeper.errors import ERROR_ROOTS, USER_INPUT_ERRORS, ServerStartError, UserInputError
 from sweeper.manifest import Manifest
-from sweeper.measure import EvalResult, EvalSettings, evaluate
+from sweeper.measure import EvalSettings, Measure, evaluate
 from sweeper.serving import classify
 from sweeper.study import record_rows
 
 logger = logging.getLogger(__name__)
-
-Measure = Callable[[Manifest, EvalSettings], EvalResult]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -42,7 +42,6 @@ from sweeper.answer._rerun import (
     RerunResult,
     RerunSettings,
     RerunSettingsError,
-    paired_ratio_interval,
     rerun_against_base,
 )
 from sweeper.answer._study_data import ServerCount, configuration_data, study_data
@@ -85,7 +84,6 @@ __all__ = [
     "heldout_sources",
     "heldout_speedup",
     "judge_candidate",
-    "paired_ratio_interval",
     "ranked_answers",
     "rerun_against_base",
     "speedup_text",

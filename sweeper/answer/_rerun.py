@@ -24,7 +24,7 @@ from evaluators import Interval, TpsSettings, WarmupSettings, intervals
 from evaluators.intervals import DEFAULT_CONFIDENCE
 from sweeper.errors import MeasurementError, UserInputError
 from sweeper.manifest import Manifest
-from sweeper.measure import EvalResult, EvalSettings, evaluate, load_eval_data
+from sweeper.measure import EvalResult, EvalSettings, Measure, evaluate, load_eval_data
 
 logger = logging.getLogger(__name__)
 
@@ -98,16 +98,12 @@ class RerunResult:
         }
 
 
-def paired_ratio_interval(
-    pairs: list[tuple[float, float]], *, confidence: float = DEFAULT_CONFIDENCE
-) -> Interval | None:
-    """A paired t-interval of a / b from (a, b) pairs, on their own spread (None under 2 pairs)."""
+def _speedup_interval(pairs: list[tuple[float, float]], *, confidence: float) -> Interval | None:
+    """The paired t-interval of answer / base from (answer, base) pairs, on their own spread;
+    None under 2 pairs, where ``intervals.paired_ratio_interval`` has no spread to use."""
     if len(pairs) < 2:
         return None
     return intervals.paired_ratio_interval(pairs, confidence=confidence)
-
-
-Measure = Callable[[Manifest, EvalSettings], EvalResult]
 
 
 def rerun_against_base(
@@ -150,7 +146,7 @@ def rerun_against_base(
             figures[who] = float(result.tps.tps)
             logger.info("pair %d: %s %.2f tok/s", index, who, figures[who])
         pairs.append(RerunPair(index=index, order=order, answer_tps=figures[ANSWER], base_tps=figures[BASE]))
-    interval = paired_ratio_interval([(p.answer_tps, p.base_tps) for p in pairs], confidence=settings.confidence)
+    interval = _speedup_interval([(p.answer_tps, p.base_tps) for p in pairs], confidence=settings.confidence)
     return RerunResult(pairs=tuple(pairs), speedup=interval)
 
 

@@ -372,6 +372,11 @@ def evaluate(
     )
 
 
+# what ``evaluate`` does, as a seam: a manifest and its settings in, its figures out (one fresh
+# server a call); the ablation and the re-run take one, so that tests can stand in for the servers
+Measure = Callable[[Manifest, EvalSettings], EvalResult]
+
+
 def _start_and_wait(server: ServerProcess) -> Callable[[], float]:
     def start() -> float:
         server.start()

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from evaluators import TpsSettings
-from sweeper.answer import RerunSettings, RerunSettingsError, paired_ratio_interval, rerun_against_base
+from sweeper.answer import RerunSettings, RerunSettingsError, rerun_against_base
 from sweeper.demo import demo_paths
 from sweeper.errors import MeasurementError
 from sweeper.manifest import Manifest
@@ -55,7 +55,12 @@ def test_pairs_alternate_and_the_ratio_is_the_paired_geometric_mean() -> None:
 
 
 def test_one_pair_has_no_interval_and_bad_settings_name_the_field() -> None:
-    assert paired_ratio_interval([(120.0, 100.0)]) is None
+    answer = Manifest.load(demo_paths().manifest)
+    base = Manifest.load(demo_paths().gpu_manifest)
+    result = rerun_against_base(
+        answer, base, RerunSettings(pairs=1), measure=lambda m, _s: _Result(120.0 if m is answer else 100.0)
+    )
+    assert result.speedup is None and "(one pair: no interval" in result.describe()
     with pytest.raises(RerunSettingsError, match="pairs"):
         RerunSettings(pairs=0)
 
