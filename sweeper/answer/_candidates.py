@@ -22,7 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from evaluators.intervals import (
     DEFAULT_CONFIDENCE,
-    PRIOR_SPREAD,
     Interval,
     Spread,
     pooled_spread,
@@ -39,13 +38,11 @@ from storage import (
     redact,
 )
 from sweeper import invocation
-from sweeper.study import Configuration, ConfirmSettings, Standing, standing
+from sweeper.study import DEFAULT_NOISE, Configuration, ConfirmSettings, Standing, standing
 from sweeper.words import Word
 
-# the between-server spread (SD of log TPS, ``--noise``) assumed before the repeats show their
-# own where no study gives one, and the weight it has in the pool (degrees of freedom), as a
-# study's (``ConfirmSettings``); the confidence of the speedup interval
-DEFAULT_NOISE = PRIOR_SPREAD
+# the weight the assumed between-server spread (``DEFAULT_NOISE`` where no study gives one) has in
+# the pool (degrees of freedom), as a study's (``ConfirmSettings``); the confidence of the speedup interval
 NOISE_PRIOR_DF = 2.0
 SPEEDUP_CONFIDENCE = DEFAULT_CONFIDENCE
 

@@ -46,7 +46,7 @@ from sweeper.study._race_decision import (
     race_confidence,
 )
 from sweeper.study._race_replay import ROUNDS_DF_ENOUGH, standing
-from sweeper.study._race_settings import ConfirmSettings, ConfirmSettingsError
+from sweeper.study._race_settings import DEFAULT_NOISE, ConfirmSettings, ConfirmSettingsError
 from sweeper.study._recipe import (
     MEASURING_FIELDS,
     DataDefaults,
@@ -76,6 +76,7 @@ from sweeper.study._window_readings import Observation
 __all__ = [
     "CONFIRM_ROLE",
     "CONSTRAINT",
+    "DEFAULT_NOISE",
     "DEFAULT_SAMPLER",
     "FUTILITY_RATIO",
     "MEASURING_FIELDS",

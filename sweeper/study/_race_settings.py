@@ -15,6 +15,11 @@ from typing import Any
 from evaluators import DEFAULT_CONFIDENCE, PRIOR_SPREAD
 from sweeper.errors import UserInputError
 
+# the between-server spread (SD of log TPS, ``--noise``) assumed until repeats measure it, by a
+# study and by a verification alike: the same configuration moved 10-20 % between fresh servers
+# on 2 shared CPU cores (docs/measurement.md)
+DEFAULT_NOISE = PRIOR_SPREAD
+
 
 class ConfirmSettingsError(UserInputError):
     """A confirmation setting is not valid; ``field``: the setting's name (``rounds``, ``noise``, ...)."""
@@ -40,7 +45,7 @@ class ConfirmSettings:
     """
 
     rounds: int = 0
-    noise: float = PRIOR_SPREAD
+    noise: float = DEFAULT_NOISE
     prior_df: float = 2.0
     confidence: float = DEFAULT_CONFIDENCE
     screen: float = 1.0

@@ -22,13 +22,13 @@ import logging
 import math
 
 from evaluators import TpsSettings
-from evaluators.intervals import PRIOR_SPREAD
 from search_spaces import SearchSpace
 from storage import check_url
 from sweeper.errors import UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import DataSplit
 from sweeper.study import (
+    DEFAULT_NOISE,
     MODES,
     PPL_GATE_CONFIDENCE,
     SAMPLERS,
@@ -52,9 +52,6 @@ DEMO_TRIALS = 4
 # challenge's preset enqueues the best entry known
 DEMO_ENQUEUE = ("sliding_window=32,centroid_top_k=8,num_speculative_tokens=3",)
 DEFAULT_TRIALS = 8  # a run's on its own manifest when neither --n-trials nor --timeout is given
-# the between-server spread (SD of log TPS) assumed until a study's repeats measure it: the
-# same configuration moved 10-20 % between fresh servers on 2 shared CPU cores (docs/measurement.md)
-DEFAULT_NOISE = PRIOR_SPREAD
 # on the H200, the GPU demo's configuration read 0.132 (SD of log TPS) across 3 fresh servers
 # at demo sizes and 0.095 at the challenge's 128 x 512 (docs/gpu.md, 2026-12-01)
 GPU_DEMO_NOISE = 0.13
