@@ -29,23 +29,18 @@ from pathlib import Path
 from sweeper.report._ablation_data import AblationReportData, read_ablation
 from sweeper.report._ablation_files import ablation_html, ablation_markdown, servers_csv, switches_csv
 from sweeper.report._ablation_plot import forest_model
-from sweeper.report._files import write_text
+from sweeper.report._files import WrittenReport, write_text
 
 logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class AblationReportFiles:
+class AblationReportFiles(WrittenReport):
     """What ``build_ablation_report`` wrote, and what a reader must know (``messages``)."""
 
-    out_dir: Path
-    files: dict[str, Path]
-    data: AblationReportData
-    messages: tuple[str, ...]
+    PAGE = "ablation.html"
 
-    @property
-    def page(self) -> Path:
-        return self.files["ablation.html"]
+    data: AblationReportData
 
     def to_dict(self) -> dict[str, object]:
         closing = self.data.closing

@@ -24,7 +24,8 @@ VERDICT_COLORS = {
 UNMEASURED = "no TPS pair, drawn at 0 %"  # appended to the verdict's name for a switch without an effect
 
 
-def percent(ratio: float) -> float:
+def percent_change(ratio: float) -> float:
+    """A ratio as its change in percent, a number for the plot's axis: ``1.182`` is ``18.2``."""
     return (ratio - 1.0) * 100.0
 
 
@@ -61,7 +62,7 @@ def _effect(report: SwitchReport) -> Effect:
     effect, row, key = report.tps_effect, row_label(report), report.switch.key
     if effect is None:
         return Effect(row=row, value=0.0, low=0.0, high=0.0, hover=_hover(report), key=key)
-    value, low, high = percent(effect.value), percent(effect.low), percent(effect.high)
+    value, low, high = percent_change(effect.value), percent_change(effect.low), percent_change(effect.high)
     return Effect(row=row, value=value, low=low, high=high, hover=_hover(report), key=key)
 
 

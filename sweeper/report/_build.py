@@ -10,23 +10,18 @@ from pathlib import Path
 from sweeper.manifest import Manifest
 from sweeper.report._data import ReportData, assemble_report_data
 from sweeper.report._figures import figure_models
-from sweeper.report._files import summary_markdown, trials_csv, write_text
+from sweeper.report._files import WrittenReport, summary_markdown, trials_csv, write_text
 
 logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ReportFiles:
+class ReportFiles(WrittenReport):
     """What ``build_report`` wrote, and what a reader must know (``messages``)."""
 
-    out_dir: Path
-    files: dict[str, Path]
-    data: ReportData
-    messages: tuple[str, ...]
+    PAGE = "report.html"
 
-    @property
-    def page(self) -> Path:
-        return self.files["report.html"]
+    data: ReportData
 
     def to_dict(self) -> dict[str, object]:
         record = self.data.answer.record

@@ -44,13 +44,13 @@ from sweeper.report._figure_model import (
 from sweeper.report._geometry import (
     claim_band,
     clipped,
+    clipped_ppl_label,
     config_xs,
     config_xy,
     pareto_obstacles,
     plot_xy,
     position,
     ppl_axis,
-    ppl_text,
     side_by_side,
     side_by_side_text,
     tps_bottom,
@@ -89,7 +89,7 @@ def _trial_groups(data: ReportData) -> tuple[TrialGroup, ...]:
         marks = []
         for p in points:
             x, y = plot_xy(p, data)
-            note = f"{ppl_text(p.ppl)} \u2192" if clipped(p, data) else None
+            note = f"{clipped_ppl_label(p.ppl)} \u2192" if clipped(p, data) else None
             marks.append(TrialMark(x, y, p.number, p.hover(), imputed=p.tps_imputed, note=note))
         name = LEFTOVER_FEASIBLE if category == FEASIBLE and configs else LABELS[category]
         groups.append(TrialGroup(category=category, name=name, color=COLORS[category], points=tuple(marks)))

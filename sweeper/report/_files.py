@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sweeper.answer import tps_text
 from sweeper.measure import duration_text, phase_headline, phase_rows
 from sweeper.report._data import ReportData
-from sweeper.report._tables import markdown_table, table_markdown, verification_table
+from sweeper.report._tables import markdown_table, table_markdown, verification_table_model
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WrittenReport:
+    """What a report builder wrote into ``out_dir`` (``files`` by name), and what a reader must
+    know (``messages``); ``page``: the file a reader opens first (``PAGE``, named by each report)."""
+
+    PAGE: ClassVar[str]
+
+    out_dir: Path
+    files: dict[str, Path]
+    messages: tuple[str, ...]
+
+    @property
+    def page(self) -> Path:
+        return self.files[self.PAGE]
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -222,7 +239,7 @@ def _importance_lines(data: ReportData) -> list[str]:
 def summary_markdown(data: ReportData) -> str:
     """The winner, how its manifest differs from the base, verification, time by phase."""
     lines = _head_lines(data) + _winner_lines(data)
-    lines += ["## Verification on held-out data", ""] + table_markdown(verification_table(data))
+    lines += ["## Verification on held-out data", ""] + table_markdown(verification_table_model(data))
     lines += ["", "## Pareto front (gate-passing configurations)", ""] + _front_lines(data)
     lines += ["", "## Where the time went", ""] + _time_lines(data)
     lines += ["", "## Parameter importance", ""] + _importance_lines(data)

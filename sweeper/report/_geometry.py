@@ -62,7 +62,8 @@ def ppl_axis(data: ReportData) -> PplAxis | None:
     return PplAxis(low=lo - 0.15 * span, edge=hi + 0.6 * span)
 
 
-def ppl_text(ppl: float | None) -> str:
+def clipped_ppl_label(ppl: float | None) -> str:
+    """The PPL of a point drawn at the axis' edge, beside its arrow: ``PPL 12.34`` (``PPL inf``)."""
     return "PPL inf" if ppl is None or not math.isfinite(ppl) else f"PPL {ppl:.2f}"
 
 

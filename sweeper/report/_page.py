@@ -18,7 +18,7 @@ from sweeper.measure import phase_headline, phase_rows
 from sweeper.report._data import ReportData
 from sweeper.report._html import escape, figure_div, html_page, html_table
 from sweeper.report._points import FEASIBLE
-from sweeper.report._tables import table_html, verification_table
+from sweeper.report._tables import table_html, verification_table_model
 from sweeper.study import probability_text
 
 
@@ -120,7 +120,7 @@ def _answer_sentence(data: ReportData) -> str:
 
 
 def _verification_section(data: ReportData) -> str:
-    return f"<section><h2>Verification on held-out data</h2>{table_html(verification_table(data))}</section>"
+    return f"<section><h2>Verification on held-out data</h2>{table_html(verification_table_model(data))}</section>"
 
 
 def _phase_section(data: ReportData) -> str:

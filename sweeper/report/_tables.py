@@ -1,6 +1,6 @@
 """The report's tables as plain data, and their two writers: Markdown (summary.md) and HTML (report.html).
 
-A ``Table`` is built once from ReportData (``verification_table``); ``table_markdown`` and
+A ``Table`` is built once from ReportData (``verification_table_model``); ``table_markdown`` and
 ``table_html`` only write it. A cell without a value (``Cell.text`` None) is left empty in
 Markdown and reads ``-`` on the page; a ``code`` cell is code in both; a ``mark`` is the class
 the page colours a cell by (a verification's status), which Markdown has no use for. A table
@@ -37,8 +37,8 @@ class Table:
     empty: tuple[Cell, ...] = ()
 
 
-def number_text(value: float | None, spec: str) -> str | None:
-    """``value`` in ``spec``; 'inf' for an infinite one, None for none."""
+def number_cell(value: float | None, spec: str) -> str | None:
+    """A cell's text: ``value`` in ``spec``; 'inf' for an infinite one, None (an empty cell) for none."""
     if value is None:
         return None
     return "inf" if not math.isfinite(value) else format(value, spec)
@@ -56,16 +56,16 @@ VERIFICATION_HEADER = (
 )
 
 
-def verification_table(data: ReportData) -> Table:
+def verification_table_model(data: ReportData) -> Table:
     """Each verified trial's held-out figures against its tuned ones; empty: how to verify."""
     rows = tuple(
         (
             Cell(f"#{v.trial_number}"),
             Cell(v.status.upper(), mark=str(v.status)),
-            Cell(number_text(v.tuned_tps, ".1f")),
-            Cell(number_text(v.median_tps, ".2f")),
+            Cell(number_cell(v.tuned_tps, ".1f")),
+            Cell(number_cell(v.median_tps, ".2f")),
             Cell(f"{v.tps_deviation:+.1%}" if v.tps_deviation is not None else None),
-            Cell(number_text(v.max_ppl, ".4f")),
+            Cell(number_cell(v.max_ppl, ".4f")),
             Cell(f"{len(v.runs)}/{v.repeats}"),
             Cell(v.reason),
         )
