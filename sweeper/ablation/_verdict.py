@@ -214,26 +214,32 @@ def output_check(arm: FidelityResult | None, control: FidelityResult | None) -> 
     return OutputCheck.SAME if arm.identical == arm.compared else OutputCheck.CHANGED
 
 
+# where the speed alone decides (everything but faster), a switch's verdict and the closing race's;
+# faster, the outputs decide between the last two of each
+_SWITCH_BY_SPEED = {
+    Speed.UNMEASURED: SwitchVerdict.FAILS_TO_START,
+    Speed.SLOWER: SwitchVerdict.HURTS,
+    Speed.NO_EFFECT: SwitchVerdict.NO_EFFECT,
+}
+_CLOSING_BY_SPEED = {
+    Speed.UNMEASURED: ClosingVerdict.UNMEASURED,
+    Speed.SLOWER: ClosingVerdict.SLOWER,
+    Speed.NO_EFFECT: ClosingVerdict.NOT_SHOWN,
+}
+
+
 def judge_switch(speed: Speed, outputs: OutputCheck, ppl: PplCheck) -> SwitchVerdict:
     """The one place a switch's verdict is decided."""
-    if speed is Speed.UNMEASURED:
-        return SwitchVerdict.FAILS_TO_START
-    if speed is Speed.SLOWER:
-        return SwitchVerdict.HURTS
-    if speed is Speed.NO_EFFECT:
-        return SwitchVerdict.NO_EFFECT
+    if speed is not Speed.FASTER:
+        return _SWITCH_BY_SPEED[speed]
     changed = outputs is OutputCheck.CHANGED or ppl in (PplCheck.HIGHER, PplCheck.LOWER)
     return SwitchVerdict.HELPS_CHANGES_OUTPUT if changed else SwitchVerdict.HELPS
 
 
 def judge_closing(speed: Speed, outputs: OutputCheck) -> ClosingVerdict:
     """The one place the closing race's verdict is decided."""
-    if speed is Speed.UNMEASURED:
-        return ClosingVerdict.UNMEASURED
-    if speed is Speed.SLOWER:
-        return ClosingVerdict.SLOWER
-    if speed is Speed.NO_EFFECT:
-        return ClosingVerdict.NOT_SHOWN
+    if speed is not Speed.FASTER:
+        return _CLOSING_BY_SPEED[speed]
     if outputs is OutputCheck.CHANGED:
         return ClosingVerdict.FASTER_CHANGES_OUTPUT
     return ClosingVerdict.CONFIRMED
