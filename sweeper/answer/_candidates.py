@@ -38,6 +38,7 @@ from storage import (
     redact,
 )
 from sweeper import invocation
+from sweeper._text import percent_text
 from sweeper.study import DEFAULT_NOISE, Configuration, ConfirmSettings, Standing, standing
 from sweeper.words import Word
 
@@ -202,8 +203,8 @@ def _speedup_check(
 def speedup_text(interval: Interval) -> str:
     """ "held-out speedup over the base: +12.3 % (95 % interval +4.0 % to +21.3 %)"."""
     return (
-        f"held-out speedup over the base: {_percent(interval.value)} "
-        f"({interval.confidence * 100:g} % interval {_percent(interval.low)} to {_percent(interval.high)})"
+        f"held-out speedup over the base: {percent_text(interval.value)} "
+        f"({interval.confidence * 100:g} % interval {percent_text(interval.low)} to {percent_text(interval.high)})"
     )
 
 
@@ -231,10 +232,6 @@ def heldout_speedup(verification: VerificationRecord) -> Interval | None:
 def _tps_figures(runs: Iterable[VerificationRun]) -> list[float]:
     """The TPS figures a speedup can be made of (measured, positive)."""
     return [run.tps for run in runs if run.state == "complete" and run.tps is not None and run.tps > 0]
-
-
-def _percent(ratio: float) -> str:
-    return f"{(ratio - 1.0) * 100:+.1f} %"
 
 
 def _ppl_text(ppl: float) -> str:

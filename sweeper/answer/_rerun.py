@@ -22,6 +22,7 @@ from typing import Any
 
 from evaluators import Interval, TpsSettings, WarmupSettings, intervals
 from evaluators.intervals import DEFAULT_CONFIDENCE
+from sweeper._text import percent_text
 from sweeper.errors import MeasurementError, UserInputError
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalResult, EvalSettings, Measure, evaluate, load_eval_data
@@ -80,12 +81,12 @@ class RerunResult:
         return math.exp(statistics.fmean(math.log(p.ratio) for p in self.pairs))
 
     def describe(self) -> str:
-        head = f"answer / base over {len(self.pairs)} interleaved pair(s) in fresh servers: {_percent(self.ratio)}"
+        head = f"answer / base over {len(self.pairs)} interleaved pair(s) in fresh servers: {percent_text(self.ratio)}"
         if self.speedup is None:
             return f"{head} (one pair: no interval; re-run with --pairs 3 or more)"
         iv = self.speedup
         return (
-            f"{head} ({iv.confidence * 100:.0f} % interval {_percent(iv.low)} to {_percent(iv.high)}, "
+            f"{head} ({iv.confidence * 100:.0f} % interval {percent_text(iv.low)} to {percent_text(iv.high)}, "
             f"paired t on the pairs' own spread, {len(self.pairs) - 1} df)"
         )
 
@@ -148,7 +149,3 @@ def rerun_against_base(
         pairs.append(RerunPair(index=index, order=order, answer_tps=figures[ANSWER], base_tps=figures[BASE]))
     interval = _speedup_interval([(p.answer_tps, p.base_tps) for p in pairs], confidence=settings.confidence)
     return RerunResult(pairs=tuple(pairs), speedup=interval)
-
-
-def _percent(ratio: float) -> str:
-    return f"{(ratio - 1.0) * 100.0:+.1f} %"

@@ -1,5 +1,5 @@
-"""The small formats every view of the CLI shares: a figure or ``-``, params as ``k=v``, a ratio
-as a signed percent."""
+"""The small formats every view of the CLI shares: a figure or ``-``, params as ``k=v`` (a ratio
+as a signed percent: ``sweeper._text.percent_text``, shared with the layers below)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,3 @@ def number_text(value: float | None, digits: int) -> str:
 def params_text(params: Mapping[str, Any]) -> str:
     """``sliding_window=188, num_speculative_tokens=2``."""
     return ", ".join(f"{key}={value}" for key, value in dict(params).items())
-
-
-def percent_text(ratio: float) -> str:
-    """A ratio as its change in percent: ``1.052`` is ``+5.2 %``."""
-    return f"{(ratio - 1.0) * 100.0:+.1f} %"

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from storage import DEFAULT_URL, TrialRecord, VerificationRecord, normalize_url, redact
+from sweeper._text import level_text, percent_text
 from sweeper.answer import ServerCount, answer_tps, tps_figure_text
-from sweeper.cli._formats import params_text, percent_text
+from sweeper.cli._formats import params_text
 from sweeper.invocation import command
 from sweeper.measure import duration_text
 from sweeper.study import Claim, PplStatement, Standing, ppl_statement, probability_text
@@ -44,11 +45,6 @@ def command_options(storage: str, study_name: str, *, name_study: bool) -> str:
     return "".join(parts)
 
 
-def _level(confidence: float) -> str:
-    percent = confidence * 100.0
-    return f"{percent:.0f} %" if abs(percent - round(percent)) < 1e-9 else f"{percent:.2f} %"
-
-
 def claim_line(now: Standing) -> str:
     """The claim over the base manifest in plain words, with its interval (``now.claim`` says which)."""
     assert now.incumbent is not None, "a standing with an answer"
@@ -61,9 +57,9 @@ def claim_line(now: Standing) -> str:
     interval = now.speedup
     assert interval is not None, "a claim over the base rests on a speedup"
     if now.basis is not None:
-        level = f"study-wise {_level(now.basis.study_confidence)} interval"
+        level = f"study-wise {level_text(now.basis.study_confidence)} interval"
     else:
-        level = f"{_level(interval.confidence)} interval"
+        level = f"{level_text(interval.confidence)} interval"
     span = f"{level} {percent_text(interval.low)} to {percent_text(interval.high)}"
     if claim is Claim.FASTER:
         return f"claim: {percent_text(interval.value)} faster than the base ({span}){open_race}"

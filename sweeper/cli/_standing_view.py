@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from storage import StudyStatus
-from sweeper.cli._formats import params_text, percent_text
+from sweeper._text import percent_text
+from sweeper.cli._formats import params_text
 from sweeper.study import Configuration, Outcome, Standing, ppl_statement
 
 

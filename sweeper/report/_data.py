@@ -23,6 +23,7 @@ from storage import (
     study_status,
 )
 from storage import verifications as all_verifications
+from sweeper._text import percent_text
 from sweeper.answer import Answer, study_answer, tps_text, verify_command
 from sweeper.errors import StudyError, SweeperError
 from sweeper.manifest import Manifest, is_secret_name
@@ -36,7 +37,6 @@ from sweeper.report._points import (
     ConfigurationPoint,
     EnvChange,
     TrialPoint,
-    percent,
 )
 from sweeper.study import (
     Claim,
@@ -112,8 +112,8 @@ class ReportData:
         speedup = now.speedup
         level = now.basis.study_confidence if now.basis is not None else speedup.confidence
         return (
-            f"{percent(speedup.value)} ({level * 100:.0f} % {percent(speedup.low).removesuffix(' %')} "
-            f"to {percent(speedup.high).removesuffix(' %')})"
+            f"{percent_text(speedup.value)} ({level * 100:.0f} % {percent_text(speedup.low).removesuffix(' %')} "
+            f"to {percent_text(speedup.high).removesuffix(' %')})"
         )
 
     def answer_tps_text(self) -> str | None:

@@ -35,11 +35,6 @@ LABELS = {
 IMPUTED = "TPS imputed, not measured"  # appended to a category's label for its imputed points
 
 
-def percent(ratio: float) -> str:
-    """A ratio as a signed change: 1.265 -> '+26.5 %'."""
-    return f"{(ratio - 1.0) * 100.0:+.1f} %"
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrialPoint:
     """One trial as the plots draw it."""

@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from evaluators import Interval, PriorCheck, Spread, speedup_interval, tps_interval
+from sweeper._text import level_text, percent_text
 from sweeper.study._race_decision import Claim, Outcome, claim_from
 from sweeper.study._race_settings import ConfirmSettings
-from sweeper.study._standing_words import OUTCOME_WORDS, level_text, percent_text
+from sweeper.study._standing_words import OUTCOME_WORDS
 
 CONFIRM_ROLE = "confirm"
 # the study user attribute that marks a race round as queued (one per contender and round)

@@ -1,4 +1,5 @@
-"""The words a standing is told in: each race outcome's phrase, confidence levels and speedups.
+"""The words a standing is told in: each race outcome's phrase (confidence levels and speedups
+are worded by ``sweeper._text``, as everywhere else).
 
 Shared by the descriptions of ``Decision``, ``ClaimBasis`` and ``Standing``
 (``_standing``), which ``sweeper status`` and ``status --json`` print, so
@@ -19,14 +20,3 @@ OUTCOME_WORDS = {
     Outcome.RACING: "not clear yet: re-measuring",
     Outcome.UNCONFIRMED: "faster as measured; races are off, so it takes over unconfirmed",
 }
-
-
-def level_text(confidence: float) -> str:
-    """A confidence level in percent: whole where it is whole (``95 %``), else to 2 decimals."""
-    percent = confidence * 100
-    return f"{percent:.0f} %" if abs(percent - round(percent)) < 1e-9 else f"{percent:.2f} %"
-
-
-def percent_text(ratio: float) -> str:
-    """A ratio as a signed change in percent (1.182 is ``+18.2 %``)."""
-    return f"{(ratio - 1.0) * 100.0:+.1f} %"
