@@ -34,10 +34,9 @@ from sweeper.cli._standing_view import derivation_lines
 from sweeper.demo import choose_demo_manifest
 from sweeper.devices import open_devices
 from sweeper.errors import UserInputError
-from sweeper.study import DEFAULT_SAMPLER, MODES, SAMPLERS, ConfirmSettings, StudyResult
+from sweeper.study import DEFAULT_NOISE, DEFAULT_SAMPLER, MODES, SAMPLERS, ConfirmSettings, StudyResult
 from sweeper.sweep import (
     CHALLENGE_SIZES,
-    DEFAULT_NOISE,
     DEMO_PRESET,
     DEMO_SIZES,
     DEMO_STORAGE,

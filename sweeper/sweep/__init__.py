@@ -11,7 +11,6 @@ from sweeper.sweep._gpus import gpu_groups, worker_slot
 from sweeper.sweep._plan import (
     CHALLENGE_SIZES,
     CONFIRM_ROUNDS,
-    DEFAULT_NOISE,
     DEMO_CONFIRM_ROUNDS,
     DEMO_PRESET,
     DEMO_SIZES,
@@ -37,7 +36,6 @@ __all__ = [
     "CONFIRM_ROUNDS",
     "DEMO_CONFIRM_ROUNDS",
     "DEMO_PRESET",
-    "DEFAULT_NOISE",
     "GPU_DEMO_NOISE",
     "DEMO_SIZES",
     "DEMO_STORAGE",
