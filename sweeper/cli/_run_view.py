@@ -19,7 +19,9 @@ from rich.table import Table
 from sweeper.study import TrialEvent, is_confirmation
 from sweeper.words import Word
 
-PHASE_LABELS = {
+# the progress phases of a study's trial as the live view names them (the study's names: the
+# server's start is "start"); ``sweeper.measure.PHASE_LABELS`` names the stored timing phases
+LIVE_PHASE_WORDS = {
     "start": "starting the server",
     "ppl": "PPL records",
     "warm-up": "warm-up bridge",
@@ -95,7 +97,7 @@ def describe_finished(event: TrialEvent) -> str:
 
 def describe_phase(phase: str | None, done: int | None, total: int | None) -> str:
     """``PPL records 3/8``: the phase in words, with its progress where it counts."""
-    label = PHASE_LABELS.get(phase or "-", phase or "-")
+    label = LIVE_PHASE_WORDS.get(phase or "-", phase or "-")
     if total:
         return f"{label} {done or 0}/{total}"
     return label

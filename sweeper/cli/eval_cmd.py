@@ -41,7 +41,9 @@ from sweeper.serving import check_serve_env
 
 logger = logging.getLogger(__name__)
 
-PHASE_LABELS = {
+# the progress phases of ``evaluate`` as the eval command's bars name them (``sweeper run``'s live
+# view has its own: LIVE_PHASE_WORDS); ``sweeper.measure.PHASE_LABELS`` names the stored timing phases
+EVAL_PROGRESS_WORDS = {
     "server": "starting server",
     "warm-up": "warm-up bridge",
     "ppl": "PPL records",
@@ -233,7 +235,7 @@ class _ProgressDisplay:
             self.progress.update(self.tasks[self.current], visible=False)
         self.current = phase
         if phase not in self.tasks:
-            label = PHASE_LABELS.get(phase, phase)
+            label = EVAL_PROGRESS_WORDS.get(phase, phase)
             self.tasks[phase] = self.progress.add_task(label, total=total or None)
         task = self.tasks[phase]
         self.progress.update(task, completed=done, total=total or None, visible=True)
