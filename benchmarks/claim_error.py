@@ -43,6 +43,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.machinery
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -231,9 +233,25 @@ def run_one(spec: StudySpec, folder: Path) -> dict[str, Any]:
 _FOLDER: Path | None = None
 
 
+def _load_packages_from(code_root: str) -> None:
+    """Import the four packages from ``code_root``, in place of any copy imported before.
+
+    The lower packages first: ``sweeper`` imports them by name, and must find these.
+    """
+    for name in ("search_spaces", "evaluators", "storage", "sweeper"):
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[loaded]
+        spec = importlib.machinery.PathFinder.find_spec(name, [code_root])
+        if spec is None or spec.loader is None:
+            raise RuntimeError(f"no package {name} under {code_root}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
 def _start_worker(code_root: str, folder: str) -> None:
     global _FOLDER
-    sys.path.insert(0, code_root)
+    _load_packages_from(code_root)
     import logging
 
     import optuna
