@@ -42,6 +42,7 @@ from sweeper.report._figure_model import (
     Level,
     Marks,
     ParetoModel,
+    Point,
     PointGroup,
     SliceModel,
 )
@@ -95,19 +96,8 @@ def _side_by_side(fig: go.Figure, model: ParetoModel) -> None:
 def _estimates(fig: go.Figure, model: ParetoModel) -> None:
     """Each server's reading a faint dot; each configuration at its estimate with its interval."""
     readings, estimates = model.readings, model.estimates
-    fig.add_trace(
-        go.Scatter(
-            x=[p.x for p in readings],
-            y=[p.y for p in readings],
-            mode="markers",
-            name=READINGS_TRACE,
-            legendgroup=FEASIBLE,
-            marker={"color": COLORS[FEASIBLE], "size": 6, "opacity": FAINT},
-            text=[p.hover for p in readings],
-            hoverinfo="text",
-            customdata=[p.number for p in readings],
-        )
-    )
+    marker = {"color": COLORS[FEASIBLE], "size": 6, "opacity": FAINT}
+    fig.add_trace(_points(readings, READINGS_TRACE, marker, legendgroup=FEASIBLE))
     error_y = {
         "type": "data",
         "symmetric": False,
@@ -141,43 +131,21 @@ def _trials(fig: go.Figure, model: ParetoModel) -> None:
             "x" if group.failed else ("triangle-right" if p.off_axis else "circle") + ("-open" if p.imputed else "")
             for p in points
         ]
-        fig.add_trace(
-            go.Scatter(
-                x=[p.x for p in points],
-                y=[p.y for p in points],
-                mode="markers",
-                name=group.name,
-                legendgroup=group.category,
-                marker={"color": group.color, "size": 10, "symbol": symbols, "line": {"width": 1, "color": "#333"}},
-                text=[p.hover for p in points],
-                hoverinfo="text",
-                customdata=[p.number for p in points],
-            )
-        )
+        marker = {"color": group.color, "size": 10, "symbol": symbols, "line": {"width": 1, "color": "#333"}}
+        fig.add_trace(_points(points, group.name, marker, legendgroup=group.category))
         for p in points:
             if p.note is not None:
                 fig.add_annotation(x=p.x, y=p.y, text=p.note, showarrow=False, xanchor="right", xshift=-8)
 
 
 def _marks(fig: go.Figure, marks: Marks, size: int, width: float) -> None:
-    points = marks.points
-    fig.add_trace(
-        go.Scatter(
-            x=[p.x for p in points],
-            y=[p.y for p in points],
-            mode="markers",
-            name=marks.name,
-            marker={
-                "symbol": SYMBOLS[marks.shape],
-                "size": size,
-                "color": marks.color,
-                "line": {"width": width, "color": marks.color},
-            },
-            text=[p.hover for p in points],
-            hoverinfo="text",
-            customdata=[p.number for p in points],
-        )
-    )
+    marker = {
+        "symbol": SYMBOLS[marks.shape],
+        "size": size,
+        "color": marks.color,
+        "line": {"width": width, "color": marks.color},
+    }
+    fig.add_trace(_points(marks.points, marks.name, marker))
 
 
 def _line(x: Sequence[float], y: Sequence[float], name: str, line: dict[str, Any], hover: str) -> go.Scatter:
@@ -216,6 +184,21 @@ def _lines(fig: go.Figure, model: ParetoModel) -> None:
     if claim is not None:  # the claim itself: answer / base, at the study-wise level
         line = {"color": WINNER_FILL, "width": 14}
         fig.add_trace(_line([claim.x0, claim.x1], [claim.y0, claim.y1], CLAIM_TRACE, line, claim.hover))
+
+
+def _points(points: Sequence[Point], name: str, marker: dict[str, Any], **more: Any) -> go.Scatter:
+    """Trials as marks: each hovers its words and carries its trial number."""
+    return go.Scatter(
+        x=[p.x for p in points],
+        y=[p.y for p in points],
+        mode="markers",
+        name=name,
+        marker=marker,
+        text=[p.hover for p in points],
+        hoverinfo="text",
+        customdata=[p.number for p in points],
+        **more,
+    )
 
 
 def _mark(x: object, y: float, name: str, marker: dict[str, Any], hover: str, number: int) -> go.Scatter:
@@ -325,24 +308,13 @@ def draw_pareto(model: ParetoModel) -> go.Figure:
 
 def _readings(fig: go.Figure, groups: Sequence[PointGroup], opacity: float) -> None:
     for group in groups:
-        points = group.points
-        fig.add_trace(
-            go.Scatter(
-                x=[p.x for p in points],
-                y=[p.y for p in points],
-                mode="markers",
-                name=group.name,
-                marker={
-                    "color": group.color,
-                    "size": 9,
-                    "opacity": 1.0 if group.imputed else opacity,
-                    "symbol": "x" if group.failed else "circle-open" if group.imputed else "circle",
-                },
-                text=[p.hover for p in points],
-                hoverinfo="text",
-                customdata=[p.number for p in points],
-            )
-        )
+        marker = {
+            "color": group.color,
+            "size": 9,
+            "opacity": 1.0 if group.imputed else opacity,
+            "symbol": "x" if group.failed else "circle-open" if group.imputed else "circle",
+        }
+        fig.add_trace(_points(group.points, group.name, marker))
 
 
 def _level(fig: go.Figure, level: Level, x_span: tuple[float, float]) -> None:
@@ -418,24 +390,12 @@ def draw_history(model: HistoryModel) -> go.Figure:
 
 def _slice(fig: go.Figure, model: SliceModel, row: int, col: int, first: bool) -> None:
     for group in model.groups:
-        points = group.points
         marker = {
             "color": group.color,
             "size": 9,
             "symbol": "x" if group.failed else "circle-open" if group.imputed else "circle",
         }
-        trace = go.Scatter(
-            x=[p.x for p in points],
-            y=[p.y for p in points],
-            mode="markers",
-            name=group.name,
-            legendgroup=group.name,
-            showlegend=first,
-            marker=marker,
-            text=[p.hover for p in points],
-            hoverinfo="text",
-            customdata=[p.number for p in points],
-        )
+        trace = _points(group.points, group.name, marker, legendgroup=group.name, showlegend=first)
         fig.add_trace(trace, row=row, col=col)
     answer = model.answer
     if answer is not None:

@@ -41,9 +41,11 @@ from sweeper.report._figure_model import (
     HistoryModel,
     ImportanceModel,
     Label,
+    Marks,
     ParetoModel,
     PointGroup,
     SliceModel,
+    Value,
 )
 from sweeper.report._figures import history_model, importance_model, pareto_model, slice_model
 from sweeper.report._placement import Box, choose_label_spot
@@ -147,23 +149,28 @@ def _trials(ax: Axes, model: ParetoModel) -> None:
                 )
 
 
+def _open_marks(ax: Axes, marks: Marks, size: float, width: float) -> None:
+    """Marks drawn open around the points they mark, in their shape and colour."""
+    ax.scatter(
+        [p.x for p in marks.points],
+        [p.y for p in marks.points],
+        s=size,
+        marker=MARKERS[marks.shape],
+        facecolors="none",
+        edgecolors=marks.color,
+        linewidths=width,
+        label=marks.name,
+        zorder=4,
+    )
+
+
 def _lines(ax: Axes, model: ParetoModel) -> None:
     """The front, the verification marks, the cap, the base's line and mark, the claim."""
     if len(model.front) > 1:
         xs, ys = [x for x, _ in model.front], [y for _, y in model.front]
         ax.step(xs, ys, where="post", linestyle=":", color=COLORS["front"], label=FRONT_TRACE, zorder=2)
     for marks in model.verifications:
-        ax.scatter(
-            [p.x for p in marks.points],
-            [p.y for p in marks.points],
-            s=260,
-            marker=MARKERS[marks.shape],
-            facecolors="none",
-            edgecolors=marks.color,
-            linewidths=2.2,
-            label=marks.name,
-            zorder=4,
-        )
+        _open_marks(ax, marks, 260, 2.2)
     if model.cap is not None:
         label = f"{CAP_TRACE} {model.cap:.4f}"
         ax.axvline(model.cap, color=COLORS["cap"], linestyle="--", linewidth=1.8, label=label, zorder=1)
@@ -252,6 +259,11 @@ def _pareto_title(model: ParetoModel) -> str:
     return title + (f"\n{model.moved}" if model.moved else "")
 
 
+def _answer_star(ax: Axes, x: Value, y: float, size: float, label: str) -> None:
+    """The answer's mark, above every other: a star in the winner's colour."""
+    ax.scatter([x], [y], s=size, marker="*", color=COLORS["winner"], edgecolors="#333", zorder=5, label=label)
+
+
 def draw_pareto(model: ParetoModel) -> Figure:
     """The Pareto plot: configurations at their estimates, the cap, the base and the answer, labelled."""
     fig = new_figure(9.0, 5.6)
@@ -263,16 +275,7 @@ def draw_pareto(model: ParetoModel) -> Figure:
     _lines(ax, model)
     winner = model.winner
     if winner is not None:
-        ax.scatter(
-            [winner.x],
-            [winner.y],
-            s=300,
-            marker="*",
-            color=COLORS["winner"],
-            edgecolors="#333",
-            zorder=5,
-            label=WINNER_TRACE,
-        )
+        _answer_star(ax, winner.x, winner.y, 300, WINNER_TRACE)
     if model.x_range is not None:
         ax.set_xlim(*model.x_range)
     ax.set_xlabel(model.x_title)
@@ -307,17 +310,7 @@ def _estimate_lines(ax: Axes, model: HistoryModel) -> None:
         ax.axhspan(level.low, level.high, color=level.color, alpha=alpha, linewidth=0, label=level.band_name)
         ax.axhline(level.tps, color=level.color, label=level.line_name, **line)
     for marks in model.marks:
-        ax.scatter(
-            [p.x for p in marks.points],
-            [p.y for p in marks.points],
-            s=120,
-            marker=MARKERS[marks.shape],
-            linewidths=1.8,
-            label=marks.name,
-            zorder=4,
-            facecolors="none",
-            edgecolors=marks.color,
-        )
+        _open_marks(ax, marks, 120, 1.8)
 
 
 def draw_history(model: HistoryModel) -> Figure:
@@ -369,16 +362,7 @@ def draw_slice(model: SliceModel) -> Figure:
         )
     answer = model.answer
     if answer is not None:
-        ax.scatter(
-            [answer.value],
-            [answer.tps],
-            s=220,
-            marker="*",
-            color=COLORS["winner"],
-            edgecolors="#333",
-            zorder=5,
-            label=answer.label,
-        )
+        _answer_star(ax, answer.value, answer.tps, 220, answer.label)
     if model.ticks is not None:
         ax.set_xticks(list(model.ticks))
     ax.set_xlabel(model.name)
