@@ -290,7 +290,8 @@ def draw_pareto(model: ParetoModel) -> Figure:
 # -- the history --------------------------------------------------------------------------------
 
 
-def _readings(ax: Axes, groups: Sequence[PointGroup], alpha: float) -> None:
+def _trial_groups(ax: Axes, groups: Sequence[PointGroup], *, imputed_on_top: bool, **filled: Any) -> None:
+    """Trials a group at a time: a cross if failed, else a dot (hollow if its TPS is imputed)."""
     for group in groups:
         ax.scatter(
             [p.x for p in group.points],
@@ -298,8 +299,8 @@ def _readings(ax: Axes, groups: Sequence[PointGroup], alpha: float) -> None:
             marker="x" if group.failed else "o",
             s=35,
             label=group.name,
-            zorder=3,
-            **_fill(group.color, hollow=group.imputed, alpha=alpha),
+            zorder=4 if imputed_on_top and group.imputed else 3,
+            **_fill(group.color, hollow=group.imputed, **filled),
         )
 
 
@@ -317,7 +318,7 @@ def draw_history(model: HistoryModel) -> Figure:
     """The readings by trial number, with the answer's and the base's estimates (or the best so far)."""
     fig = new_figure(10.0, 6.0)
     ax = fig.add_subplot()
-    _readings(ax, model.readings, model.opacity)
+    _trial_groups(ax, model.readings, imputed_on_top=False, alpha=model.opacity)
     if model.best_so_far:  # no standing: the best reading so far
         xs, ys = [n for n, _ in model.best_so_far], [v for _, v in model.best_so_far]
         ax.step(xs, ys, where="post", color=COLORS["front"], linewidth=2, label=BEST_TRACE)
@@ -350,16 +351,7 @@ def draw_history(model: HistoryModel) -> Figure:
 def draw_slice(model: SliceModel) -> Figure:
     fig = new_figure(6.0, 4.2)
     ax = fig.add_subplot()
-    for group in model.groups:
-        ax.scatter(
-            [p.x for p in group.points],
-            [p.y for p in group.points],
-            marker="x" if group.failed else "o",
-            s=35,
-            label=group.name,
-            zorder=4 if group.imputed else 3,
-            **_fill(group.color, hollow=group.imputed),
-        )
+    _trial_groups(ax, model.groups, imputed_on_top=True)
     answer = model.answer
     if answer is not None:
         _answer_star(ax, answer.value, answer.tps, 220, answer.label)
