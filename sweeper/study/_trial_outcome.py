@@ -54,25 +54,16 @@ def is_baseline(role: str) -> bool:
     return BASELINE in role.split("+")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class TrialJudge:
     """A trial's outcome from its measurement, by the study's gate and stored trials (module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        study: optuna.Study,
-        store: TrialStore,
-        space: SearchSpace,
-        gate: PplGate,
-        options: StudyOptions,
-        stop_event: threading.Event,
-    ) -> None:
-        self.study = study
-        self.store = store
-        self.space = space
-        self.gate = gate
-        self.options = options
-        self.stop_event = stop_event
+    study: optuna.Study
+    store: TrialStore
+    space: SearchSpace
+    gate: PplGate
+    options: StudyOptions
+    stop_event: threading.Event
 
     def known_ppl(self, params: Mapping[str, Any], role: str) -> tuple[float | None, int | None]:
         """A PPL measured before with the same quality parameters (always reused by a re-measurement)."""
