@@ -83,14 +83,10 @@ class TrialMark(Point):
 
 
 @dataclasses.dataclass(frozen=True)
-class PointGroup:
-    """Trials drawn alike: one category, measured or imputed (``name`` says which)."""
+class CategoryGroup:
+    """Trials of one category (feasible, infeasible, failed, ...), drawn as one trace."""
 
     category: str
-    imputed: bool
-    name: str
-    color: str
-    points: tuple[Point, ...]
 
     @property
     def failed(self) -> bool:
@@ -98,17 +94,22 @@ class PointGroup:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrialGroup:
+class PointGroup(CategoryGroup):
+    """Trials drawn alike: one category, measured or imputed (``name`` says which)."""
+
+    imputed: bool
+    name: str
+    color: str
+    points: tuple[Point, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialGroup(CategoryGroup):
     """A category's trials on the Pareto plot; each mark says whether it is imputed or off the axis."""
 
-    category: str
     name: str
     color: str
     points: tuple[TrialMark, ...]
-
-    @property
-    def failed(self) -> bool:
-        return self.category == FAILED_TRIAL
 
     def part_name(self, imputed: bool, off_axis: bool) -> str:
         """The name of the part of the group drawn alike (imputed or not, off the axis or not)."""
