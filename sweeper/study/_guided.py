@@ -15,7 +15,7 @@ interact with it, so every trial says something about them.
   uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times.
 * **the speed settings**: a small design around each knob's middle, then
   the best untried settings by a ridge-regression surrogate of log TPS,
-  within ``TRUST_RADIUS`` of the incumbent; a knob of no measurable effect
+  within ``TRUST_RADIUS`` of the incumbent; a knob whose effect is shown small
   (``DEAD_EFFECT``, ``DEAD_SIGNIFICANCE``, ``DEAD_AFTER``) stops moving.
 
 After ``MAX_PLAN_TRIALS`` searched trials (a race's re-measurements do not
@@ -117,7 +117,7 @@ class GuidedPlan:
         return {self._window.name: window, **speed}
 
     def frozen_knobs(self, observations: Sequence[Observation]) -> dict[str, Any]:
-        """Speed knobs with no measurable effect, and the value each stays at."""
+        """Speed knobs whose effect is shown small, and the value each stays at."""
         return self._fit(observations).frozen
 
     # -- the window -----------------------------------------------------------
@@ -174,7 +174,7 @@ class GuidedPlan:
         # effect the fit cannot tell from none would measure the same thing again
         # (on a noisy landscape, the knob of no effect looks the least known); the
         # live key is coarser than the full one, so an untried live key is untried
-        live = fit.live_knobs()
+        live = fit.live_knobs(incumbent)
         tried_live = {self._live_key(params, live) for params in tried_params}
         for group in (region, promising):
             for candidate in group:

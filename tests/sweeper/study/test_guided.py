@@ -409,23 +409,42 @@ FROZEN_RUN = [
 ]
 
 
-def test_with_nothing_left_to_beat_the_incumbent_a_frozen_knob_moves_again() -> None:
-    """The plan before this rule walked the tokens down from 8 (7, 6, 5, ... at top-k 62,
-    each measured worse); now a frozen knob is freed near the incumbent: top-k 52."""
+def test_a_knob_is_frozen_only_once_its_effect_is_shown_small() -> None:
+    """On FROZEN_RUN the plan once froze top-k at 62 (0.984 of the best) and then moved only
+    the knob that does nothing, four trials running. A knob now stops moving only when its
+    fitted effect plus two standard deviations is under 5 %: top-k's reads 5.4 % +- 10 % and
+    the dead knob's 4.3 % +- 4.7 %, neither shown small, so nothing is frozen, and every
+    proposal measures a top-k and token count not measured at the window yet."""
     plan = GuidedPlan(SPACE)
     fit = plan._fit(FROZEN_RUN)
-    assert fit.frozen == {"top_k": 62, "dead": 20}
-    assert fit.live_knobs() == {"tokens"}
-    assert plan.propose(FROZEN_RUN) == {"window": 192, "top_k": 52, "tokens": 8, "dead": 20}
-    # the rule's cost: freed the same way, the knob that does nothing moved first, four
-    # times (unmeasured at those values, it scored higher than top-k near 57)
-    proposals = [plan.propose(FROZEN_RUN[:n]) for n in range(7, 11)]
-    assert [(p["top_k"], p["tokens"], p["dead"]) for p in proposals] == [
-        (62, 8, 37),
-        (62, 8, 32),
-        (62, 8, 40),
-        (62, 8, 30),
-    ]
+    assert fit.frozen == {}
+    for name, (spread, sd) in {"top_k": (0.054, 0.103), "dead": (0.043, 0.047)}.items():
+        measured_spread, measured_sd, _ = fit._effect(SPACE.parameter(name))
+        assert (measured_spread, measured_sd) == pytest.approx((spread, sd), abs=0.001)
+        assert measured_spread + 2 * measured_sd >= 0.05
+    for n in range(7, len(FROZEN_RUN) + 1):
+        proposal = plan.propose(FROZEN_RUN[:n])
+        tried = {(o.params["top_k"], o.params["tokens"]) for o in FROZEN_RUN[:n] if o.params["window"] == 192}
+        assert proposal["window"] == 192
+        assert (proposal["top_k"], proposal["tokens"]) not in tried
+
+
+def test_a_knob_the_fit_points_away_from_the_incumbent_is_live() -> None:
+    """A knob whose effect is not yet told from the noise still tells two candidates apart
+    when the fit says moving it alone off the incumbent gains 1 % or more (the plan once
+    held 4 tokens for 30 trials while its fit put the best at 5). On FROZEN_RUN the tokens
+    are live (effect 50 % +- 3 %), the others are not: top-k's best gain off the incumbent
+    (top-k 57) is 0.05 %, the dead knob's 0.01 %."""
+    plan = GuidedPlan(SPACE)
+    fit = plan._fit(FROZEN_RUN)
+    incumbent, _ = fit.incumbent()
+    assert incumbent is not None and incumbent["top_k"] == 57
+    assert fit.live_knobs(incumbent) == {"tokens"}
+    assert fit._gain_over(SPACE.parameter("top_k"), incumbent) == pytest.approx(0.0005, abs=0.0001)
+    # the same fit with the incumbent's top-k at the low end of its range: moving it gains
+    far = {**incumbent, "top_k": 16}
+    assert fit._gain_over(SPACE.parameter("top_k"), far) >= 0.01
+    assert "top_k" in fit.live_knobs(far)
 
 
 def test_an_infinite_ppl_at_the_bracket_s_end_bisects_the_bracket() -> None:
