@@ -120,6 +120,7 @@ from evaluators import Interval, t_quantile
 from storage import TrialRecord
 from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts
 from sweeper.study import (
+    DEFAULT_NOISE,
     FUTILITY_RATIO,
     ROUNDS_DF_ENOUGH,
     Claim,
@@ -136,7 +137,6 @@ from sweeper.study import (
 )
 from sweeper.sweep import (
     CONFIRM_ROUNDS,
-    DEFAULT_NOISE,
     DEMO_CONFIRM_ROUNDS,
     GPU_DEMO_NOISE,
     RunPlan,
