@@ -254,7 +254,8 @@ def summary_text(noise: float, rows: Sequence[tuple[Cell, Sequence[Outcome]]], c
     """Over one noise's cells: the worst median and 90th percentile of searched trials, the longest dwell."""
 
     def rank(values: Sequence[int | None], q: float) -> float:
-        return float(np.quantile([math.inf if v is None else v for v in values], q, method="linear"))
+        value = float(np.quantile([math.inf if v is None else v for v in values], q, method="linear"))
+        return math.inf if math.isnan(value) else value  # between a reached run and an unreached one: 0 * inf
 
     cells = [outcomes for cell, outcomes in rows if cell.noise == noise]
     if not cells:

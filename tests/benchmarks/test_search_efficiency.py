@@ -53,3 +53,17 @@ def test_quantiles_rank_unreached_runs_last(bench) -> None:
     assert bench.quantile_text(reached, 0.9, 40) == f"{statistics.quantiles(reached, n=10, method='inclusive')[8]:g}"
     assert bench.quantile_text(values, 0.9, 40) == ">40"  # the 90th percentile falls on the unreached run
     assert bench.quantile_text(values, 0.5, 40) == f"{statistics.median([*reached, 10**9]):g}"
+
+
+def test_the_summary_ranks_unreached_runs_last(bench) -> None:
+    """A 90th percentile between a reached and an unreached run is over the cap, not NaN (it read 'nan')."""
+    cell = bench.Cell(family="challenge", enqueue=False, noise=0.1, ppl_noise=0.02)
+
+    def outcome(searched):
+        return bench.Outcome(searched=searched, races=0, dwell=3, dwell_window=256, windows=2, seconds=1.0)
+
+    # eight reached and two not: numpy's linear 90th percentile sits between the two unreached (inf - inf)
+    runs = [outcome(v) for v in (1, 2, 3, 4, 5, 6, 7, 8)] + [outcome(None), outcome(None)]
+    text = bench.summary_text(0.1, [(cell, runs)], 40)
+    assert "worst median 5.5 searched trials" in text
+    assert "worst 90th percentile >40" in text
