@@ -39,7 +39,6 @@ PRIOR_LINEAR = 0.5
 PRIOR_QUADRATIC = 0.5  # one SD: 0.125 in log TPS (about 13 %) from the middle of a range to an end
 PRIOR_QUADRATIC_MEAN = -0.5  # TPS is unimodal in each speed knob
 PRIOR_CHOICE = 0.3
-PRIOR_INTERACTION = 0.5  # of the product of two speed knobs' centred coordinates (a drafter's K and top-k)
 NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
 NOISE_DEFAULT = 0.03  # before there are residuals to estimate it from
 
@@ -99,13 +98,11 @@ class SpeedSurrogate:
                 columns += [(p.name, "linear", None), (p.name, "quadratic", None)]
             else:
                 columns += [(p.name, "choice", c) for c in p.choices[1:]]
-        numeric = [p.name for p in self.speed if p.is_numeric]
-        columns += [(f"{a}*{b}", "interaction", (a, b)) for a, b in itertools.combinations(numeric, 2)]
         return columns
 
     def _prior(self) -> tuple[np.ndarray, np.ndarray]:
         sd = {"intercept": 10.0, "window": PRIOR_WINDOW, "linear": PRIOR_LINEAR}
-        sd |= {"quadratic": PRIOR_QUADRATIC, "choice": PRIOR_CHOICE, "interaction": PRIOR_INTERACTION}
+        sd |= {"quadratic": PRIOR_QUADRATIC, "choice": PRIOR_CHOICE}
         means = [PRIOR_QUADRATIC_MEAN if kind == "quadratic" else 0.0 for _, kind, _ in self.columns]
         return np.array(means), np.array([sd[kind] for _, kind, _ in self.columns])
 
@@ -122,11 +119,6 @@ class SpeedSurrogate:
                     row.append(to_unit(w, params[w.name]) - 0.5)
             elif kind == "choice":
                 row.append(1.0 if params.get(name) == choice else 0.0)
-            elif kind == "interaction":
-                a, b = (self.space.parameter(n) for n in choice)
-                ua = to_unit(a, params.get(a.name, from_unit(a, 0.5))) - 0.5
-                ub = to_unit(b, params.get(b.name, from_unit(b, 0.5))) - 0.5
-                row.append(ua * ub)
             else:
                 p = self.space.parameter(name)
                 u = to_unit(p, params.get(name, from_unit(p, 0.5))) - 0.5
