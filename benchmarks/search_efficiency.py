@@ -223,7 +223,8 @@ def run_one(cell: Cell, seed: int, cap: int, folder: Path) -> Outcome:
 def quantile_text(values: Sequence[int | None], q: float, cap: int | None) -> str:
     """The ``q`` quantile (linear between order statistics); an unreached run ranks above every reached one."""
     ranked = sorted(math.inf if v is None else v for v in values)
-    value = float(np.quantile(np.array(ranked, dtype=float), q, method="linear")) if ranked else math.nan
+    with np.errstate(invalid="ignore"):  # between a reached run and an unreached one: inf - inf, read as unreached
+        value = float(np.quantile(np.array(ranked, dtype=float), q, method="linear")) if ranked else math.nan
     if math.isinf(value) or math.isnan(value):
         return f">{cap}" if cap is not None else "-"
     return f"{value:g}"
@@ -254,8 +255,9 @@ def summary_text(noise: float, rows: Sequence[tuple[Cell, Sequence[Outcome]]], c
     """Over one noise's cells: the worst median and 90th percentile of searched trials, the longest dwell."""
 
     def rank(values: Sequence[int | None], q: float) -> float:
-        value = float(np.quantile([math.inf if v is None else v for v in values], q, method="linear"))
-        return math.inf if math.isnan(value) else value  # between a reached run and an unreached one: 0 * inf
+        with np.errstate(invalid="ignore"):  # between a reached run and an unreached one: inf - inf
+            value = float(np.quantile([math.inf if v is None else v for v in values], q, method="linear"))
+        return math.inf if math.isnan(value) else value
 
     cells = [outcomes for cell, outcomes in rows if cell.noise == noise]
     if not cells:
