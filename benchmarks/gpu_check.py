@@ -1,6 +1,6 @@
 """The GPU check: the sweep's serving path on a CUDA machine, measured, in parts that each fit one call.
 
-    python -m benchmarks.gpu_check [--only info,serve,startup,resume,noise,ctk,eager] [--out DIR]
+    python -m benchmarks.gpu_check [--only info,serve,startup,resume,noise,ctk,eager,fork] [--out DIR]
 
 Every figure is appended to ``DIR/gpu_check.jsonl`` as soon as it is measured
 (one JSON object a line, with the part, the UTC time and the figures), so a
@@ -30,6 +30,11 @@ machine lost halfway costs the part in progress and nothing before it;
 - ``ctk``: mean acceptance length by CENTROID_TOP_K (``--top-k 1,8,32``),
   ``--repeats`` servers each, interleaved.
 - ``eager``: eager against compiled (start time and TPS), interleaved.
+- ``fork``: whether NVML (and vLLM's platform) can read the device's memory in
+  a process forked after each parent state the warm launcher may leave
+  (``benchmarks/fork_probe.py``: nothing, NVML opened and closed, NVML held,
+  torch imported, torch's device count, vLLM's server imported), each case in
+  a fresh interpreter. No server is started.
 
 GPU memory is read through NVML (``nvidia-ml-py``) where it is installed.
 SIGTERM (``timeout``) ends the script through its normal exits, so the server
@@ -56,6 +61,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.fork_probe import CASES as FORK_CASES
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
@@ -63,7 +69,7 @@ from sweeper.measure import EvalSettings, evaluate, load_eval_data, measure_serv
 from sweeper.serving import ServerProcess, parse_startup
 from sweeper.versions import software_versions
 
-PARTS = ("info", "serve", "startup", "resume", "noise", "ctk", "eager")
+PARTS = ("info", "serve", "startup", "resume", "noise", "ctk", "eager", "fork")
 DEMO_SIZES = (8, 128)
 CHALLENGE_SIZES = (128, 512)
 DEMO_PPL_RECORDS = 16  # as the GPU demo run measures PPL
@@ -210,6 +216,8 @@ def summary_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
             acceptance.setdefault(int(record["top_k"]), []).append(float(record["acceptance_length"]))
         elif part == "eager":
             lines.append(f"eager={record['eager']}: ready {record['ready_s']:.0f} s, {record['tps']:.1f} tok/s")
+        elif part == "fork":
+            lines.append(fork_line(record))
         elif part == "error":
             lines.append(f"error in {record.get('failed_part')}: {record.get('error', '')[:200]}")
     for sizes, values in noise.items():
@@ -223,6 +231,21 @@ def summary_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
     for top_k, values in sorted(acceptance.items()):
         lines.append(f"ctk {top_k}: acceptance length {', '.join(f'{v:.2f}' for v in values)}")
     return lines
+
+
+def fork_line(record: Mapping[str, Any]) -> str:
+    """One ``fork`` case: what the parent saw, and the forked child's NVML (and vLLM) query."""
+
+    def shown(query: Any) -> str:
+        if not isinstance(query, Mapping):
+            return "not asked"
+        return f"{query['gib']} GiB" if "gib" in query else f"failed ({str(query.get('error'))[:120]})"
+
+    child = record.get("child") or {}
+    text = f"fork {record.get('case')}: parent {json.dumps(record.get('parent') or {})}; child NVML {shown(child.get('nvml'))}"
+    if "vllm" in child:
+        text += f", vLLM's platform {shown(child['vllm'])}"
+    return text
 
 
 def trials_per_hour(trial_s: float) -> float:
@@ -716,6 +739,25 @@ def part_ctk(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.N
             recorder.write("ctk", top_k=top_k, repeat=repeat, **figures)
 
 
+def part_fork(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.Namespace) -> None:
+    """Each case of ``benchmarks/fork_probe.py`` in a fresh interpreter (the manifest is not used)."""
+    root = Path(__file__).resolve().parent.parent
+    for case in FORK_CASES:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.fork_probe", case],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not lines:
+            recorder.write("fork", case=case, rc=done.returncode, error=done.stderr[-2000:])
+            continue
+        recorder.write("fork", **json.loads(lines[-1]))
+
+
 def part_eager(manifest: Manifest, out: Path, recorder: Recorder, args: argparse.Namespace) -> None:
     for repeat in range(args.repeats):
         for eager in (True, False) if repeat % 2 == 0 else (False, True):
@@ -731,6 +773,7 @@ RUNNERS: dict[str, Callable[[Manifest, Path, Recorder, argparse.Namespace], None
     "noise": part_noise,
     "ctk": part_ctk,
     "eager": part_eager,
+    "fork": part_fork,
 }
 
 

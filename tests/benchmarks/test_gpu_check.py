@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +189,47 @@ def test_sigterm_unwinds_the_part_so_its_server_is_stopped(gpu_check, tmp_path: 
         gpu_check.main(["--only", "serve", "--out", str(tmp_path)])
     assert ended.value.code == 128 + signal.SIGTERM and stopped == ["server stopped"]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _fork_probe(case: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.fork_probe", case], cwd=root, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_fork_probe_queries_in_a_forked_child_and_reports_a_failure_as_a_value() -> None:
+    done = _fork_probe("torch")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    child = result["child"]
+    # the query ran in a child of the probe, not in the probe itself
+    assert child["parent_pid"] == result["pid"] != child["pid"]
+    # the parent state is the case's: torch imported (a CPU build here), nothing else asked
+    import torch
+
+    assert result["parent"] == {"torch": torch.__version__, "cuda_build": torch.version.cuda}
+    # this machine has no NVML (no nvidia-ml-py, or no driver): a value saying why, not a crash
+    assert set(child["nvml"]) == {"error"} or child["nvml"]["gib"] > 0
+
+
+def test_the_fork_probe_refuses_an_unknown_case_in_one_line() -> None:
+    done = _fork_probe("warp")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "one of none, nvml-closed" in done.stderr
+
+
+def test_fork_figures_are_summarized(gpu_check) -> None:
+    record = {
+        "part": "fork",
+        "case": "vllm",
+        "parent": {"platform": "CudaPlatform"},
+        "child": {"nvml": {"gib": 79.19}, "vllm": {"error": "NVMLError_Unknown: Unknown Error"}},
+    }
+    assert gpu_check.summary_lines([record]) == [
+        'fork vllm: parent {"platform": "CudaPlatform"}; child NVML 79.19 GiB, '
+        "vLLM's platform failed (NVMLError_Unknown: Unknown Error)"
+    ]
+    assert gpu_check.summary_lines(
+        [{"part": "fork", "case": "none", "parent": {}, "child": {"nvml": {"error": "x"}}}]
+    ) == ["fork none: parent {}; child NVML failed (x)"]
