@@ -7,7 +7,8 @@ device's memory through NVML, and vLLM then resolved other defaults than a
 fresh server (``sweeper.serving.warm_launcher.CUDA_REFUSAL``). This probe
 sets one parent state, forks, and has the child query GPU 0's total memory
 through NVML (``nvidia-ml-py``), the way vLLM's platform does
-(``nvmlInit``, query, ``nvmlShutdown``). The cases, each in a fresh
+(``nvmlInit``, query, ``nvmlShutdown``; by ctypes where ``nvidia-ml-py``
+is missing). The cases, each in a fresh
 interpreter (``gpu_check`` runs them one by one):
 
 - ``none``: the parent touched nothing;
@@ -27,6 +28,7 @@ exit: ``{"case", "parent": {...}, "child": {...}}``.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -41,7 +43,42 @@ def _device_index() -> int:
 
 
 def nvml_total_gib(*, keep_open: bool = False) -> dict[str, Any]:
-    """GPU 0's total memory through NVML, or the error: ``{"gib": x}`` or ``{"error": "..."}``."""
+    """GPU 0's total memory through NVML, or the error: ``{"gib": x}`` or ``{"error": "..."}``.
+
+    Through ``nvidia-ml-py`` (vLLM's binding) where it is installed, else through
+    the driver's library by ctypes (a host with torch but no vLLM); ``via`` says which.
+    """
+    try:
+        importlib.import_module("pynvml")
+    except ImportError:
+        return {"via": "ctypes", **_ctypes_total_gib(keep_open=keep_open)}
+    return {"via": "pynvml", **_pynvml_total_gib(keep_open=keep_open)}
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+def _ctypes_total_gib(*, keep_open: bool) -> dict[str, Any]:
+    try:
+        library = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as exc:
+        return {"error": f"OSError: {exc}"}
+    code = library.nvmlInit_v2()
+    if code != 0:
+        return {"error": f"nvmlInit_v2 returned {code}"}
+    try:
+        handle, memory = ctypes.c_void_p(), _Memory()
+        code = library.nvmlDeviceGetHandleByIndex_v2(_device_index(), ctypes.byref(handle))
+        if code == 0:
+            code = library.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))
+        return {"gib": round(memory.total / 2**30, 2)} if code == 0 else {"error": f"NVML returned {code}"}
+    finally:
+        if not keep_open:
+            library.nvmlShutdown()
+
+
+def _pynvml_total_gib(*, keep_open: bool) -> dict[str, Any]:
     try:
         pynvml: Any = importlib.import_module("pynvml")
         pynvml.nvmlInit()
