@@ -40,7 +40,7 @@ import numpy as np
 
 from search_spaces import Parameter, SearchSpace
 from sweeper.study._boundary_search import BoundarySearch
-from sweeper.study._speed_surrogate import DEAD_AFTER, EXPLORATION, SpeedSurrogate, from_unit, to_unit, values_of
+from sweeper.study._speed_surrogate import DEAD_AFTER, SpeedSurrogate, from_unit, to_unit
 from sweeper.study._window_readings import READING_CONFIDENCE, Observation, WindowReadings, WindowState
 
 logger = logging.getLogger(__name__)
@@ -61,9 +61,6 @@ MAX_PLAN_TRIALS = 40  # searched trials; then the fallback sampler (GP) takes ov
 # (its [0, 1] coordinate) of the incumbent: one step either way of a knob of 8 values,
 # a factor of 1.7 either way of top-k 16-128 on its log scale
 TRUST_RADIUS = 0.25
-# a one-step neighbour of the incumbent is measured while its fit plus this many SDs reaches the incumbent's
-NEIGHBOUR_SIGNIFICANCE = 2.0
-NEIGHBOUR_MAX_VALUES = 12  # only a knob of few values (K: 8) has neighbours; a finer grid is the surrogate's to fill
 
 SettingKey = tuple[tuple[str, Any], ...]  # (name, value) pairs: what tells two settings apart
 
@@ -165,15 +162,12 @@ class GuidedPlan:
             candidate = self._design_row(row, fit.frozen)
             if self._key({self._window.name: window, **candidate}) not in tried:
                 return candidate
-        incumbent, incumbent_mean = fit.incumbent()
-        neighbour = self._untried_neighbour(fit, incumbent, incumbent_mean, tried_params)
-        if neighbour is not None:
-            return neighbour
         scores = fit.scores()
         order = [int(index) for index in np.argsort(-scores, kind="stable")]
         ranked = [fit.candidates[index] for index in order]
         # first within the trust region of the incumbent, among the candidates that
         # may beat it (module docstring); then anywhere
+        incumbent, incumbent_mean = fit.incumbent()
         promising = [fit.candidates[i] for i in order if scores[i] >= incumbent_mean]
         region = [c for c in promising if self._near(c, incumbent, fit.frozen)]
         # a candidate that differs from a tried configuration only in knobs whose
@@ -198,46 +192,6 @@ class GuidedPlan:
             if self._key({self._window.name: window, **candidate}) not in tried:
                 return candidate
         return None
-
-    def _untried_neighbour(
-        self,
-        fit: SpeedSurrogate,
-        incumbent: Mapping[str, Any] | None,
-        incumbent_mean: float,
-        tried_params: Sequence[Mapping[str, Any]],
-    ) -> dict[str, Any] | None:
-        """The incumbent with one knob moved one step, not yet measured at ``window``, that may beat it.
-
-        The surrogate's form can be sure of a value it never measured: a
-        quadratic through K = 2, 3 and 7 put K = 4 below K = 3 while K = 4 was the
-        best (a 2 % gain at 5 % noise), and a knob whose effect is not yet told
-        from the noise does not tell candidates apart at all. A step either way
-        of each knob not frozen is what can still change the incumbent, so it is
-        measured before the surrogate's jumps: the neighbour whose fit, plus
-        ``NEIGHBOUR_SIGNIFICANCE`` standard deviations, reaches the incumbent's,
-        the best score first.
-        """
-        if incumbent is None:
-            return None
-        tried_speed = {self._speed_key(params) for params in tried_params}  # at any window: fact 3
-        neighbours = []
-        for p in self.speed:
-            if p.name in fit.frozen or p.name not in incumbent or len(values_of(p)) > NEIGHBOUR_MAX_VALUES:
-                continue
-            for value in _steps_from(p, incumbent[p.name]):
-                here = {q.name: fit.frozen.get(q.name, incumbent.get(q.name)) for q in self.speed}
-                neighbours.append(here | {p.name: value})
-        best, best_score = None, -math.inf
-        for candidate in neighbours:
-            if self._speed_key(candidate) in tried_speed:
-                continue
-            mean, sd = fit.predict(candidate)
-            if mean + NEIGHBOUR_SIGNIFICANCE * sd < incumbent_mean:
-                continue
-            score = mean + EXPLORATION * sd
-            if score > best_score:
-                best, best_score = candidate, score
-        return best
 
     def _thawed(
         self,
@@ -334,15 +288,6 @@ class GuidedPlan:
 
     def _speed_key(self, params: Mapping[str, Any]) -> SettingKey:
         return tuple((p.name, params.get(p.name)) for p in self.speed)
-
-
-def _steps_from(p: Parameter, value: Any) -> list[Any]:
-    """The values one step either way of ``value`` on ``p``'s candidate grid (every other choice of a categorical knob)."""
-    grid = values_of(p)
-    if not p.is_numeric:
-        return [choice for choice in grid if choice != value]
-    nearest = min(range(len(grid)), key=lambda i: abs(to_unit(p, grid[i]) - to_unit(p, value)))
-    return [grid[i] for i in (nearest - 1, nearest + 1) if 0 <= i < len(grid) and grid[i] != value]
 
 
 def _orthogonal_signs(columns: int) -> list[list[int]]:

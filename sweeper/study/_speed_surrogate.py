@@ -213,11 +213,6 @@ class SpeedSurrogate:
                 best, best_mean = dict(o.params), mean
         return best, best_mean
 
-    def predict(self, params: Mapping[str, Any]) -> tuple[float, float]:
-        """The fitted log TPS of speed settings ``params`` (the window's slope left out) and its SD."""
-        row = np.array(self._features(params, window_coordinate=None))
-        return float(row @ self.mean), math.sqrt(max(float(row @ self.cov @ row), 0.0))
-
     def scores(self, free: Collection[str] = ()) -> np.ndarray:
         """Posterior mean plus ``EXPLORATION`` standard deviations, per candidate
         (``self.candidates``; frozen knobs named in ``free`` take all their values)."""
