@@ -220,12 +220,20 @@ def run_one(cell: Cell, seed: int, cap: int, folder: Path) -> Outcome:
     )
 
 
+def ranked_quantile(values: Sequence[int | None], q: float) -> float:
+    """The ``q`` quantile (linear between order statistics) with an unreached run (None) ranked above
+    every reached one; inf where it falls on or beside an unreached run, or where there are no runs."""
+    if not values:
+        return math.inf
+    with np.errstate(invalid="ignore"):  # between a reached run and an unreached one: inf - inf
+        value = float(np.quantile([math.inf if v is None else v for v in values], q, method="linear"))
+    return math.inf if math.isnan(value) else value
+
+
 def quantile_text(values: Sequence[int | None], q: float, cap: int | None) -> str:
-    """The ``q`` quantile (linear between order statistics); an unreached run ranks above every reached one."""
-    ranked = sorted(math.inf if v is None else v for v in values)
-    with np.errstate(invalid="ignore"):  # between a reached run and an unreached one: inf - inf, read as unreached
-        value = float(np.quantile(np.array(ranked, dtype=float), q, method="linear")) if ranked else math.nan
-    if math.isinf(value) or math.isnan(value):
+    """``ranked_quantile`` as a table shows it: over the cap (or "-" without one) where it is unreached."""
+    value = ranked_quantile(values, q)
+    if math.isinf(value):
         return f">{cap}" if cap is not None else "-"
     return f"{value:g}"
 
@@ -254,16 +262,11 @@ def row_text(cell: Cell, outcomes: Sequence[Outcome], cap: int) -> str:
 def summary_text(noise: float, rows: Sequence[tuple[Cell, Sequence[Outcome]]], cap: int) -> str:
     """Over one noise's cells: the worst median and 90th percentile of searched trials, the longest dwell."""
 
-    def rank(values: Sequence[int | None], q: float) -> float:
-        with np.errstate(invalid="ignore"):  # between a reached run and an unreached one: inf - inf
-            value = float(np.quantile([math.inf if v is None else v for v in values], q, method="linear"))
-        return math.inf if math.isnan(value) else value
-
     cells = [outcomes for cell, outcomes in rows if cell.noise == noise]
     if not cells:
         return ""
-    worst_median = max(rank([o.searched for o in c], 0.5) for c in cells)
-    worst_p90 = max(rank([o.searched for o in c], 0.9) for c in cells)
+    worst_median = max(ranked_quantile([o.searched for o in c], 0.5) for c in cells)
+    worst_p90 = max(ranked_quantile([o.searched for o in c], 0.9) for c in cells)
     dwell = max(o.dwell for c in cells for o in c)
     runs = sum(len(c) for c in cells)
 
