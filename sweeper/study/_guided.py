@@ -14,8 +14,9 @@ interact with it, so every trial says something about them.
   noise at ``READING_CONFIDENCE`` (feasible, infeasible or uncertain); an
   uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times.
 * **the speed settings**: a small design around each knob's middle, then
-  the best untried settings by a ridge-regression surrogate of log TPS,
-  within ``TRUST_RADIUS`` of the incumbent; a knob whose effect is shown small
+  the best untried settings by a surrogate of log TPS (a ridge regression,
+  and a Gaussian process on what it leaves over), within ``TRUST_RADIUS`` of
+  the incumbent; a knob whose effect is shown small
   (``DEAD_EFFECT``, ``DEAD_SIGNIFICANCE``, ``DEAD_AFTER``) stops moving.
 
 After ``MAX_PLAN_TRIALS`` searched trials (a race's re-measurements do not
