@@ -46,6 +46,7 @@ PRIOR_QUADRATIC_MEAN = -0.5  # TPS is unimodal in each speed knob
 PRIOR_CHOICE = 0.3
 NOISE_FLOOR = 0.02  # relative TPS noise assumed at least
 NOISE_DEFAULT = 0.03  # before there are residuals to estimate it from
+POSTERIOR_CHUNK = 4096  # settings scored at once
 REPLICATE_DOF = 3  # repeated readings that estimate one reading's noise for the residuals' process
 # what the additive quadratic misses (``ResidualProcess``): the prior SD of a residual
 # in log TPS, and the distance in the speed knobs' [0, 1] coordinates over which
@@ -135,12 +136,16 @@ class SpeedSurrogate:
         """Mean and standard deviation of log TPS at each speed setting, the window's slope
         left out (candidates are compared at one window): the regression's, plus the
         residuals' process."""
-        x = np.array([self._features(c, window_coordinate=None) for c in settings], dtype=float)
-        x = x.reshape(len(settings), len(self.columns))
-        residual_mean, residual_var = self._residuals().predict(self._settings_points(settings))
-        mean = x @ self.mean + residual_mean
-        var = np.einsum("ij,jk,ik->i", x, self.cov, x) + residual_var
-        return mean, np.sqrt(np.maximum(var, 0.0))
+        means, sds = [np.zeros(0)], [np.zeros(0)]
+        for start in range(0, len(settings), POSTERIOR_CHUNK):  # memory: a chunk times the readings
+            chunk = settings[start : start + POSTERIOR_CHUNK]
+            x = np.array([self._features(c, window_coordinate=None) for c in chunk], dtype=float)
+            x = x.reshape(len(chunk), len(self.columns))
+            residual_mean, residual_var = self._residuals().predict(self._settings_points(chunk))
+            means.append(x @ self.mean + residual_mean)
+            var = ((x @ self.cov) * x).sum(axis=1) + residual_var
+            sds.append(np.sqrt(np.maximum(var, 0.0)))
+        return np.concatenate(means), np.concatenate(sds)
 
     # -- features ------------------------------------------------------------
 
