@@ -310,7 +310,7 @@ def run_all(cells: Sequence[Cell], seeds: range, cap: int, records: str | None) 
                     outcome = run_one(cell, seed, cap, Path(tmp))
                     results[(cell, seed)] = outcome
                     if log:
-                        log.write(json.dumps(_record(cell, seed, outcome)) + "\n")
+                        log.write(json.dumps({**_record(cell, seed, outcome), "cap": cap}) + "\n")
                         log.flush()
                 print(
                     f"[seed {seed}: {len(results)}/{total} runs, {time.monotonic() - started:.0f} s]", file=sys.stderr
@@ -349,20 +349,28 @@ def main(argv: list[str] | None = None) -> int:
         for f in families
         for e in enqueue
     ]
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    seeds: Sequence[int] = range(args.first_seed, args.first_seed + args.seeds)
+    found: list[dict[str, Any]] = []
+    if args.from_records:
+        # the records say which seeds and cap they ran with, not the defaults of this command
+        found = [json.loads(line) for name in args.from_records for line in Path(name).read_text().splitlines()]
+        seeds = sorted({r["seed"] for r in found})
+        caps = {r.get("cap", args.cap) for r in found}
+        if len(caps) > 1:
+            parser.error(f"the records ran with different caps: {sorted(caps)}")
+        args.cap = caps.pop() if caps else args.cap
     print(
         f"Trials to a configuration within 1 % of the best feasible TPS ({args.sampler}; "
-        f"races of {confirm_settings().rounds} rounds, the base first; a cap of {args.cap} searched trials; seeds "
-        f"{seeds.start}-{seeds.stop - 1})\n"
+        f"races of {confirm_settings().rounds} rounds, the base first; a cap of {args.cap} searched trials; "
+        f"{seeds_text(seeds)})\n"
     )
     print(HEADER)
     print("|---" * (HEADER.count("|") - 1) + "|", flush=True)
     started = time.monotonic()
     if args.from_records:
-        found = [json.loads(line) for name in args.from_records for line in Path(name).read_text().splitlines()]
         results = {(Cell(**{k: r[k] for k in CELL_FIELDS}), r["seed"]): _outcome(r) for r in found}
     else:
-        results = run_all(cells, seeds, args.cap, args.records)
+        results = run_all(cells, range(seeds[0], seeds[-1] + 1), args.cap, args.records)
     rows: list[tuple[Cell, list[Outcome]]] = []
     for cell in cells:
         outcomes = [results[(cell, seed)] for seed in seeds if (cell, seed) in results]
@@ -372,8 +380,20 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for noise in noises:
         print(summary_text(noise, rows, args.cap))
-    print(f"\n{time.monotonic() - started:.0f} s in all, one run at a time")
+    if args.from_records:
+        print(f"\n{sum(o.seconds for _, outcomes in rows for o in outcomes):.0f} s of runs in the records shown")
+    else:
+        print(f"\n{time.monotonic() - started:.0f} s in all, one run at a time")
     return 0
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """'seeds 0-19' for a contiguous range, else every seed named."""
+    if not seeds:
+        return "no seeds"
+    if list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + ", ".join(str(seed) for seed in seeds)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import numpy as np
@@ -67,3 +68,27 @@ def test_the_summary_ranks_unreached_runs_last(bench) -> None:
     text = bench.summary_text(0.1, [(cell, runs)], 40)
     assert "worst median 5.5 searched trials" in text
     assert "worst 90th percentile >40" in text
+
+
+def test_a_table_from_records_names_the_seeds_and_cap_they_ran_with(bench, tmp_path, capsys) -> None:
+    """The caption read 'seeds 0-19' and 'a cap of 40' (this command's defaults) for records of 8
+    seeds; records at seeds 20 and over were left out of the table."""
+    cell = bench.Cell(family="challenge", enqueue=False, noise=0.05, ppl_noise=0.01)
+    lines = []
+    for seed, searched in ((21, 6), (22, None), (24, 9)):
+        outcome = bench.Outcome(searched=searched, races=2, dwell=4, dwell_window=256, windows=3, seconds=1.5)
+        lines.append(json.dumps({**bench._record(cell, seed, outcome), "cap": 30}))
+    records = tmp_path / "runs.jsonl"
+    records.write_text("\n".join(lines) + "\n")
+    assert bench.main(["--from-records", str(records)]) == 0
+    out = capsys.readouterr().out
+    assert "a cap of 30 searched trials; seeds 21, 22, 24)" in out
+    row = next(line for line in out.splitlines() if line.startswith("| 5% / 0.01 | challenge | no |"))
+    assert row.split(" | ")[3] == "3"  # all three seeds counted
+    assert "2/3 within 30" in row
+    assert "4 s of runs in the records shown" in out  # 4.5 s, rounded
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(lines[0] + "\n" + lines[1].replace('"cap": 30', '"cap": 40') + "\n")
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--from-records", str(mixed)])
+    assert stopped.value.code == 2
