@@ -86,7 +86,7 @@ class GuidedPlan:
                 "guided search needs one numeric quality parameter with 'faster' set and no "
                 "parameter-dependent conditions: using the fallback sampler only"
             )
-        self._design = _orthogonal_signs(sum(p.is_numeric for p in self.speed))
+        self._design = _design_signs(sum(p.is_numeric for p in self.speed))
 
     # -- the plan -------------------------------------------------------------
 
@@ -291,11 +291,16 @@ class GuidedPlan:
         return tuple((p.name, params.get(p.name)) for p in self.speed)
 
 
-def _orthogonal_signs(columns: int) -> list[list[int]]:
-    """Rows of a two-level orthogonal array with ``columns`` columns (Walsh functions)."""
+def _design_signs(columns: int) -> list[list[int]]:
+    """The design's corner rows: ``columns + 1`` rows of a two-level orthogonal array
+    (Walsh functions), the fewest that tell every knob's slope from the others' and from
+    the middle. A knob added costs one trial, not a doubled array: with four speed knobs
+    the whole array has 8 rows, and its first 5 tell the slopes apart as well as any 5
+    of them (``test_guided.py`` checks that up to 7 knobs)."""
     if columns == 0:
         return []
     runs = 1
     while runs <= columns:
         runs *= 2
-    return [[1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)] for row in range(runs)]
+    rows = [[1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)] for row in range(runs)]
+    return rows[: columns + 1]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
 import numpy as np
 import pytest
 import toy
+from scipy.linalg import hadamard
 
 from search_spaces import space_from_dict
 from sweeper.study import GuidedPlan, Observation
+from sweeper.study._guided import _design_signs
 
 CAP = 2.42
 
@@ -463,3 +466,22 @@ def test_an_infinite_ppl_at_the_bracket_s_end_bisects_the_bracket() -> None:
     bracket = [observe(1, {"window": 320, **base}, ppl), infinite]
     assert GuidedPlan(SPACE).next_window(bracket) == 292
     assert GuidedPlan(SPACE).next_window([observe(0, {"window": 512, **base}, ppl), *bracket]) == 304
+
+
+@pytest.mark.parametrize("knobs", range(1, 8))
+def test_the_design_has_a_corner_per_knob_and_one_more_as_informative_as_any(knobs: int) -> None:
+    """With four speed knobs the design took all 8 rows of its orthogonal array (9 trials with the
+    middle); it takes knobs + 1, and no other choice of that many rows of the array tells the slopes
+    apart better (D-criterion, over every subset of Sylvester's Hadamard matrix's columns)."""
+    design = np.array(_design_signs(knobs))
+    assert design.shape == (knobs + 1, knobs)
+    runs = 2 ** math.ceil(math.log2(knobs + 1))
+    array = hadamard(runs)[:, 1 : knobs + 1]
+    assert {tuple(row) for row in design} <= {tuple(row) for row in array}
+
+    def information(rows: np.ndarray) -> float:
+        x = np.column_stack([np.ones(len(rows)), rows])
+        return float(np.linalg.det(x.T @ x))
+
+    best = max(information(array[list(subset)]) for subset in itertools.combinations(range(runs), knobs + 1))
+    assert information(design) == pytest.approx(best) and best > 0
