@@ -353,13 +353,29 @@ def install_spawn_through_launcher() -> None:
     popen_spawn_posix.Popen = WarmSpawnPopen  # type: ignore[misc]  # replacing the class is the point
 
 
+# device files a library loaded in the launcher keeps open and caches (the NVIDIA driver's, opened by
+# NVML when vLLM's platform probe runs at import): closed in a child, its next NVML call fails with
+# "The operating system has blocked the request", and vLLM then resolves other defaults
+KEPT_DEVICE_FILES = ("/dev/nvidia",)
+
+
 def _close_descriptors(keep: set[int]) -> None:
+    """Close every descriptor but ``keep`` and those on ``KEPT_DEVICE_FILES``."""
     for name in os.listdir("/proc/self/fd"):
-        if int(name) not in keep:
-            try:
-                os.close(int(name))
-            except OSError:
-                pass
+        fd = int(name)
+        if fd in keep or _is_kept_device_file(fd):
+            continue
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _is_kept_device_file(fd: int) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith(KEPT_DEVICE_FILES)
+    except OSError:
+        return False
 
 
 def _read_signed(conn: socket.socket) -> int:

@@ -206,9 +206,9 @@ def _import(modules: list[str]) -> list[str]:
 
 
 CUDA_REFUSAL = (
-    "warm starts are off with a CUDA build of torch: a server forked from a launcher could not use NVML "
-    "on an H100, and vLLM then resolved other defaults than a fresh server (max_num_batched_tokens 2048, "
-    "not 8192; 2026-12-06)"
+    "warm starts are off with a CUDA build of torch: on an H100 a forked server's engine failed in a Triton "
+    "kernel while this launcher imported vLLM's engine modules, and one pair with the API server's modules "
+    "only is not yet the proof a warm start needs (2026-12-07, docs/gpu.md)"
 )
 
 

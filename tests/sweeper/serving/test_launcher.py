@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.manifest import Manifest
-from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_plan
+from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_child, warm_plan
 from sweeper.serving.warm_child import startup_key
 from sweeper.serving.warm_launcher import CUDA_REFUSAL
 
@@ -230,3 +230,28 @@ def test_an_exec_of_this_interpreter_into_a_module_runs_in_the_warm_process(tmp_
         assert "exec_target runs in this warm process" in log.read_text()
     finally:
         launchers.close()
+
+
+def test_a_forked_child_keeps_the_device_files_a_library_in_the_launcher_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an H100, NVML (opened in the launcher by vLLM's platform probe) keeps the driver's
+    /dev/nvidia* files open; a forked server that closed them got "The operating system has
+    blocked the request" from NVML, and vLLM resolved other defaults (2026-12-07). No such file
+    exists on CPU: /dev/null stands in for it here, the rest is the child's real clean-up."""
+    monkeypatch.setattr(warm_child, "KEPT_DEVICE_FILES", ("/dev/null",))
+    device = os.open("/dev/null", os.O_RDONLY)
+    other = os.open(tmp_path / "other", os.O_WRONLY | os.O_CREAT)
+    pid = os.fork()
+    if pid == 0:  # the child: clean up as a forked server does, then say which are left open
+        code = 1
+        try:
+            warm_child._close_descriptors(keep={0, 1, 2})
+            kept = {fd for fd in (device, other) if str(fd) in os.listdir("/proc/self/fd")}
+            code = 0 if kept == {device} else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    os.close(device)
+    os.close(other)
+    assert os.waitstatus_to_exitcode(status) == 0
