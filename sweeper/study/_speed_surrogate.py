@@ -289,7 +289,7 @@ class ResidualProcess:
     was sure of its shape where it was wrong (at 5 % noise it put K = 4 at
     -1.4 % +- 1.3 % against K = 3; the truth was +2.2 %). The residuals, with a
     squared-exponential kernel of ``RESIDUAL_SD`` and ``RESIDUAL_LENGTH`` over
-    the speed coordinates and the fit's noise on the diagonal, put back what
+    the speed coordinates and one reading's noise on the diagonal, put back what
     was measured near a setting, and the uncertainty the quadratic left out
     far from any measurement. A two-stage fit: the regression's coefficients
     are taken as they are.
