@@ -297,10 +297,6 @@ def _design_signs(columns: int) -> list[list[int]]:
     the middle. A knob added costs one trial, not a doubled array: with four speed knobs
     the whole array has 8 rows, and its first 5 tell the slopes apart as well as any 5
     of them (``test_guided.py`` checks that up to 7 knobs)."""
-    if columns == 0:
-        return []
-    runs = 1
-    while runs <= columns:
-        runs *= 2
-    rows = [[1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)] for row in range(runs)]
-    return rows[: columns + 1]
+    return [
+        [1 - 2 * (bin(row & (column + 1)).count("1") % 2) for column in range(columns)] for row in range(columns + 1)
+    ]

@@ -16,6 +16,7 @@ the incumbent.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -100,9 +101,6 @@ class SpeedSurrogate:
         self.measured = measured
         self._xy = (x, y)
         self._residual_process: ResidualProcess | None = None  # built when first asked (``posterior``)
-        # one reading's noise: from repeated readings of one configuration where there are
-        # enough (a race's), since the regression's residuals also hold what it cannot fit
-        self.reading_noise = _replicate_noise(measured, y) or noise
         self.frozen = frozen  # the plan's: knobs found dead, added to as they are found
         self.candidates: list[dict[str, Any]] = []  # of the last ``scores``
 
@@ -124,6 +122,12 @@ class SpeedSurrogate:
             else:
                 point += [math.sqrt(0.5) if params.get(p.name) == c else 0.0 for c in p.choices]
         return point
+
+    @functools.cached_property
+    def reading_noise(self) -> float:
+        """One reading's noise: from repeated readings of one configuration where there are
+        enough (a race's), since the regression's residuals also hold what it cannot fit."""
+        return _replicate_noise(self.measured, self._xy[1]) or self.noise
 
     def _residuals(self) -> ResidualProcess:
         if self._residual_process is None:
