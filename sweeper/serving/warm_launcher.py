@@ -210,15 +210,29 @@ CUDA_REFUSAL = (
     "kernel while this launcher imported vLLM's engine modules, and one pair with the API server's modules "
     "only is not yet the proof a warm start needs (2026-12-07, docs/gpu.md)"
 )
+# set to 1 in sweeper's environment, lifts the refusal (to gather that proof: benchmarks/warm_start.py)
+CUDA_TRIAL_VARIABLE = "SWEEPER_WARM_CUDA"
+# what a CUDA build's launcher imports of vLLM: with the engine's, worker's and model's modules imported
+# here, a forked engine failed in the sampler's Triton kernel on an H100 (2026-12-07, docs/gpu.md)
+CUDA_VLLM_MODULES = ("vllm", "vllm.entrypoints.openai.api_server")
 
 
 def _cuda_refusal() -> str:
-    """The reason this launcher forks nothing ('' where it may): torch built for CUDA."""
+    """The reason this launcher forks nothing ('' where it may): torch built for CUDA, not on trial."""
     try:
         importlib.import_module("torch")
     except Exception:  # noqa: BLE001 - no torch here: vLLM's own import will say what is wrong
         return ""
-    return CUDA_REFUSAL if _cuda_build() else ""
+    if not _cuda_build() or os.environ.get(CUDA_TRIAL_VARIABLE) == "1":
+        return ""
+    return CUDA_REFUSAL
+
+
+def _for_this_build(modules: list[str]) -> list[str]:
+    """``modules`` less, with a CUDA build of torch, vLLM's modules other than ``CUDA_VLLM_MODULES``."""
+    if "torch" not in modules or not _cuda_build():
+        return modules
+    return [m for m in modules if not (m == "vllm" or m.startswith("vllm.")) or m in CUDA_VLLM_MODULES]
 
 
 def _cuda_build() -> bool:
@@ -240,6 +254,7 @@ def main(arguments: list[str]) -> None:
     if refusal:
         _send({"ready": False, "refused": refusal})
         return
+    _modules = _for_this_build(_modules)
     imported = _import(_modules)
     warm_child.launcher.logging_state = warm_child.LoggingState()
     os_threads = len(os.listdir(f"/proc/{os.getpid()}/task"))

@@ -16,7 +16,7 @@ import pytest
 from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_child, warm_plan
 from sweeper.serving.warm_child import startup_key
-from sweeper.serving.warm_launcher import CUDA_REFUSAL
+from sweeper.serving.warm_launcher import CUDA_REFUSAL, CUDA_TRIAL_VARIABLE
 
 # answers /v1/models; writes what it was started with, and what a process it spawns was
 SERVE = r"""
@@ -175,6 +175,35 @@ def test_a_cuda_build_of_torch_starts_fresh_and_says_why(script_manifest: Manife
         assert launchers.pids() == []
     finally:
         launchers.close()
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_cuda_build_on_trial_forks_with_only_the_api_servers_vllm_modules(
+    cuda: bool, script_manifest: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # stand-ins, as above: a torch whose version.cuda is set or not, and a vllm package of three modules
+    packages = tmp_path / "packages"
+    (packages / "torch").mkdir(parents=True)
+    (packages / "torch" / "__init__.py").write_text(f"class version:\n    cuda = {'13.0' if cuda else None!r}\n")
+    (packages / "vllm" / "entrypoints" / "openai").mkdir(parents=True)
+    for module in ("__init__", "engine_core", "entrypoints/__init__", "entrypoints/openai/__init__"):
+        (packages / "vllm" / f"{module}.py").write_text("")
+    (packages / "vllm" / "entrypoints" / "openai" / "api_server.py").write_text("")
+    monkeypatch.setenv(CUDA_TRIAL_VARIABLE, "1")  # the launcher's environment is sweeper's
+    modules = ("torch", "json", "vllm", "vllm.engine_core", "vllm.entrypoints.openai.api_server")
+    launchers = WarmLaunchers(tmp_path / "launchers", modules=modules)
+    server = ServerProcess(
+        script_manifest, launchers=launchers, overrides={"PYTHONPATH": str(packages)}, log_path=tmp_path / "s.log"
+    )
+    try:
+        with server:
+            assert server.start_kind == "warm"
+            (launcher,) = launchers._launchers.values()
+            imported = launcher.ready_info["imported"]
+    finally:
+        launchers.close()
+    expected = [m for m in modules if not (cuda and m == "vllm.engine_core")]
+    assert imported == expected
 
 
 # execs this same interpreter into -m MODULE, as `sweeper serve` does: the launcher runs it in place
