@@ -27,7 +27,6 @@ from sweeper.study._window_readings import (
 logger = logging.getLogger(__name__)
 
 MAX_UNCERTAIN_READINGS = 3  # readings of an uncertain window before it counts as failing
-EDGE_AFTER = 4  # readings of the boundary's window per reading of its uncertain failing neighbour
 
 
 class BoundarySearch:
@@ -58,33 +57,7 @@ class BoundarySearch:
         probe = self._probe(pooled, pending_q, b.boundary_resolution())
         if probe is not None:
             return probe
-        edge = self._edge_again(pooled, pending_q)
-        if edge is not None:
-            return edge
         return min(passing, key=self._oriented)
-
-    def _edge_again(self, pooled: Mapping[float, WindowReadings], pending_q: Sequence[Any]) -> Any | None:
-        """The bracket's failing edge, read again as the boundary's window is read more.
-
-        A bracket closed by one uncertain reading over the cap may sit a
-        resolution too safe, and every trial after it is spent there. Once
-        the boundary's window has ``EDGE_AFTER`` readings more per reading of
-        its uncertain neighbour, that neighbour is read again (up to
-        ``MAX_UNCERTAIN_READINGS``).
-        """
-        feasible = [u for u, r in pooled.items() if r.state is WindowState.FEASIBLE]
-        hi = min(feasible)
-        below = [u for u in pooled if u < hi]
-        if not below:
-            return None
-        lo = pooled[max(below)]
-        if lo.state is not WindowState.UNCERTAIN:
-            return None
-        pending = sum(abs(self._oriented(q) - max(below)) < 1e-12 for q in pending_q)
-        readings = lo.count + pending
-        if readings >= MAX_UNCERTAIN_READINGS or pooled[hi].count < EDGE_AFTER * readings:
-            return None
-        return lo.value
 
     def _nothing_passes(
         self, pooled: Mapping[float, WindowReadings], safe: Any, pending_q: Sequence[Any]

@@ -24,7 +24,6 @@ from sweeper.study import (
     is_confirmation,
     run_study,
 )
-from sweeper.study._boundary_search import EDGE_AFTER, MAX_UNCERTAIN_READINGS
 from sweeper.study._guided import READING_CONFIDENCE
 from sweeper.study._sampling import observations
 
@@ -112,27 +111,3 @@ def test_the_sampler_marks_race_servers_as_not_searched(tmp_path: Path) -> None:
     assert any(is_confirmation(roles[o.number]) for o in seen)  # the study did race
     assert {o.number: o.searched for o in seen} == {o.number: not is_confirmation(roles[o.number]) for o in seen}
     assert sum(o.searched for o in seen) == 6
-
-
-def test_an_uncertain_failing_edge_is_read_again_as_the_boundarys_window_is_read_more() -> None:
-    plan = GuidedPlan(SPACE)
-
-    def at_300(count: int) -> list[float]:
-        return [-0.05 + 0.01 * (-1) ** n for n in range(count)]
-
-    settled = {512: [-0.12], 300: at_300(3), 292: [0.005], 128: [0.30]}
-    assert _states(settled) == {512: "feasible", 300: "feasible", 292: "uncertain", 128: "infeasible"}
-    # the bracket 292-300 is closed at the resolution: the boundary is 300 ...
-    assert plan.next_window(_history(settled)) == 300
-    # ... until it has been read EDGE_AFTER times for each reading of 292 (one being read counts)
-    assert plan.next_window(_history({**settled, 300: at_300(EDGE_AFTER)})) == 292
-    assert plan.next_window(_history({**settled, 300: at_300(EDGE_AFTER)}), [{"window": 292}]) == 300
-    twice = {**settled, 300: at_300(2 * EDGE_AFTER - 1), 292: [0.005, -0.003]}
-    assert _states(twice)[292] == "uncertain" and plan.next_window(_history(twice)) == 300
-    assert plan.next_window(_history({**twice, 300: at_300(2 * EDGE_AFTER)})) == 292
-    # read MAX_UNCERTAIN_READINGS times and still uncertain: the edge counts as failing for good
-    thrice = {**settled, 300: at_300(40), 292: [0.005, -0.003, 0.004][:MAX_UNCERTAIN_READINGS]}
-    assert _states(thrice)[292] == "uncertain" and plan.next_window(_history(thrice)) == 300
-    # read again and found feasible: the boundary moves, and the bracket below it is probed
-    passed = {**settled, 300: at_300(EDGE_AFTER), 292: [0.005, -0.03, -0.03]}
-    assert _states(passed)[292] == "feasible" and plan.next_window(_history(passed)) not in (292, 300)
