@@ -18,7 +18,10 @@ Per cell: the median and 90th percentile of searched trials (the baseline
 and enqueued ones included), race servers, and the two together, until
 then; how many runs got there within the cap (an unreached run ranks above
 every reached one: ">N"); the most searched trials any run spent at one
-window before it got there; and how many runs spent more than 8.
+window before it got there; and how many runs spent more than 8. Under each
+noise's summary: what the windows those runs dwelt at held, by the
+landscape's truth (a configuration within 1 %, nothing within 1 %, or PPL
+over the cap).
 
     python -m benchmarks.search_efficiency                  # the full grid: 3 noises x 5 families x 2, 20 seeds
     python -m benchmarks.search_efficiency --noises 0.05    # one noise
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import json
 import logging
 import math
@@ -55,6 +59,8 @@ from benchmarks.landscape import (
     DEAD_KNOB_SPEC,
     PPL_CAP,
     PRESET,
+    TOKENS,
+    TOP_KS,
     Landscape,
     LandscapeShape,
     draw_shape,
@@ -279,6 +285,34 @@ def summary_text(noise: float, rows: Sequence[tuple[Cell, Sequence[Outcome]]], c
     )
 
 
+class DwellPlace(enum.Enum):
+    """Where a run that dwelt spent its trials, by the landscape's truth."""
+
+    NEAR_BEST = "a configuration within 1 % there"  # the speed search was the slow part
+    NOTHING_NEAR = "nothing within 1 %"  # the boundary settled too safe, or the speed knobs cannot get there
+    OVER_CAP = "PPL over the cap"  # read as feasible, truly not
+
+
+def dwell_place(family: str, seed: int, window: int) -> DwellPlace:
+    """What the window a run dwelt at holds, noise-free (over ``Landscape.best_tps``'s grid of top-k and K)."""
+    landscape = Landscape(seed, shape=family_shape(family, seed))
+    if not landscape.is_feasible({"sliding_window": window}):
+        return DwellPlace.OVER_CAP
+    k, c = np.meshgrid(TOKENS, TOP_KS, indexing="ij")
+    fastest = float(landscape.true_tps(window, c, k).max())
+    return DwellPlace.NEAR_BEST if fastest >= 0.99 * landscape.best_tps else DwellPlace.NOTHING_NEAR
+
+
+def dwell_text(noise: float, runs: Sequence[tuple[Cell, int, Outcome]]) -> str:
+    """Over one noise's runs that spent more than 8 searched trials at one window: what that window held."""
+    dwelt = [(cell, seed, o) for cell, seed, o in runs if cell.noise == noise and o.dwell > 8]
+    if not dwelt:
+        return ""
+    places = Counter(dwell_place(cell.family, seed, int(o.dwell_window or 0)) for cell, seed, o in dwelt)
+    held = ", ".join(f"{place.value} in {places[place]}" for place in DwellPlace)
+    return f"{noise:.0%} TPS noise, {len(dwelt)} runs dwelling over 8 searched trials at one window: {held}"
+
+
 def _record(cell: Cell, seed: int, outcome: Outcome) -> dict[str, Any]:
     return {
         **dataclasses.asdict(cell),
@@ -372,14 +406,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = run_all(cells, range(seeds[0], seeds[-1] + 1), args.cap, args.records)
     rows: list[tuple[Cell, list[Outcome]]] = []
+    runs: list[tuple[Cell, int, Outcome]] = []
     for cell in cells:
-        outcomes = [results[(cell, seed)] for seed in seeds if (cell, seed) in results]
-        if outcomes:
-            rows.append((cell, outcomes))
-            print(row_text(cell, outcomes, args.cap), flush=True)
+        ran = [(cell, seed, results[(cell, seed)]) for seed in seeds if (cell, seed) in results]
+        if ran:
+            runs += ran
+            rows.append((cell, [outcome for _, _, outcome in ran]))
+            print(row_text(cell, rows[-1][1], args.cap), flush=True)
     print()
     for noise in noises:
         print(summary_text(noise, rows, args.cap))
+        if dwelt := dwell_text(noise, runs):
+            print(dwelt)
     if args.from_records:
         print(f"\n{sum(o.seconds for _, outcomes in rows for o in outcomes):.0f} s of runs in the records shown")
     else:

@@ -92,3 +92,39 @@ def test_a_table_from_records_names_the_seeds_and_cap_they_ran_with(bench, tmp_p
     with pytest.raises(SystemExit) as stopped:
         bench.main(["--from-records", str(mixed)])
     assert stopped.value.code == 2
+
+
+def test_the_windows_runs_dwelt_at_are_told_apart_by_the_truth(bench) -> None:
+    # the truth computed here configuration by configuration, against dwell_place's grid at once
+    def expected(family, seed, window):
+        land = bench.Landscape(seed, shape=bench.family_shape(family, seed))
+        if float(land.ppl(window)) > bench.PPL_CAP:
+            return bench.DwellPlace.OVER_CAP
+        fastest = max(
+            land.tps_of({"sliding_window": window, "centroid_top_k": int(c), "num_speculative_tokens": int(k)})
+            for c in range(16, 129)
+            for k in range(1, 9)
+        )
+        return bench.DwellPlace.NEAR_BEST if fastest >= 0.99 * land.best_tps else bench.DwellPlace.NOTHING_NEAR
+
+    land = bench.Landscape(6, shape=bench.family_shape("challenge", 6))
+    best = land.best["sliding_window"]
+    cases = [("challenge", 6, w) for w in (best, best + 28, 512, best - 8, 128)] + [("gate-wide", 2, 480)]
+    places = [bench.dwell_place(*case) for case in cases]
+    assert places == [expected(*case) for case in cases]
+    assert set(places) == set(bench.DwellPlace)  # each kind of place among the cases
+
+    cell = bench.Cell(family="challenge", enqueue=False, noise=0.05, ppl_noise=0.01)
+    other = bench.Cell(family="challenge", enqueue=False, noise=0.1, ppl_noise=0.02)
+
+    def dwelt(dwell, window):
+        return bench.Outcome(searched=9, races=0, dwell=dwell, dwell_window=window, windows=3, seconds=1.0)
+
+    runs = [(cell, 6, dwelt(9, best)), (cell, 6, dwelt(12, 512)), (cell, 6, dwelt(8, 512)), (other, 6, dwelt(20, 128))]
+    # the line counts this noise's runs over 8 only: at the best's window and at 512, not the dwell of 8
+    near, nothing = expected("challenge", 6, best), expected("challenge", 6, 512)
+    assert (near, nothing) == (bench.DwellPlace.NEAR_BEST, bench.DwellPlace.NOTHING_NEAR)
+    assert bench.dwell_text(0.05, runs) == (
+        "5% TPS noise, 2 runs dwelling over 8 searched trials at one window: "
+        "a configuration within 1 % there in 1, nothing within 1 % in 1, PPL over the cap in 0"
+    )
