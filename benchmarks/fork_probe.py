@@ -38,7 +38,8 @@ from typing import Any
 CASES = ("none", "nvml-closed", "nvml-open", "torch", "torch-count", "vllm")
 
 
-def _device_index() -> int:
+def first_visible_index() -> int:
+    """The host index of the first GPU this process's ``CUDA_VISIBLE_DEVICES`` names (0 unset)."""
     return int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
 
 
@@ -69,7 +70,7 @@ def _ctypes_total_gib(*, keep_open: bool) -> dict[str, Any]:
         return {"error": f"nvmlInit_v2 returned {code}"}
     try:
         handle, memory = ctypes.c_void_p(), _Memory()
-        code = library.nvmlDeviceGetHandleByIndex_v2(_device_index(), ctypes.byref(handle))
+        code = library.nvmlDeviceGetHandleByIndex_v2(first_visible_index(), ctypes.byref(handle))
         if code == 0:
             code = library.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory))
         return {"gib": round(memory.total / 2**30, 2)} if code == 0 else {"error": f"NVML returned {code}"}
@@ -83,7 +84,7 @@ def _pynvml_total_gib(*, keep_open: bool) -> dict[str, Any]:
         pynvml: Any = importlib.import_module("pynvml")
         pynvml.nvmlInit()
         try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(_device_index())
+            handle = pynvml.nvmlDeviceGetHandleByIndex(first_visible_index())
             return {"gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 2)}
         finally:
             if not keep_open:

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.fork_probe import CASES as FORK_CASES
+from benchmarks.fork_probe import first_visible_index
 from evaluators import PplSettings, TpsSettings, WarmupSettings
 from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
@@ -304,8 +305,7 @@ def nvml_used_mib() -> float | None:
     if pynvml is None:
         return None
     try:
-        index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(first_visible_index())
         return pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
     finally:
         pynvml.nvmlShutdown()
@@ -317,8 +317,7 @@ def nvml_pids() -> list[int]:
     if pynvml is None:
         return []
     try:
-        index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(first_visible_index())
         return sorted(process.pid for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
     except Exception:  # noqa: BLE001 - a driver that cannot list processes
         return []
