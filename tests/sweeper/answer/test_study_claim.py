@@ -7,6 +7,7 @@ import datetime
 import math
 
 import pytest
+from trial_records import trial_record
 
 from storage import TrialRecord
 from sweeper.answer import VerifySettings
@@ -23,33 +24,16 @@ RACING = ConfirmSettings(rounds=2, noise=0.10, prior_df=2.0)
 def record(
     number: int, params: dict, tps: float | None, *, role: str = "sampled", ppl: float = 1.1, state: str = "complete"
 ) -> TrialRecord:
-    return TrialRecord(
-        study_name="s",
-        number=number,
-        optuna_trial_id=number + 1,
+    complete = state == "complete"
+    return trial_record(
+        number,
         state=state,
         role=role,
         params=params,
         overrides={} if params == BASE else {"C": str(params["c"])},
-        manifest=None,
         tps=tps,
-        ppl=ppl if state == "complete" else None,
-        ppl_cap=1.2,
-        feasible=(ppl <= 1.2) if state == "complete" else None,
-        ppl_reused_from=None,
-        early_stopped=False,
-        tps_imputed=False,
-        extras={},
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
-        host="h",
-        pid=1,
-        started_at=NOW,
-        heartbeat_at=NOW,
-        finished_at=NOW,
+        ppl=ppl if complete else None,
+        feasible=(ppl <= 1.2) if complete else None,
     )
 
 

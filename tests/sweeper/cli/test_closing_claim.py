@@ -9,6 +9,7 @@ import datetime
 import math
 
 import pytest
+from trial_records import trial_record
 
 from storage import TrialRecord
 from sweeper.cli._run_summary import claim_line
@@ -21,34 +22,7 @@ UNRACED = ConfirmSettings(rounds=0, noise=0.10)
 
 
 def record(number: int, params: dict, tps: float, *, role: str = "sampled") -> TrialRecord:
-    return TrialRecord(
-        study_name="s",
-        number=number,
-        optuna_trial_id=number + 1,
-        state="complete",
-        role=role,
-        params=params,
-        overrides={},
-        manifest=None,
-        tps=tps,
-        ppl=1.1,
-        ppl_cap=1.2,
-        feasible=True,
-        ppl_reused_from=None,
-        early_stopped=False,
-        tps_imputed=False,
-        extras={},
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
-        host="h",
-        pid=1,
-        started_at=NOW,
-        heartbeat_at=NOW,
-        finished_at=NOW,
-    )
+    return trial_record(number, role=role, params=params, tps=tps, started_at=NOW, heartbeat_at=NOW, finished_at=NOW)
 
 
 def with_rounds(first: float, pairs: list[tuple[float, float]]) -> list[TrialRecord]:

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 
 import pytest
+from trial_records import trial_record
 
 from storage import TrialRecord
 from sweeper.measure import duration_text, phase_headline, phase_rows, start_seconds, time_by_phase
@@ -14,30 +15,13 @@ NOW = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
 
 
 def record(number: int, phases: tuple[tuple[str, float], ...], **extras) -> TrialRecord:
-    return TrialRecord(
-        study_name="s",
-        number=number,
+    return trial_record(
+        number,
         optuna_trial_id=number,
-        state="complete",
         role="trial",
-        params={},
-        overrides={},
-        manifest=None,
-        tps=1.0,
         ppl=1.0,
         ppl_cap=2.0,
-        feasible=True,
-        ppl_reused_from=None,
-        early_stopped=False,
-        tps_imputed=False,
         extras=extras,
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
-        host="h",
-        pid=1,
         started_at=NOW,
         heartbeat_at=NOW,
         finished_at=NOW,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trial_records import trial_record
 
 import sweeper
 from search_spaces import space_from_dict
@@ -37,34 +38,7 @@ NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 def record(
     number: int, params: Mapping[str, Any], tps: float | None, *, role: str = "sampled", ppl: float = 1.1
 ) -> TrialRecord:
-    return TrialRecord(
-        study_name="s",
-        number=number,
-        optuna_trial_id=number + 1,
-        state="complete",
-        role=role,
-        params=params,
-        overrides={},
-        manifest=None,
-        tps=tps,
-        ppl=ppl,
-        ppl_cap=1.2,
-        feasible=ppl <= 1.2,
-        ppl_reused_from=None,
-        early_stopped=False,
-        tps_imputed=False,
-        extras={},
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
-        host="h",
-        pid=1,
-        started_at=NOW,
-        heartbeat_at=NOW,
-        finished_at=NOW,
-    )
+    return trial_record(number, role=role, params=params, tps=tps, ppl=ppl, feasible=ppl <= 1.2)
 
 
 BASE = {"c": 0}

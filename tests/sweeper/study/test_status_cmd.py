@@ -165,43 +165,24 @@ def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made
 
 def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_records() -> None:
     import dataclasses
-    import datetime
+
+    from trial_records import trial_record
 
     from evaluators.ppl_uncertainty import PplEstimate
-    from storage import TrialRecord
     from sweeper.cli._trial_view import trial_table as _trial_table
 
     base = PplEstimate(ppl=2.0, stderr_log_ppl=0.02, records=32)
     gate = PplGate(cap_rel=1.05, confidence=0.9)
     verdict = gate.judge_ppl(2.05, 2.1, stderr_log_ppl=0.02, records=32, reference=base, paired=(0.004, 32))
-    now = datetime.datetime.now(datetime.timezone.utc)
-    record = TrialRecord(
-        study_name="s",
-        number=1,
-        optuna_trial_id=2,
-        state="complete",
+    record = trial_record(
+        1,
         role="",
         params={"w": 4},
-        overrides={},
-        manifest=None,
         tps=100.0,
         ppl=2.05,
         ppl_cap=2.1,
         feasible=verdict.passes,
-        ppl_reused_from=None,
-        early_stopped=False,
-        tps_imputed=False,
         extras=verdict.extras(),
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
-        host="h",
-        pid=1,
-        started_at=now,
-        heartbeat_at=now,
-        finished_at=now,
     )
     settings = {
         "ppl_cap_rel": 1.05,
