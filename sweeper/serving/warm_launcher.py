@@ -207,8 +207,8 @@ def _import(modules: list[str]) -> list[str]:
 
 CUDA_REFUSAL = (
     "warm starts are off with a CUDA build of torch: on an H100 a forked server's engine failed in a Triton "
-    "kernel while this launcher imported vLLM's engine modules, and one pair with the API server's modules "
-    "only is not yet the proof a warm start needs (2026-12-07, docs/gpu.md)"
+    "kernel while this launcher imported vLLM's engine modules, and 3 pairs with the API server's modules "
+    "only are not yet the proof a warm start needs (2026-12-07, docs/gpu.md)"
 )
 # set to 1 in sweeper's environment, lifts the refusal (to gather that proof: benchmarks/warm_start.py)
 CUDA_TRIAL_VARIABLE = "SWEEPER_WARM_CUDA"
