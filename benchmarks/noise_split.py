@@ -160,7 +160,7 @@ def run_server(
             arm=arm.label,
             server=index,
             ready_s=server.ready_seconds,
-            start_phases=dict(startup.coarse()),
+            start_phases=dict(startup.stored()),
             compile_s=startup.compile_s,
         )
         timings: dict[str, float] = {}
