@@ -39,6 +39,8 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -209,8 +211,8 @@ def simulate_study(
             effects[index] = second.effects[position]
     speeds = tuple(speed_of(e) if e is not None else Speed.NO_EFFECT for e in effects)
     width = None
-    if true_switch is not None and effects[true_switch] is not None:
-        interval = effects[true_switch]
+    interval = effects[true_switch] if true_switch is not None else None
+    if interval is not None:
         width = interval.high / interval.low - 1.0
     return StudyOutcome(
         switches=switch_count, true_switch=true_switch, speeds=speeds, true_width=width, gpu_s=clock, design=design
@@ -261,17 +263,17 @@ def run_design(
     }
 
 
-def format_row(row: dict[str, object]) -> str:
-    def share(hits: object, ci: object) -> str:
-        low, high = ci  # type: ignore[misc]
-        return f"{hits / row['studies']:.1%} ({low:.1%}-{high:.1%})"  # type: ignore[operator]
+def format_row(row: Mapping[str, Any]) -> str:
+    def share(hits: int, ci: tuple[float, float]) -> str:
+        low, high = ci
+        return f"{hits / row['studies']:.1%} ({low:.1%}-{high:.1%})"
 
     return (
         f"| {row['design']} | {row['studies']} | {row['servers']:g} | {row['gpu_h']:.1f} | "
         f"{share(row['null_false_faster'], row['null_false_faster_ci'])} | "
         f"{share(row['null_any_false'], row['null_any_false_ci'])} | "
         f"{share(row['alt_found'], row['alt_found_ci'])} | "
-        f"{row['alt_other_faster'] / row['studies']:.1%} | {row['median_width']:.3f} |"  # type: ignore[operator]
+        f"{row['alt_other_faster'] / row['studies']:.1%} | {row['median_width']:.3f} |"
     )
 
 

@@ -475,7 +475,7 @@ def footnotes(records: Sequence[Mapping[str, Any]]) -> str:
     lines = []
     for version in dict.fromkeys(r["version"] for r in records):
         mine = [r for r in records if r["version"] == version]
-        confirm = {}
+        confirm: dict[str, Mapping[str, Any]] = {}
         for r in mine:
             confirm.setdefault(r["setting"], r["confirm"])
         races = "; ".join(

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -430,6 +431,11 @@ def prompts_for(sizes_list: Sequence[tuple[int, int]], out: Path) -> Path | None
     return padded_prompts((demo.prompts_tuning, demo.prompts_heldout), wanted, out / "work" / f"prompts-{wanted}.json")
 
 
+def _write_noise(recorder: Recorder, server: int, figures: dict[str, Any]) -> None:
+    """One noise server's figures, as the noise part records them."""
+    recorder.write("noise", server=server, **figures)
+
+
 def serve_and_time(
     manifest: Manifest,
     out_dir: Path,
@@ -514,7 +520,11 @@ def part_startup(manifest: Manifest, out: Path, recorder: Recorder, args: argpar
         entries_before=sorted(p.name for p in cache.glob("*")) if cache.is_dir() else [],
     )
     base = manifest.env.get("SLIDING_WINDOW")
-    cases = (("cold", {}), ("repeat", {}), ("window", {"SLIDING_WINDOW": str(args.new_window)}))
+    cases: tuple[tuple[str, dict[str, str]], ...] = (
+        ("cold", {}),
+        ("repeat", {}),
+        ("window", {"SLIDING_WINDOW": str(args.new_window)}),
+    )
     for case, overrides in cases:
         sizes_list = (DEMO_SIZES, *(s for s in args.sizes if s != DEMO_SIZES)) if not overrides else (DEMO_SIZES,)
         figures: list[dict[str, Any]] = []
@@ -723,7 +733,7 @@ def part_noise(manifest: Manifest, out: Path, recorder: Recorder, args: argparse
             out,
             f"noise-{server}",
             order,
-            lambda figures, server=server: recorder.write("noise", server=server, **figures),
+            functools.partial(_write_noise, recorder, server),
         )
         longest = max(longest, time.monotonic() - started)
 

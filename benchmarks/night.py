@@ -1095,6 +1095,7 @@ class StartNight:
                     stopped = "n_trials"
                     break
                 cls = self.draw()
+                assert now.incumbent is not None  # the base's trial is in: something stands
                 incumbent = _ident(now.incumbent)
                 # the incumbent's own configuration proposed again: one more figure of it
                 ident = incumbent if cls == self.class_of[incumbent] else self.configuration(cls)

@@ -76,7 +76,9 @@ def main() -> None:
     )
     header = f"{'trial':>5} {'state':<9} {'wall s':>7} {'measured s':>10} {'overhead s':>10} {'share':>6}  phases"
     print(header)
-    shares, full, early = [], [], []
+    shares: list[float] = []
+    full: list[float] = []
+    early: list[float] = []
     for record in records:
         if record.finished_at is None:
             continue

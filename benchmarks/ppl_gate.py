@@ -226,11 +226,13 @@ class EdgeLandscape(Landscape):
 
     @property
     def edge(self) -> int:
+        if self._edge is None:
+            raise ValueError("this landscape has no edge window")
         return self._edge
 
     def neighbour_margin(self) -> float:
         """How far under the cap the next window on the safe side is (true PPL)."""
-        return PPL_CAP - float(self.ppl(self._edge + 4))
+        return PPL_CAP - float(self.ppl(self.edge + 4))
 
     def rerun_ppl(self, params) -> float:  # noqa: ANN001
         return float(self.ppl(params["sliding_window"])) * math.exp(self.rerun_shift)

@@ -143,6 +143,7 @@ class NoisyLandscape(Landscape):
 
     def __call__(self, params: Mapping[str, Any], context: Any = None) -> Measurement:
         measured = super().__call__(params, context)
+        assert measured.ppl is not None  # the landscape always reads a PPL
         ppl = measured.ppl + self.ppl_noise * float(self._ppl_rng.standard_normal())
         return Measurement(tps=measured.tps, ppl=ppl)
 
@@ -170,7 +171,7 @@ class Outcome:
 
     @property
     def together(self) -> int | None:
-        return None if self.searched is None else self.searched + self.races
+        return None if self.searched is None or self.races is None else self.searched + self.races
 
 
 def run_one(cell: Cell, seed: int, cap: int, folder: Path) -> Outcome:

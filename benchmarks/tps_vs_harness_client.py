@@ -239,7 +239,8 @@ class Bench:
         child = run_child(command, log, self.timeout_s, self.env if side == "harness" else self.ours_env)
         code, wall, cpu = child.exit_code, child.wall_s, child.cpu_s
         host_after = parity.host_cpu_jiffies()
-        server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu if self.server_pid else None
+        if self.server_pid and server_cpu is not None:
+            server_cpu = parity.process_tree_cpu_s(self.server_pid) - server_cpu
         served = parity.counter_delta(counters, server_counters(self.base_url))
         ticks = os.sysconf("SC_CLK_TCK")
         row: dict[str, Any] = {
