@@ -66,6 +66,10 @@ WARM_MODULES = (
 )
 # run by its path, so that an interpreter without sweeper installed (a --server-venv) can run it too
 LAUNCHER_FILE = Path(__file__).with_name("warm_launcher.py")
+# a variable that only makes a launcher's environment block larger: a forked child writes the
+# environment it was given into that block, where the kernel's view of it (/proc/<pid>/environ) is read,
+# and a server's or its engine's environment is larger than the launcher's
+ENVIRONMENT_ROOM = ("SWEEPER_ENVIRONMENT_ROOM", "." * 32768)
 READY_TIMEOUT_S = 600.0
 REPLY_TIMEOUT_S = 60.0
 
@@ -165,7 +169,7 @@ class WarmLauncher:
                 self.process = subprocess.Popen(  # noqa: S603 - our own launcher module
                     [python, str(LAUNCHER_FILE), *modules],
                     cwd=str(log_path.parent),
-                    env=dict(environment),
+                    env={**environment, ENVIRONMENT_ROOM[0]: ENVIRONMENT_ROOM[1]},
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=log,

@@ -102,6 +102,39 @@ def _show_environment(env: dict[str, str]) -> None:
     ctypes.memmove(start, block.ljust(end - start, b"\0"), end - start)
 
 
+def environment_changes(before: Any, after: Any) -> dict[str, tuple[str | None, str | None]]:
+    """What turned ``before`` into ``after``: each variable that differs, with its two values (None: unset)."""
+    return {key: (before.get(key), after.get(key)) for key in {*before, *after} if before.get(key) != after.get(key)}
+
+
+def _apply(env: dict[str, str], values: dict[str, str | None]) -> dict[str, str]:
+    applied = dict(env)
+    for key, value in values.items():
+        if value is None:
+            applied.pop(key, None)
+        else:
+            applied[key] = value
+    return applied
+
+
+def _without_import_changes(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as it was before the launcher's imports changed it: what a program that took its
+    environment from a warm child passes on, as a fresh one (which had not imported them) would."""
+    changed = {key: before for key, (before, after) in launcher.import_changes.items() if env.get(key) == after}
+    return _apply(env, changed)
+
+
+def _take_environment(env: dict[str, str]) -> None:
+    """Make ``env`` this process's environment, as a new interpreter given ``env`` has it once the
+    launcher's modules are imported: ``env`` with what those imports changed (``import_changes``).
+
+    The kernel's view (``/proc/<pid>/environ``) shows ``env`` itself, as a new process's shows
+    what it was started with."""
+    os.environ.clear()
+    os.environ.update(_apply(env, {key: after for key, (_, after) in launcher.import_changes.items()}))
+    _show_environment(env)
+
+
 def _exit_code(exc: SystemExit) -> int:
     if exc.code is None:
         return 0
@@ -149,6 +182,11 @@ class LauncherState:
     spawn_address: str | None = None  # the launcher's socket (abstract namespace)
     own_key: tuple[tuple[str, str], ...] = ()  # the launcher's start-time environment
     logging_state: LoggingState | None = None  # the logging set-up as the imports left it
+    # what the launcher's imports changed in its environment: each variable's value before and after
+    # (None: unset). A fresh interpreter's imports would make the same changes, so each child takes
+    # them too (vLLM's own import sets PYTORCH_NVML_BASED_CUDA_CHECK and TORCHINDUCTOR_COMPILE_THREADS,
+    # which the engine it spawns inherits)
+    import_changes: dict[str, tuple[str | None, str | None]] = dataclasses.field(default_factory=dict)
 
 
 launcher = LauncherState()
@@ -182,19 +220,16 @@ def _exec_in_process(path: Any, args: Any, env: dict[str, str] | None) -> NoRetu
     """``os.exec*`` in a warm child: this interpreter into ``-m MODULE`` runs here, the rest execs.
     ``path`` and ``args`` are as the caller gave them to ``os.exec*``."""
     args = list(args)
-    reason = _exec_elsewhere_reason(path, args, os.environ if env is None else env)
+    # what a fresh program would have passed: without what the launcher's imports changed
+    started_with = _without_import_changes(dict(os.environ if env is None else env))
+    reason = _exec_elsewhere_reason(path, args, started_with)
     if reason:
         print(f"sweeper warm launcher: {path} starts as a new process ({reason})", file=sys.stderr)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        if env is None:
-            _real_execv(path, args)
-        _real_execve(path, args, env)
+        _real_execve(path, args, started_with)
     print(f"sweeper warm launcher: {args[2]} runs in this warm process (pid {os.getpid()})", file=sys.stderr)
-    if env is not None:
-        os.environ.clear()
-        os.environ.update(env)
-        _show_environment(env)
+    _take_environment(started_with)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     code = 0
@@ -407,9 +442,7 @@ def become_spawned(request: dict[str, Any], received: list[int]) -> None:
             if fd not in request["targets"]:
                 os.close(fd)
         _reset_signals()
-        os.environ.clear()
-        os.environ.update(request["env"])
-        _show_environment(request["env"])
+        _take_environment(request["env"])
         os.chdir(request["cwd"])
         from multiprocessing import resource_tracker, spawn
 
@@ -452,9 +485,7 @@ def become_server(request: dict[str, Any]) -> None:
         os.close(null)
         _close_descriptors(keep={0, 1, 2})  # as a new process has: the launcher's pipes and socket are not its
         _reset_signals()
-        os.environ.clear()
-        os.environ.update(request["env"])
-        _show_environment(request["env"])
+        _take_environment(request["env"])
         os.chdir(request["cwd"])
         _install_exec_intercept()
         install_spawn_through_launcher()

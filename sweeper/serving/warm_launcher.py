@@ -6,7 +6,8 @@ MODULE ...`` (by its path: the interpreter need not have sweeper installed). It 
 skipped), starts no CUDA context and no thread pool, then reads one JSON
 request a line on stdin and answers one JSON line each on stdout:
 
-* at start: ``{"ready": true, "seconds": s, "imported": [...], "threads": n}``, or
+* at start: ``{"ready": true, "seconds": s, "imported": [...], "import_changes": [...], "threads": n}``
+  (``import_changes``: the variables its imports set, which each child takes too), or
   ``{"ready": false, "refused": why}`` and an exit where torch is a CUDA build
   (``CUDA_REFUSAL``: a forked server resolved another engine configuration there);
 * ``{"id": n, "argv": [...], "env": {...}, "cwd": "...", "log": "...", "death_signal": 15}``
@@ -249,6 +250,7 @@ def main(arguments: list[str]) -> None:
     sublaunched = arguments[:1] == ["--spawned-by-launcher"]
     _modules = arguments[1:] if sublaunched else arguments
     warm_child.launcher.own_key = warm_child.startup_key(os.environ)  # before the imports change it
+    before_imports = dict(os.environ)
     _hide_unloadable()
     refusal = _cuda_refusal() if "torch" in _modules else ""
     if refusal:
@@ -256,6 +258,7 @@ def main(arguments: list[str]) -> None:
         return
     _modules = _for_this_build(_modules)
     imported = _import(_modules)
+    warm_child.launcher.import_changes = warm_child.environment_changes(before_imports, os.environ)
     warm_child.launcher.logging_state = warm_child.LoggingState()
     os_threads = len(os.listdir(f"/proc/{os.getpid()}/task"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -269,6 +272,7 @@ def main(arguments: list[str]) -> None:
             "address": address,
             "seconds": round(time.monotonic() - began, 3),
             "imported": imported,
+            "import_changes": sorted(warm_child.launcher.import_changes),
             "threads": threading.active_count(),
             "os_threads": os_threads,
         }

@@ -206,6 +206,117 @@ def test_a_cuda_build_on_trial_forks_with_only_the_api_servers_vllm_modules(
     assert imported == expected
 
 
+# imports a module that sets variables as it loads, as vLLM's own import does (its env_override sets
+# PYTORCH_NVML_BASED_CUDA_CHECK and TORCHINDUCTOR_COMPILE_THREADS); writes the environment it then has and
+# the kernel's view of it, and the same for a process it spawns
+IMPORTING_SERVE = r"""
+import json, multiprocessing, os
+import setter
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+def report(path):
+    with open("/proc/self/environ", "rb") as view:
+        entries = [e.decode() for e in view.read().split(b"\0") if b"=" in e]
+    with open(path, "w") as out:
+        json.dump({"env": dict(os.environ), "view": dict(e.split("=", 1) for e in entries)}, out)
+
+if __name__ == "__main__":
+    report(os.environ["REPORT"] + "-server.json")
+    child = multiprocessing.get_context("spawn").Process(target=report, args=(os.environ["REPORT"] + "-spawned.json",))
+    child.start()
+    child.join(30)
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
+"""
+SETTER = """
+import os
+os.environ["SET_BY_IMPORT"] = "1"
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+os.environ.pop("REMOVED_BY_IMPORT", None)
+"""
+
+
+# a thin launcher, as `sweeper serve` is: it imports nothing that sets variables, and execs the server
+EXEC_INTO_IMPORTING_SERVE = r"""
+import os, sys
+os.execve(sys.executable, [sys.executable, "-m", "importing_serve"], dict(os.environ))
+"""
+
+
+@pytest.mark.parametrize("serve", ["importing_serve.py", "exec_serve.py"])
+def test_a_forked_server_and_its_spawned_process_have_what_their_imports_set(
+    serve: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh server's import of vLLM sets variables that the engine it spawns inherits; a forked
+    server's import happened in the launcher, before the child took the request's environment. Both
+    servers, and the processes they spawn, must have the same environment, and the kernel must show
+    each process what a fresh one of it shows; so too where the server is exec'd by a thin launcher,
+    whose environment a fresh one passes on before anything set those variables."""
+    (tmp_path / "importing_serve.py").write_text(IMPORTING_SERVE)
+    (tmp_path / "exec_serve.py").write_text(EXEC_INTO_IMPORTING_SERVE)
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "packages" / "setter.py").write_text(SETTER)
+    manifest_path = tmp_path / "manifest.json"
+    manifest_path.write_text(
+        json.dumps(
+            {"name": "imports", "model_id": "m", "served_model_name": "m", "serve": ["python", serve], "port": 8000}
+        )
+    )
+    manifest = Manifest.load(manifest_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "packages"))
+    monkeypatch.setenv("REMOVED_BY_IMPORT", "x")
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "4")  # overwritten by the import, as vLLM's is
+    launchers = WarmLaunchers(tmp_path / "launchers", modules=("json", "setter"))
+    try:
+        for kind in ("fresh", "warm"):
+            server = ServerProcess(
+                manifest,
+                launchers=launchers if kind == "warm" else None,
+                overrides={"REPORT": kind, "KNOB": "2"},
+                log_path=tmp_path / f"{kind}.log",
+            )
+            with server:
+                assert server.start_kind == kind
+        (launcher,) = launchers._launchers.values()
+        assert launcher.ready_info["import_changes"] == [
+            "REMOVED_BY_IMPORT",
+            "SET_BY_IMPORT",
+            "TORCHINDUCTOR_COMPILE_THREADS",
+        ]
+        if serve == "exec_serve.py":  # the exec ran in the warm process: nothing of the server was fresh
+            assert "importing_serve runs in this warm process" in (tmp_path / "warm.log").read_text()
+    finally:
+        launchers.close()
+
+    def read(kind: str, process: str) -> dict[str, dict[str, str]]:
+        report = json.loads((tmp_path / f"{kind}-{process}.json").read_text())
+        # what differs between any two servers: the port sweeper chose, the token, the report's name
+        return {
+            part: {k: v for k, v in values.items() if k not in ("PORT", "SWEEPER_SERVER_TOKEN", "REPORT")}
+            for part, values in report.items()
+        }
+
+    for process in ("server", "spawned"):
+        fresh, warm = read("fresh", process), read("warm", process)
+        assert fresh["env"]["SET_BY_IMPORT"] == "1" and fresh["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+        assert "REMOVED_BY_IMPORT" not in fresh["env"] and fresh["env"]["KNOB"] == "2"
+        assert warm == fresh
+    # the kernel shows a server what it was started with, and a spawned process its parent's environment
+    # then, with what the parent's imports set
+    assert read("fresh", "server")["view"]["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    assert read("fresh", "spawned")["view"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+
+
 # execs this same interpreter into -m MODULE, as `sweeper serve` does: the launcher runs it in place
 EXEC_SERVE = r"""
 import os, sys

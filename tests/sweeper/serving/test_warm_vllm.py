@@ -23,7 +23,18 @@ pytestmark = pytest.mark.server
 OVERRIDES = {"SLIDING_WINDOW": "24", "CENTROID_TOP_K": "4"}
 
 
-def _measure(manifest: Manifest, tmp_path: Path, kind: str) -> tuple[dict, ServerProcess]:
+def _environment_view(pid: int) -> dict[str, str]:
+    """The kernel's view of a process's environment: what it was started with (a spawned process: its
+    parent's environment at the spawn)."""
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().split("=", 1) for e in entries if b"=" in e)
+
+
+def _is_exec_of_resource_tracker(pid: int) -> bool:
+    return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _measure(manifest: Manifest, tmp_path: Path, kind: str) -> tuple[dict, ServerProcess, list[dict[str, str]]]:
     demo = demo_paths()
     settings = EvalSettings(
         prompts=demo.prompts_tuning,
@@ -38,26 +49,29 @@ def _measure(manifest: Manifest, tmp_path: Path, kind: str) -> tuple[dict, Serve
         ready_timeout_s=600,
     )
     servers: list[ServerProcess] = []
+    spawned: list[dict[str, str]] = []  # the environment of the resource tracker the server execs
 
     class Keep:
         def server_created(self, server: ServerProcess) -> None:
             servers.append(server)
 
         def phase_ended(self, phase: str, seconds: float) -> None:
-            pass
+            if not spawned and servers:  # the first phase on a ready server: its engine runs
+                members = processes.group_members(servers[0].pid)
+                spawned.extend(_environment_view(pid) for pid in members if _is_exec_of_resource_tracker(pid))
 
         def server_stopped(self, server: ServerProcess) -> None:
             pass
 
     result = evaluate(manifest, settings, data=load_eval_data(manifest, settings), hooks=Keep())  # type: ignore[arg-type]
-    return result.to_dict(), servers[0]
+    return result.to_dict(), servers[0], spawned
 
 
 def test_a_warm_server_measures_what_a_fresh_one_does(demo_manifest: Manifest, tmp_path: Path) -> None:
     # warm twice: the first start also starts the launchers (the API server's, and on CPU the
     # engine's and the worker's, whose OpenMP and loader variables vLLM sets before it spawns them)
     results = {kind: _measure(demo_manifest, tmp_path, kind) for kind in ("fresh", "warm", "warm-again")}
-    (fresh, fresh_server), (warm, warm_server) = results["fresh"], results["warm-again"]
+    (fresh, fresh_server, fresh_spawned), (warm, warm_server, warm_spawned) = results["fresh"], results["warm-again"]
     assert fresh_server.start_kind == "fresh"
     assert warm_server.start_kind == results["warm"][1].start_kind == "warm"
 
@@ -77,6 +91,15 @@ def test_a_warm_server_measures_what_a_fresh_one_does(demo_manifest: Manifest, t
     # a worker forked without the OpenMP variables vLLM sets for it read 18x slower than a fresh one
     # (seen while this was built); the equivalence itself is benchmarks/warm_start.py's question
     assert warm["tps"] > 0.5 * fresh["tps"] and fresh["tps"] > 0.5 * warm["tps"]
+
+    # the API server's environment as the engine gets it, with what vLLM's import set (its engine and
+    # worker retitle themselves over the kernel's view of theirs; multiprocessing's resource tracker,
+    # a new interpreter the server execs, shows it): only the server's port and token differ
+    def comparable(views: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [{k: v for k, v in view.items() if k not in ("PORT", "SWEEPER_SERVER_TOKEN")} for view in views]
+
+    assert len(fresh_spawned) == 1 and comparable(warm_spawned) == comparable(fresh_spawned)
+    assert fresh_spawned[0]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
 
     # the start phases: the same steps, in order; the warm one skipped the API server's imports
     fresh_phases, warm_phases = dict(fresh_server.startup().stored()), dict(warm_server.startup().stored())
