@@ -4,7 +4,7 @@
 
 A server forked from sweeper's warm launcher on an H100 could not query the
 device's memory through NVML, and vLLM then resolved other defaults than a
-fresh server (``sweeper.serving.warm_launcher.CUDA_REFUSAL``). This probe
+fresh server (docs/gpu.md, "Warm starts on a GPU"). This probe
 sets one parent state, forks, and has the child query GPU 0's total memory
 through NVML (``nvidia-ml-py``), the way vLLM's platform does
 (``nvmlInit``, query, ``nvmlShutdown``; by ctypes where ``nvidia-ml-py``

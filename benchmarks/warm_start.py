@@ -4,10 +4,9 @@
     python -m benchmarks.warm_start --manifest sweeper/demo/data/manifest-gpu.json --pairs 6 --out ws/
     python -m benchmarks.warm_start --summary ws/warm_start.jsonl
 
-With a CUDA build of torch the launcher refuses to fork (``warm_launcher.CUDA_REFUSAL``): the "warm"
-servers then start fresh, and each record's ``started`` says so. ``SWEEPER_WARM_CUDA=1`` in the
-environment lifts the refusal, to gather the proof on a GPU host; such a launcher imports only vLLM's
-API server (``warm_launcher.CUDA_VLLM_MODULES``).
+With a CUDA build of torch the launcher imports only vLLM's API server
+(``warm_launcher.CUDA_VLLM_MODULES``). Each record's ``started`` says how its server started (a
+warm server falls back to a fresh start where the launcher is not available).
 
 Each pair starts the same configuration twice, once fresh (a new process, as the organizers
 start it) and once warm (forked from a launcher that has imported vLLM once; see

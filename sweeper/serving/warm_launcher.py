@@ -7,9 +7,8 @@ skipped), starts no CUDA context and no thread pool, then reads one JSON
 request a line on stdin and answers one JSON line each on stdout:
 
 * at start: ``{"ready": true, "seconds": s, "imported": [...], "import_changes": [...], "threads": n}``
-  (``import_changes``: the variables its imports set, which each child takes too), or
-  ``{"ready": false, "refused": why}`` and an exit where torch is a CUDA build
-  (``CUDA_REFUSAL``: a forked server resolved another engine configuration there);
+  (``import_changes``: the variables its imports set, which each child takes too). With a CUDA
+  build of torch it imports of vLLM only ``CUDA_VLLM_MODULES``;
 * ``{"id": n, "argv": [...], "env": {...}, "cwd": "...", "log": "...", "death_signal": 15}``
   forks a child and answers ``{"id": n, "pid": pid}``. The child starts a
   session of its own, gets the parent-death signal (this launcher being its
@@ -117,15 +116,18 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 class _Sublaunchers:
     """The launchers this launcher starts, one per other start-time environment its servers spawn with
-    (on CPU vLLM sets the engine's and the workers' OpenMP and loader variables before it spawns them)."""
+    (vLLM's command line sets the engine's start method; on CPU vLLM also sets the engine's and the
+    workers' OpenMP and loader variables before it spawns them)."""
 
     def __init__(self) -> None:
-        self.running: dict[tuple[tuple[str, str], ...], tuple[subprocess.Popen[bytes], str]] = {}
+        # each launcher, with its address once it has said it is ready
+        self.running: dict[tuple[tuple[str, str], ...], tuple[subprocess.Popen[bytes], str | None]] = {}
 
-    def address(self, env: dict[str, str]) -> str:
+    def start(self, env: dict[str, str]) -> None:
+        """Start the launcher for ``env``'s start-time environment, without waiting for it."""
         key = warm_child.startup_key(env)
-        if key in self.running and self.running[key][0].poll() is None:
-            return self.running[key][1]
+        if key == warm_child.launcher.own_key or (key in self.running and self.running[key][0].poll() is None):
+            return
         # this launcher's own environment with the requested start-time part: no server's token or settings
         own = {k: v for k, v in os.environ.items() if not k.startswith(warm_child.STARTUP_PREFIXES)}
         process = subprocess.Popen(  # noqa: S603 - this same program
@@ -135,18 +137,37 @@ class _Sublaunchers:
             stdout=subprocess.PIPE,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - pdeathsig only
         )
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line:
-            raise OSError(f"the launcher for another start-time environment ended at its start ({process.wait()})")
-        address = str(json.loads(line)["address"])
         print(
             f"sweeper warm launcher: pid {process.pid} serves another start-time environment "
             f"({', '.join(sorted({k for k, _ in key} ^ {k for k, _ in warm_child.launcher.own_key}) or 'values')})",
             file=sys.stderr,
         )
+        self.running[key] = (process, None)
+
+    def address(self, env: dict[str, str]) -> str:
+        """The socket of the launcher for ``env``'s start-time environment: started, and waited for."""
+        self.start(env)
+        key = warm_child.startup_key(env)
+        process, address = self.running[key]
+        if address is not None:
+            return address
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line:
+            del self.running[key]
+            raise OSError(f"the launcher for another start-time environment ended at its start ({process.wait()})")
+        address = str(json.loads(line)["address"])
         self.running[key] = (process, address)
         return address
+
+
+def _engine_environment() -> dict[str, str] | None:
+    """The environment vLLM's API server will spawn its engine with, where that is known: with a CUDA
+    build, this launcher's own once vLLM is imported (what the imports set, each server takes too) and
+    the start method vLLM's command line sets. None elsewhere (on CPU vLLM sets more, per engine)."""
+    if not _cuda_build() or "vllm.entrypoints.openai.api_server" not in sys.modules:
+        return None
+    return {**os.environ, "VLLM_WORKER_MULTIPROC_METHOD": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", "spawn")}
 
 
 def _die_with_parent() -> None:
@@ -206,32 +227,22 @@ def _import(modules: list[str]) -> list[str]:
     return imported
 
 
-CUDA_REFUSAL = (
-    "warm starts are off with a CUDA build of torch: on an H100 a forked server's engine failed in a Triton "
-    "kernel while this launcher imported vLLM's engine modules, and 3 pairs with the API server's modules "
-    "only are not yet the proof a warm start needs (2026-12-07, docs/gpu.md)"
-)
-# set to 1 in sweeper's environment, lifts the refusal (to gather that proof: benchmarks/warm_start.py)
-CUDA_TRIAL_VARIABLE = "SWEEPER_WARM_CUDA"
 # what a CUDA build's launcher imports of vLLM: with the engine's, worker's and model's modules imported
-# here, a forked engine failed in the sampler's Triton kernel on an H100 (2026-12-07, docs/gpu.md)
+# here, a forked engine failed in the sampler's Triton kernel on an H100; with these only, 12 pairs matched
+# fresh servers (2026-12-07, docs/gpu.md)
 CUDA_VLLM_MODULES = ("vllm", "vllm.entrypoints.openai.api_server")
 
 
-def _cuda_refusal() -> str:
-    """The reason this launcher forks nothing ('' where it may): torch built for CUDA, not on trial."""
+def _for_this_build(modules: list[str]) -> list[str]:
+    """``modules`` less, with a CUDA build of torch, vLLM's modules other than ``CUDA_VLLM_MODULES``
+    (torch, where named, is imported here to tell)."""
+    if "torch" not in modules:
+        return modules
     try:
         importlib.import_module("torch")
-    except Exception:  # noqa: BLE001 - no torch here: vLLM's own import will say what is wrong
-        return ""
-    if not _cuda_build() or os.environ.get(CUDA_TRIAL_VARIABLE) == "1":
-        return ""
-    return CUDA_REFUSAL
-
-
-def _for_this_build(modules: list[str]) -> list[str]:
-    """``modules`` less, with a CUDA build of torch, vLLM's modules other than ``CUDA_VLLM_MODULES``."""
-    if "torch" not in modules or not _cuda_build():
+    except Exception:  # noqa: BLE001 - not imported: _import says why
+        return modules
+    if not _cuda_build():
         return modules
     return [m for m in modules if not (m == "vllm" or m.startswith("vllm.")) or m in CUDA_VLLM_MODULES]
 
@@ -252,10 +263,6 @@ def main(arguments: list[str]) -> None:
     warm_child.launcher.own_key = warm_child.startup_key(os.environ)  # before the imports change it
     before_imports = dict(os.environ)
     _hide_unloadable()
-    refusal = _cuda_refusal() if "torch" in _modules else ""
-    if refusal:
-        _send({"ready": False, "refused": refusal})
-        return
     _modules = _for_this_build(_modules)
     imported = _import(_modules)
     warm_child.launcher.import_changes = warm_child.environment_changes(before_imports, os.environ)
@@ -266,6 +273,10 @@ def main(arguments: list[str]) -> None:
     warm_child.launcher.spawn_address = address
     listener.bind(address)
     listener.listen(16)
+    sublaunchers = _Sublaunchers()
+    engine_environment = None if sublaunched else _engine_environment()
+    if engine_environment is not None:  # its launcher's imports run while the first server starts
+        sublaunchers.start(engine_environment)
     _send(
         {
             "ready": True,
@@ -278,7 +289,6 @@ def main(arguments: list[str]) -> None:
         }
     )
     children: dict[int, socket.socket | None] = {}
-    sublaunchers = _Sublaunchers()
     stdin = None if sublaunched else sys.stdin.buffer
     watched: list[Any] = [listener] if stdin is None else [stdin, listener]
     pending = b""

@@ -16,7 +16,6 @@ import pytest
 from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_child, warm_plan
 from sweeper.serving.warm_child import startup_key
-from sweeper.serving.warm_launcher import CUDA_REFUSAL, CUDA_TRIAL_VARIABLE
 
 # answers /v1/models; writes what it was started with, and what a process it spawns was
 SERVE = r"""
@@ -154,43 +153,28 @@ def test_a_serve_command_that_is_not_python_starts_fresh_and_says_why(tmp_path: 
         server.stop()
 
 
-def test_a_cuda_build_of_torch_starts_fresh_and_says_why(script_manifest: Manifest, tmp_path: Path) -> None:
-    # a stand-in for the fault: this CPU machine has no CUDA build of torch, so a package named torch
-    # whose version.cuda is set (what the launcher reads) comes first on the server's PYTHONPATH
-    fake_torch = tmp_path / "cuda-build" / "torch"
-    fake_torch.mkdir(parents=True)
-    (fake_torch / "__init__.py").write_text("class version:\n    cuda = '13.0'\n")
-    launchers = WarmLaunchers(tmp_path / "launchers", modules=("torch", "json"))
-    server = ServerProcess(
-        script_manifest,
-        launchers=launchers,
-        overrides={"PYTHONPATH": str(fake_torch.parent)},
-        log_path=tmp_path / "s.log",
-    )
-    try:
-        with server:
-            assert server.start_kind == "fresh"
-            assert server.start_note == f"starts fresh: the warm launcher is not available ({CUDA_REFUSAL})"
-            assert json.loads((tmp_path / "server.json").read_text())["ppid"] == os.getpid()
-        assert launchers.pids() == []
-    finally:
-        launchers.close()
+STAND_IN_MODULES = ("torch", "json", "vllm", "vllm.engine_core", "vllm.entrypoints.openai.api_server")
 
 
-@pytest.mark.parametrize("cuda", [False, True])
-def test_a_cuda_build_on_trial_forks_with_only_the_api_servers_vllm_modules(
-    cuda: bool, script_manifest: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # stand-ins, as above: a torch whose version.cuda is set or not, and a vllm package of three modules
-    packages = tmp_path / "packages"
+def _stand_in_packages(folder: Path, *, cuda: bool) -> Path:
+    """Stand-ins for what this CPU machine lacks: a torch whose version.cuda (what the launcher reads) is
+    set or not, to come first on the server's PYTHONPATH, and a vllm package of three modules."""
+    packages = folder / "packages"
     (packages / "torch").mkdir(parents=True)
     (packages / "torch" / "__init__.py").write_text(f"class version:\n    cuda = {'13.0' if cuda else None!r}\n")
     (packages / "vllm" / "entrypoints" / "openai").mkdir(parents=True)
     for module in ("__init__", "engine_core", "entrypoints/__init__", "entrypoints/openai/__init__"):
         (packages / "vllm" / f"{module}.py").write_text("")
     (packages / "vllm" / "entrypoints" / "openai" / "api_server.py").write_text("")
-    monkeypatch.setenv(CUDA_TRIAL_VARIABLE, "1")  # the launcher's environment is sweeper's
-    modules = ("torch", "json", "vllm", "vllm.engine_core", "vllm.entrypoints.openai.api_server")
+    return packages
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_cuda_build_forks_with_only_the_api_servers_vllm_modules(
+    cuda: bool, script_manifest: Manifest, tmp_path: Path
+) -> None:
+    packages = _stand_in_packages(tmp_path, cuda=cuda)
+    modules = STAND_IN_MODULES
     launchers = WarmLaunchers(tmp_path / "launchers", modules=modules)
     server = ServerProcess(
         script_manifest, launchers=launchers, overrides={"PYTHONPATH": str(packages)}, log_path=tmp_path / "s.log"
@@ -204,6 +188,74 @@ def test_a_cuda_build_on_trial_forks_with_only_the_api_servers_vllm_modules(
         launchers.close()
     expected = [m for m in modules if not (cuda and m == "vllm.engine_core")]
     assert imported == expected
+
+
+# sets the engine's start method as vLLM's command line does, then spawns a process that says who forked it
+ENGINE_SPAWNING_SERVE = r"""
+import json, multiprocessing, os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+def report():
+    with open("engine.json", "w") as out:
+        json.dump({"ppid": os.getppid(), "method": os.environ["VLLM_WORKER_MULTIPROC_METHOD"]}, out)
+
+if __name__ == "__main__":
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    engine = multiprocessing.get_context("spawn").Process(target=report)
+    engine.start()
+    engine.join(30)
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
+"""
+
+
+def _engine_launchers(launcher_pid: int) -> list[int]:
+    """The launchers a launcher started for another start-time environment."""
+    children = [int(p) for p in Path(f"/proc/{launcher_pid}/task/{launcher_pid}/children").read_text().split()]
+    return [pid for pid in children if b"--spawned-by-launcher" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_cuda_builds_launcher_starts_the_engines_launcher_before_the_first_server(
+    cuda: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an H100 a process's first warm server waited 20-25 s for the engine's launcher to import vLLM
+    (2026-12-07); a CUDA build's launcher starts it at once, for the environment vLLM's API server gives
+    its engine. Elsewhere the engine's environment is not known in advance: it starts on demand."""
+    (tmp_path / "serve.py").write_text(ENGINE_SPAWNING_SERVE)
+    manifest_path = tmp_path / "manifest.json"
+    manifest_path.write_text(
+        json.dumps(
+            {"name": "e", "model_id": "m", "served_model_name": "m", "serve": ["python", "serve.py"], "port": 8000}
+        )
+    )
+    monkeypatch.setenv("PYTHONPATH", str(_stand_in_packages(tmp_path, cuda=cuda)))
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    launchers = WarmLaunchers(tmp_path / "launchers", modules=STAND_IN_MODULES)
+    try:
+        launcher = launchers.launcher_for(sys.executable, dict(os.environ))
+        before_any_server = _engine_launchers(launcher.process.pid)
+        server = ServerProcess(Manifest.load(manifest_path), launchers=launchers, log_path=tmp_path / "s.log")
+        with server:
+            assert server.start_kind == "warm"
+            engine = json.loads((tmp_path / "engine.json").read_text())
+            after = _engine_launchers(launcher.process.pid)
+    finally:
+        launchers.close()
+    assert len(before_any_server) == (1 if cuda else 0)
+    # the engine was forked by the one engine launcher, the one started in advance where there was one
+    assert len(after) == 1 and engine["ppid"] == after[0] and engine["method"] == "spawn"
+    assert after == (before_any_server or after)
 
 
 # imports a module that sets variables as it loads, as vLLM's own import does (its env_override sets
