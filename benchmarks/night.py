@@ -105,7 +105,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
 import math
 import shlex
@@ -118,6 +117,7 @@ import numpy as np
 
 from evaluators import Interval, t_quantile
 from storage import TrialRecord
+from storage.testing import trial_record
 from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts
 from sweeper.study import (
     DEFAULT_NOISE,
@@ -935,39 +935,22 @@ def starts_warm(mode: WarmStarts, role: str) -> bool:
     return mode is WarmStarts.ALL or (mode is WarmStarts.SEARCH and not is_confirmation(role))
 
 
-_T0 = datetime.datetime(2026, 12, 6)  # the records' timestamps (standing reads none of them)
 BASE_KEY = 0  # the base's compile key, shared by every configuration that brings no new one
 
 
 def _record(number: int, role: str, ident: int, log_tps: float) -> TrialRecord:
     """A measured, gate-passing trial as the store would hand it to ``standing``."""
-    return TrialRecord(
+    return trial_record(
+        number,
         study_name="night",
-        number=number,
         optuna_trial_id=number,
-        state="complete",
         role=role,
         params={"configuration": f"c{ident}"},  # every other one equally far from the base: ties keep
-        overrides={},
-        manifest=None,
         tps=100.0 * math.exp(log_tps),
         ppl=2.0,
         ppl_cap=2.42,
-        feasible=True,
-        ppl_reused_from=None,
-        early_stopped=False,
-        tps_imputed=False,
-        extras={},
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
         host="night",
         pid=0,
-        started_at=_T0,
-        heartbeat_at=_T0,
-        finished_at=_T0,
     )
 
 

@@ -85,7 +85,7 @@ class WarmStarts(str, enum.Enum):
 
 
 # the default follows the proof that a warm server measures what a fresh one does: it was not shown, on
-# CPU (30 pairs on 2026-12-06: warm / fresh 0.939, 95 % 0.882-1.000) nor on an H100 (9 pairs on 2026-12-07:
+# CPU (30 pairs on 2026-12-07: warm / fresh 0.938, 95 % 0.906-0.970) nor on an H100 (9 pairs on 2026-12-07:
 # 1.022, 0.934-1.119), so no claim rests on a warm server (benchmarks/warm_start.py; docs/measurement.md,
 # "Warm starts against fresh ones")
 DEFAULT_WARM_STARTS = WarmStarts.SEARCH

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 import math
@@ -24,6 +23,7 @@ from storage import (
     study_status,
 )
 from storage.errors import StorageError, StudyNotFoundError
+from storage.testing import trial_record
 from sweeper.study import Measurement, PplGate, StudyOptions
 
 SPACE = space_from_dict(
@@ -140,34 +140,16 @@ def rec(
     state="complete",
     imputed=False,
 ) -> TrialRecord:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return TrialRecord(
-        study_name="s",
-        number=number,
+    return trial_record(
+        number,
         optuna_trial_id=number,
         state=state,
-        role="sampled",
-        params={},
-        overrides={},
-        manifest=None,
         tps=tps,
         ppl=ppl,
         ppl_cap=2.0,
         feasible=feasible,
-        ppl_reused_from=None,
         early_stopped=imputed,
         tps_imputed=imputed,
-        extras={},
-        versions={},
-        error_kind=None,
-        error_message=None,
-        log_tail=None,
-        server_token=None,
-        host="h",
-        pid=1,
-        started_at=now,
-        heartbeat_at=now,
-        finished_at=now,
     )
 
 

@@ -7,9 +7,9 @@ import datetime
 import math
 
 import pytest
-from trial_records import trial_record
 
 from storage import TrialRecord
+from storage.testing import trial_record
 from sweeper.answer import VerifySettings
 from sweeper.answer._verify import _plan
 from sweeper.answer._verify_settings import base_configuration

@@ -9,9 +9,9 @@ import datetime
 import math
 
 import pytest
-from trial_records import trial_record
 
 from storage import TrialRecord
+from storage.testing import trial_record
 from sweeper.cli._run_summary import claim_line
 from sweeper.study import Claim, ConfirmSettings, confirmation_role, standing
 

@@ -6,9 +6,9 @@ import dataclasses
 import datetime
 
 import pytest
-from trial_records import trial_record
 
 from storage import TrialRecord
+from storage.testing import trial_record
 from sweeper.measure import duration_text, phase_headline, phase_rows, start_seconds, time_by_phase
 
 NOW = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trial_records import trial_record
 
 import sweeper
 from search_spaces import space_from_dict
 from storage import TrialRecord
+from storage.testing import trial_record
 from sweeper.study import (
     CONFIRM_ROLE,
     Claim,

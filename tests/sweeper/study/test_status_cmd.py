@@ -166,9 +166,8 @@ def test_status_shows_the_figures_a_claim_rests_on_and_how_its_interval_was_made
 def test_the_trial_tables_caption_says_a_relative_cap_was_judged_on_the_same_records() -> None:
     import dataclasses
 
-    from trial_records import trial_record
-
     from evaluators.ppl_uncertainty import PplEstimate
+    from storage.testing import trial_record
     from sweeper.cli._trial_view import trial_table as _trial_table
 
     base = PplEstimate(ppl=2.0, stderr_log_ppl=0.02, records=32)

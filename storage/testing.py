@@ -1,6 +1,7 @@
-"""A stored trial for tests that build study histories by hand (``storage.TrialRecord``).
+"""Stored trials built by hand, for tests and benchmarks that make study histories without a study.
 
-tests/helpers is on pytest's ``pythonpath`` (pyproject.toml): ``from trial_records import trial_record``.
+Like ``optuna.testing``: not used by sweeper itself. ``trial_record(number, **fields)`` is a complete,
+feasible trial of study "s" (PPL 1.1 under a cap of 1.2); any field can be set over that.
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from storage import TrialRecord
+from storage._store import TrialRecord
 
+# when every hand-built trial started, beat and finished
 NOW = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 
 
