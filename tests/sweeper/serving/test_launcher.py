@@ -17,8 +17,24 @@ from sweeper.manifest import Manifest
 from sweeper.serving import ServerProcess, WarmLaunchers, processes, warm_child, warm_plan
 from sweeper.serving.warm_child import startup_key
 
+# the end of each stand-in server's __main__ block: answer /v1/models on HOST:PORT until stopped
+ANSWER_MODELS = r"""
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
+"""
+
 # answers /v1/models; writes what it was started with, and what a process it spawns was
-SERVE = r"""
+SERVE = (
+    r"""
 import json, multiprocessing, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -36,19 +52,9 @@ if __name__ == "__main__":
     child.join(30)
     with open("spawned-exit.json", "w") as out:
         json.dump({"exitcode": child.exitcode, "argv": sys.argv, "path0": sys.path[0]}, out)
-
-    class Models(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
 """
+    + ANSWER_MODELS
+)
 
 
 @pytest.fixture()
@@ -191,7 +197,8 @@ def test_a_cuda_build_forks_with_only_the_api_servers_vllm_modules(
 
 
 # sets the engine's start method as vLLM's command line does, then spawns a process that says who forked it
-ENGINE_SPAWNING_SERVE = r"""
+ENGINE_SPAWNING_SERVE = (
+    r"""
 import json, multiprocessing, os
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -204,19 +211,9 @@ if __name__ == "__main__":
     engine = multiprocessing.get_context("spawn").Process(target=report)
     engine.start()
     engine.join(30)
-
-    class Models(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
 """
+    + ANSWER_MODELS
+)
 
 
 def _engine_launchers(launcher_pid: int) -> list[int]:
@@ -261,7 +258,8 @@ def test_a_cuda_builds_launcher_starts_the_engines_launcher_before_the_first_ser
 # imports a module that sets variables as it loads, as vLLM's own import does (its env_override sets
 # PYTORCH_NVML_BASED_CUDA_CHECK and TORCHINDUCTOR_COMPILE_THREADS); writes the environment it then has and
 # the kernel's view of it, and the same for a process it spawns
-IMPORTING_SERVE = r"""
+IMPORTING_SERVE = (
+    r"""
 import json, multiprocessing, os
 import setter
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -277,19 +275,9 @@ if __name__ == "__main__":
     child = multiprocessing.get_context("spawn").Process(target=report, args=(os.environ["REPORT"] + "-spawned.json",))
     child.start()
     child.join(30)
-
-    class Models(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
 """
+    + ANSWER_MODELS
+)
 SETTER = """
 import os
 os.environ["SET_BY_IMPORT"] = "1"
@@ -374,26 +362,17 @@ EXEC_SERVE = r"""
 import os, sys
 os.execv(sys.executable, [sys.executable, "-m", "exec_target", "--flag"])
 """
-EXEC_TARGET = r"""
+EXEC_TARGET = (
+    r"""
 import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 if __name__ == "__main__":
     with open("exec.json", "w") as out:
         json.dump({"pid": os.getpid(), "argv": sys.argv, "name": __name__, "knob": os.environ.get("KNOB")}, out)
-
-    class Models(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": os.environ.get("SERVED_MODEL_NAME", "x")}]}).encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    HTTPServer((os.environ["HOST"], int(os.environ["PORT"])), Models).serve_forever()
 """
+    + ANSWER_MODELS
+)
 
 
 def test_an_exec_of_this_interpreter_into_a_module_runs_in_the_warm_process(tmp_path: Path) -> None:
