@@ -843,10 +843,12 @@ GPU_DEMO_FRESH = StartPhases(
     engine_rest=29.6,
     api_ready=8.6,
 )
-# a fork from a parent that imported vLLM's API server and engine modules was ready after 43.5-52.0 s
-# against 79.4 s fresh (the same lease): 31.65 s saved, 23 s of it the imports; the rest is put on the
-# engine's start (24 - 8.65). Not yet measured through sweeper's launcher on a GPU: an assumption.
-GPU_WARM_ENGINE_START = 15.35
+# a warm server through sweeper's launcher on an H100 (2026-12-07, 9 pairs, benchmarks/results/
+# warm_start-gpu-h100-env-2026-12-07.txt): the API process's imports 2 s and the engine's start 3 s
+# (medians; against 21 s and 21 s fresh beside them), its engine's launcher running already (a CUDA
+# build's launcher starts it with itself); the other phases as a fresh server's
+GPU_WARM_IMPORTS = 2.0
+GPU_WARM_ENGINE_START = 3.0
 # gemma-4-E4B-it on an A10G: the imports and the engine's start as on the H100's host; ~8 GB of bf16
 # weights at ~1 GB/s from local disk; a cold compile 45 s (the tiny model's new window took 20 s on an
 # H200, 2026-12-01, docs/gpu.md), 5 s from the cache; CUDA graphs 20 s; memory profile, KV cache and
@@ -874,16 +876,16 @@ START_SETTINGS = {
         bridge_s=SETTINGS["h200"].phases.bridge_s,
         run_s=SETTINGS["h200"].phases.run_s,
         fresh=GPU_DEMO_FRESH,
-        warm=dataclasses.replace(GPU_DEMO_FRESH, imports=0.0, engine_start=GPU_WARM_ENGINE_START),
+        warm=dataclasses.replace(GPU_DEMO_FRESH, imports=GPU_WARM_IMPORTS, engine_start=GPU_WARM_ENGINE_START),
         new_compile_share=1.0,  # no effect: the compiles are in engine_rest, the demo's measured average
         speeds=(1.5, FASTER),
         measured=(3, 4, 637.0, "the GPU demo on an H100, 2026-12-06: 7 servers in 10 min 37 s"),
         assumptions=(
             "fresh start: the GPU demo's measured phases on an H100 (2026-12-06): imports 23 s, engine start "
             "24 s, engine init 29.6 s (its compiles averaged in), api ready 8.6 s: 85.2 s",
-            "warm start: imports 0 s and the engine's start 15.35 s, from a probe on the same lease (a fork "
-            "from a parent with vLLM's engine modules imported: ready after 43.5-52.0 s against 79.4 s fresh); "
-            "not measured through sweeper's launcher on a GPU yet (--warm-phases)",
+            "warm start: imports 2 s and the engine's start 3 s, the medians of 9 pairs through sweeper's "
+            "launcher on an H100 (2026-12-07; 21 s and 21 s fresh beside them), the other phases as fresh "
+            "(--warm-phases)",
             "measuring: PPL 3 s (a configuration's first server), bridge 2 s, a TPS run 1.5 s (the h200 setting)",
             "noise: the h200 setting's between 0.12, within 0.07, drift 0.05/sqrt(h); "
             "a warm server reads as a fresh one (warm_start.py's question)",
@@ -902,7 +904,7 @@ START_SETTINGS = {
         bridge_s=SETTINGS["a10g"].phases.bridge_s,
         run_s=SETTINGS["a10g"].phases.run_s,
         fresh=A10G_FRESH,
-        warm=dataclasses.replace(A10G_FRESH, imports=0.0, engine_start=GPU_WARM_ENGINE_START),
+        warm=dataclasses.replace(A10G_FRESH, imports=GPU_WARM_IMPORTS, engine_start=GPU_WARM_ENGINE_START),
         new_compile_share=1.0,
         assumptions=(
             "imports 23 s and engine start 24 s as measured on the H100's host (2026-12-06), the A10G host's "
@@ -913,7 +915,7 @@ START_SETTINGS = {
             "night (a new window, drafter top-k or K is a new compile key; --new-compile-share); a race server "
             "re-measures a compiled configuration",
             "CUDA-graph capture 20 s; memory profile, KV cache and warm-up 10 s; api ready 8.6 s (H100)",
-            "warm start: imports 0 s, engine start 15.35 s (the H100 probe's saving of 31.65 s a start)",
+            "warm start: imports 2 s, engine start 3 s (as measured through sweeper's launcher on an H100)",
             "measuring: PPL 20 s (a configuration's first server), bridge 10 s, a 128 x 512 TPS run 131 s "
             "(the a10g setting); noise: between 0.08, within 0.05, drift 0.03/sqrt(h)",
         ),
