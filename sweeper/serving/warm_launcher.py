@@ -123,11 +123,11 @@ class _Sublaunchers:
         # each launcher, with its address once it has said it is ready
         self.running: dict[tuple[tuple[str, str], ...], tuple[subprocess.Popen[bytes], str | None]] = {}
 
-    def start(self, env: dict[str, str]) -> None:
-        """Start the launcher for ``env``'s start-time environment, without waiting for it."""
+    def start(self, env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        """Start the launcher for ``env``'s start-time environment, without waiting for it; its key."""
         key = warm_child.startup_key(env)
         if key == warm_child.launcher.own_key or (key in self.running and self.running[key][0].poll() is None):
-            return
+            return key
         # this launcher's own environment with the requested start-time part: no server's token or settings
         own = {k: v for k, v in os.environ.items() if not k.startswith(warm_child.STARTUP_PREFIXES)}
         process = subprocess.Popen(  # noqa: S603 - this same program
@@ -143,11 +143,14 @@ class _Sublaunchers:
             file=sys.stderr,
         )
         self.running[key] = (process, None)
+        return key
 
     def address(self, env: dict[str, str]) -> str:
         """The socket of the launcher for ``env``'s start-time environment: started, and waited for."""
-        self.start(env)
-        key = warm_child.startup_key(env)
+        key = self.start(env)
+        if key == warm_child.launcher.own_key:  # this launcher's own environment: its own socket
+            assert warm_child.launcher.spawn_address is not None  # set before it answers any request
+            return warm_child.launcher.spawn_address
         process, address = self.running[key]
         if address is not None:
             return address
@@ -260,8 +263,8 @@ def main(arguments: list[str]) -> None:
     began = time.monotonic()
     sublaunched = arguments[:1] == ["--spawned-by-launcher"]
     _modules = arguments[1:] if sublaunched else arguments
-    warm_child.launcher.own_key = warm_child.startup_key(os.environ)  # before the imports change it
     before_imports = dict(os.environ)
+    warm_child.launcher.own_key = warm_child.startup_key(before_imports)
     _hide_unloadable()
     _modules = _for_this_build(_modules)
     imported = _import(_modules)
