@@ -40,6 +40,7 @@ VALUE_OPTIONS = {
     "MAX_NUM_SEQS": "--max-num-seqs",
     "DTYPE": "--dtype",
     "KV_CACHE_DTYPE": "--kv-cache-dtype",
+    "KV_CACHE_MEMORY_BYTES": "--kv-cache-memory-bytes",
     "QUANTIZATION": "--quantization",
     "TENSOR_PARALLEL_SIZE": "--tensor-parallel-size",
     "SEED": "--seed",

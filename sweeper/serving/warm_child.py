@@ -58,9 +58,20 @@ STARTUP_PREFIXES = (
 )
 
 
+# ... but for these, which vLLM and Triton read only when they compile, load or save (never while a
+# module imports): the compile-cache folders (``_compile_cache.py``), one per speculative-token
+# count, so that one launcher forks every K's server (``test_warm_vllm.py`` checks that a server
+# forked with another VLLM_CACHE_ROOT than its launcher's writes to its own)
+READ_WHEN_USED = frozenset({"VLLM_CACHE_ROOT", "TRITON_CACHE_DIR"})
+
+
 def startup_key(env: Any) -> tuple[tuple[str, str], ...]:
     """The part of ``env`` that a process reads as it starts: which launcher may fork it."""
-    return tuple(sorted((key, value) for key, value in env.items() if key.startswith(STARTUP_PREFIXES)))
+    return tuple(
+        sorted(
+            (key, value) for key, value in env.items() if key.startswith(STARTUP_PREFIXES) and key not in READ_WHEN_USED
+        )
+    )
 
 
 _real_execv = os.execv

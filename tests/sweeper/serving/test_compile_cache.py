@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from sweeper.serving import COMPILE_CACHE_VARIABLE, CompileCache, speculative_tokens
+from sweeper.serving._compile_cache import MODEL_INFOS, TRITON_CACHE_VARIABLE
 
 SPEC = json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 3})
 SWEEPER_SERVE = ["sweeper", "serve", "manifest.json"]
@@ -37,7 +38,32 @@ def test_k_and_the_knobs_vllm_does_not_hash_name_the_folder(tmp_path: Path) -> N
     assert fresh.env_for(env, swept, SWEEPER_SERVE, tmp_path / "t1") == {
         COMPILE_CACHE_VARIABLE: str(tmp_path / "t1" / "compile-cache")
     }
-    assert cache.env_for({**env, COMPILE_CACHE_VARIABLE: "/mine"}, swept, SWEEPER_SERVE, tmp_path) == {}
+    mine = {COMPILE_CACHE_VARIABLE: "/mine", TRITON_CACHE_VARIABLE: "/mine/triton"}
+    assert cache.env_for({**env, **mine}, swept, SWEEPER_SERVE, tmp_path) == {}
+
+
+def test_every_kind_of_a_host_shares_the_model_infos_and_triton_kernels(tmp_path: Path) -> None:
+    cache = CompileCache(root=tmp_path / "root")
+    env = {"SPECULATIVE_CONFIG": SPEC}
+    k3 = cache.env_for(env, [], SWEEPER_SERVE, tmp_path / "t1")
+    k5 = cache.env_for({**env, "NUM_SPECULATIVE_TOKENS": "5"}, [], SWEEPER_SERVE, tmp_path / "t2")
+    assert k3[COMPILE_CACHE_VARIABLE] != k5[COMPILE_CACHE_VARIABLE]
+    assert k3[TRITON_CACHE_VARIABLE] == k5[TRITON_CACHE_VARIABLE] == str(tmp_path / "root" / "triton")
+    # what vLLM's registry writes under one kind's root, the other kind reads
+    info = Path(k3[COMPILE_CACHE_VARIABLE]) / MODEL_INFOS / "vllm-model_executor-models-gemma4-Gemma4ForCausalLM.json"
+    info.write_text('{"hash": "h"}')
+    assert (Path(k5[COMPILE_CACHE_VARIABLE]) / MODEL_INFOS / info.name).read_text() == '{"hash": "h"}'
+    assert (tmp_path / "root" / MODEL_INFOS / info.name).exists()
+    # asked again (the next trial of that kind), nothing changes; a folder of an older sweeper keeps its own
+    assert cache.env_for(env, [], SWEEPER_SERVE, tmp_path / "t3") == k3
+    older = tmp_path / "root" / "k7-older"
+    (older / MODEL_INFOS).mkdir(parents=True)
+    cache._share_model_infos(older)
+    assert not (older / MODEL_INFOS).is_symlink()
+    # the manifest's own Triton folder is kept; --fresh-cache shares nothing
+    assert TRITON_CACHE_VARIABLE not in cache.env_for({**env, TRITON_CACHE_VARIABLE: "/t"}, [], SWEEPER_SERVE, tmp_path)
+    fresh = CompileCache(root=tmp_path / "fresh-root", fresh=True).env_for(env, [], SWEEPER_SERVE, tmp_path / "t4")
+    assert list(fresh) == [COMPILE_CACHE_VARIABLE] and not (tmp_path / "fresh-root").exists()
 
 
 def test_the_speculative_token_count_as_the_server_reads_it() -> None:

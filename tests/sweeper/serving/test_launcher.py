@@ -138,6 +138,10 @@ def test_the_start_time_environment_keys_a_launcher() -> None:
     assert startup_key(env) == (("LD_PRELOAD", "libx.so"), ("OMP_NUM_THREADS", "2"), ("VLLM_X", "1"))
     assert startup_key({**env, "SLIDING_WINDOW": "64", "SWEEPER_SERVER_TOKEN": "t"}) == startup_key(env)
     assert startup_key({**env, "OMP_NUM_THREADS": "1"}) != startup_key(env)
+    # the compile-cache folders (one per K) are read when vLLM compiles, loads or saves: one launcher
+    # forks every K's server (test_warm_vllm.py checks that vLLM and Triton read them no sooner)
+    cached = {**env, "VLLM_CACHE_ROOT": "/c/k1-x", "TRITON_CACHE_DIR": "/c/triton"}
+    assert startup_key(cached) == startup_key({**cached, "VLLM_CACHE_ROOT": "/c/k5-x"}) == startup_key(env)
 
 
 def test_a_serve_command_that_is_not_python_starts_fresh_and_says_why(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from sweeper.demo import demo_paths
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, evaluate, load_eval_data
 from sweeper.serving import START_PHASES, ServerProcess, processes, resolved_config
+from sweeper.serving._compile_cache import MODEL_INFOS
 
 pytestmark = pytest.mark.server
 
@@ -109,6 +110,38 @@ def test_a_warm_server_measures_what_a_fresh_one_does(demo_manifest: Manifest, t
     # nothing of either server is left
     for server in (fresh_server, warm_server):
         assert processes.group_members(server.pid) == []
+
+
+READ_AFTER_IMPORTS = """
+import importlib, json, os, sys
+from sweeper.serving._launcher import WARM_MODULES
+for name in WARM_MODULES:
+    importlib.import_module(name)
+os.environ.update(VLLM_CACHE_ROOT=sys.argv[1], TRITON_CACHE_DIR=sys.argv[2])  # as a forked child applies its own
+import triton
+import vllm.envs
+from vllm.model_executor.models.registry import _LazyRegisteredModel
+print(json.dumps([vllm.envs.VLLM_CACHE_ROOT, str(_LazyRegisteredModel._get_cache_dir()), triton.knobs.cache.dir]))
+"""
+
+
+def test_the_compile_cache_folders_are_read_when_used_not_while_vllm_imports(tmp_path: Path) -> None:
+    # warm_child.READ_WHEN_USED: a launcher that imported vLLM with one K's folder forks every K's server
+    launcher_env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "k1"), "TRITON_CACHE_DIR": str(tmp_path / "t1")}
+    run = subprocess.run(
+        [sys.executable, "-c", READ_AFTER_IMPORTS, str(tmp_path / "k5"), str(tmp_path / "t5")],
+        env=launcher_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    root, model_infos, triton_cache = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (root, model_infos, triton_cache) == (
+        str(tmp_path / "k5"),
+        str(tmp_path / "k5" / MODEL_INFOS),
+        str(tmp_path / "t5"),
+    )
 
 
 SWEEPER_LIKE = """
