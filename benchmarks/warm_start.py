@@ -12,8 +12,9 @@ Each pair starts the same configuration twice, once fresh (a new process, as the
 start it) and once warm (forked from a launcher that has imported vLLM once; see
 ``sweeper.serving.WarmLaunchers``), fresh first in odd pairs and warm first in even ones. Each
 server runs ``evaluate`` as a study's trial does: PPL, the warm-up bridge, one TPS run, then
-the greedy tokens of the first ``--reference-prompts`` prompts. Every server is appended to
-``OUT/warm_start.jsonl`` as it ends.
+the greedy tokens of the first ``--reference-prompts`` prompts, with the compile cache a
+study's server has (``CompileCache``: the host's folder for the manifest's K, and the host's
+model-info and Triton caches). Every server is appended to ``OUT/warm_start.jsonl`` as it ends.
 
 The summary gives:
 
@@ -46,7 +47,7 @@ from sweeper.demo import demo_paths
 from sweeper.errors import ERROR_ROOTS
 from sweeper.manifest import Manifest
 from sweeper.measure import EvalSettings, evaluate, load_eval_data
-from sweeper.serving import ServerProcess, resolved_config, shared_launchers
+from sweeper.serving import CompileCache, ServerProcess, resolved_config, shared_launchers
 
 RECORD_FILE = "warm_start.jsonl"
 KINDS = ("fresh", "warm")
@@ -201,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tps=TpsSettings(num_prompts=args.num_prompts, output_len=args.output_len, warmup_requests=1),
         ppl=PplSettings(max_records=args.ppl_records),
         reference_prompts=args.reference_prompts,
+        overrides=CompileCache().env_for(manifest.env, [], manifest.serve, folder),
     )
     data = load_eval_data(manifest, settings)
     began = time.monotonic()
