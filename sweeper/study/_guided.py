@@ -158,11 +158,19 @@ class GuidedPlan:
         distinct = {self._speed_key(o.params) for o in observations}
         distinct |= {self._speed_key(p) for p in pending}
         fit = self._fit(observations)
-        row = len(distinct)
-        if row < 1 + len(self._design):
-            candidate = self._design_row(row, fit.frozen)
+        if not distinct:
+            candidate = self._design_row(0, fit.frozen)
             if self._key({self._window.name: window, **candidate}) not in tried:
                 return candidate
+        # the corner rows each once, whatever else was measured first (the base, enqueued
+        # configurations): the first trial, whatever it is, stands for the middle
+        for row in range(1, 1 + len(self._design)):
+            candidate = self._design_row(row, fit.frozen)
+            if self._speed_key(candidate) in distinct:
+                continue
+            if self._key({self._window.name: window, **candidate}) not in tried:
+                return candidate
+            break
         scores = fit.scores()
         order = [int(index) for index in np.argsort(-scores, kind="stable")]
         ranked = [fit.candidates[index] for index in order]
