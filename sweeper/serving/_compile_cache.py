@@ -25,7 +25,7 @@ kind of the host's (not with ``--fresh-cache``):
   server of every new K. Each kind's ``modelinfos`` is a link to the root's.
 * Triton's kernels, keyed on their source and constants: vLLM otherwise keeps them beside the
   compiled graphs of each configuration (``TRITON_CACHE_DIR`` unset), so every new window or K
-  built the same kernels again (17 s on that H100). ``TRITON_CACHE_DIR`` is ``<root>/triton``
+  built the same kernels again (about 18 s on that H100). ``TRITON_CACHE_DIR`` is ``<root>/triton``
   unless the manifest sets it.
 
 vLLM 0.26 and 0.32 read ``VLLM_CACHE_ROOT`` only inside functions, when they compile or save

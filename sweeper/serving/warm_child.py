@@ -60,8 +60,8 @@ STARTUP_PREFIXES = (
 
 # ... but for these, which vLLM and Triton read only when they compile, load or save (never while a
 # module imports): the compile-cache folders (``_compile_cache.py``), one per speculative-token
-# count, so that one launcher forks every K's server (``test_warm_vllm.py`` checks that a server
-# forked with another VLLM_CACHE_ROOT than its launcher's writes to its own)
+# count, so that one launcher forks every K's server (``test_warm_vllm.py`` checks that vLLM and
+# Triton read them after the launcher's imports, as a forked child sets them)
 READ_WHEN_USED = frozenset({"VLLM_CACHE_ROOT", "TRITON_CACHE_DIR"})
 
 
