@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sweeper.serving import COMPILE_CACHE_VARIABLE, CompileCache, speculative_tokens
 from sweeper.serving._compile_cache import MODEL_INFOS, TRITON_CACHE_VARIABLE
+from sweeper.serving.warm_child import READ_WHEN_USED
 
 SPEC = json.dumps({"method": "mtp", "model": "drafter", "num_speculative_tokens": 3})
 SWEEPER_SERVE = ["sweeper", "serve", "manifest.json"]
@@ -49,6 +50,8 @@ def test_every_kind_of_a_host_shares_the_model_infos_and_triton_kernels(tmp_path
     k5 = cache.env_for({**env, "NUM_SPECULATIVE_TOKENS": "5"}, [], SWEEPER_SERVE, tmp_path / "t2")
     assert k3[COMPILE_CACHE_VARIABLE] != k5[COMPILE_CACHE_VARIABLE]
     assert k3[TRITON_CACHE_VARIABLE] == k5[TRITON_CACHE_VARIABLE] == str(tmp_path / "root" / "triton")
+    # what differs between the kinds must not key a warm launcher, or each K would start one of its own
+    assert set(k3) == set(k5) == READ_WHEN_USED
     # what vLLM's registry writes under one kind's root, the other kind reads
     info = Path(k3[COMPILE_CACHE_VARIABLE]) / MODEL_INFOS / "vllm-model_executor-models-gemma4-Gemma4ForCausalLM.json"
     info.write_text('{"hash": "h"}')
