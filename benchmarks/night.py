@@ -87,8 +87,8 @@ reuses a known PPL), the warm-up bridge and one TPS run. A configuration new to 
 cold at ``--new-compile-share`` (the base's first server always does); a race server re-measures a
 compiled one. A warm server reads as a fresh one (the question ``benchmarks/warm_start.py``
 answers). Settings (``START_SETTINGS``, each printing what it assumes): ``gpu-demo`` (``sweeper run
---gpus 0 --n-trials 3`` on an H100, its measured phases; the warm start's figures are a probe's and
-a parameter, ``--warm-phases``), ``a10g-e4b`` (an 8 h night on gemma-4-E4B-it at 128 x 512) and
+--gpus 0 --n-trials 3`` on an H100, its fresh and warm phases as measured on one lease; a parameter,
+``--fresh-phases``, ``--warm-phases``), ``a10g-e4b`` (an 8 h night on gemma-4-E4B-it at 128 x 512) and
 ``a10g-e4b-close`` (the same with gains of 6 % and 3 % left to find). Per mode: the GPU time, the
 servers (searched + race), the confirmed answers, the morning claim's width, and the regret,
 1 - the morning answer's true TPS over the best feasible configuration's (median, 10th and 90th
@@ -118,6 +118,7 @@ import numpy as np
 from evaluators import Interval, t_quantile
 from storage import TrialRecord
 from storage.testing import trial_record
+from sweeper.measure import starts_warm
 from sweeper.serving import DEFAULT_WARM_STARTS, WarmStarts
 from sweeper.study import (
     DEFAULT_NOISE,
@@ -815,8 +816,9 @@ class StartSetting:
     new_compile_share: float
     assumptions: tuple[str, ...]
     speeds: tuple[float, float] = (FASTER, FAST)  # the alt landscape's two faster configurations
-    # a night that was measured: (searched trials, race servers, its seconds, what it was)
-    measured: tuple[int, int, float, str] | None = None
+    # a night that was measured: (how its servers started, searched trials, race servers, its seconds,
+    # what it was)
+    measured: tuple[WarmStarts, int, int, float, str] | None = None
 
 
 def _gpu_demo_confirm() -> ConfirmSettings:
@@ -829,20 +831,24 @@ def _own_manifest_confirm() -> ConfirmSettings:
     return RunPlan(manifest="manifest.json").confirm_settings()
 
 
-# the GPU demo on an H100 (2026-12-06, vLLM 0.26.0; issue 46): `sweeper status` of `sweeper run --gpus 0
-# --n-trials 3` gave per server spawn 47.0 s (imports 23 s, then 24 s before the engine core's first
-# line, from trial 5's log), engine init 29.6 s (its compiles averaged in: 1 min 21 s over 7 servers),
-# api ready 8.6 s; measuring as the h200 setting
+# the GPU demo on an H100 (2026-12-07, vLLM 0.26.0, serving code as at fcad2ba: the model-info and Triton
+# caches shared, a 1 GiB KV cache): the medians of 6 fresh servers beside 6 warm ones (benchmarks/results/
+# warm_start-gpu-h100-caches-2026-12-07.txt), a cold compile as the two of the GPU demo's study on that lease
+# (18.5 s and 15.0 s, gpu-demo-warm-fresh-h100-2026-12-07.txt); the KV cache and the engine's warm-up in
+# engine_rest
 GPU_DEMO_FRESH = StartPhases(
-    imports=23.0,
-    engine_start=24.0,
-    weights=0.0,
-    compile_hit=0.0,
-    compile_miss=0.0,
-    graphs=0.0,
-    engine_rest=29.6,
-    api_ready=8.6,
+    imports=22.5,
+    engine_start=21.0,
+    weights=2.0,
+    compile_hit=2.0,
+    compile_miss=17.0,
+    graphs=2.0,
+    engine_rest=1.5,
+    api_ready=3.8,
 )
+# a warm server of the GPU demo beside those (the medians of its 6): imports 2 s, the engine's start 2 s (its
+# launcher running already), api ready 1.6 s; its other phases as a fresh server's
+GPU_DEMO_WARM = dataclasses.replace(GPU_DEMO_FRESH, imports=2.0, engine_start=2.0, api_ready=1.6)
 # a warm server through sweeper's launcher on an H100 (2026-12-07, 9 pairs, benchmarks/results/
 # warm_start-gpu-h100-env-2026-12-07.txt): the API process's imports 2 s and the engine's start 3 s
 # (medians; against 21 s and 21 s fresh beside them), its engine's launcher running already (a CUDA
@@ -876,16 +882,23 @@ START_SETTINGS = {
         bridge_s=SETTINGS["h200"].phases.bridge_s,
         run_s=SETTINGS["h200"].phases.run_s,
         fresh=GPU_DEMO_FRESH,
-        warm=dataclasses.replace(GPU_DEMO_FRESH, imports=GPU_WARM_IMPORTS, engine_start=GPU_WARM_ENGINE_START),
-        new_compile_share=1.0,  # no effect: the compiles are in engine_rest, the demo's measured average
+        warm=GPU_DEMO_WARM,
+        new_compile_share=1.0,  # every searched configuration of the demo's study was new to its compile cache
         speeds=(1.5, FASTER),
-        measured=(3, 4, 637.0, "the GPU demo on an H100, 2026-12-06: 7 servers in 10 min 37 s"),
+        measured=(
+            WarmStarts.SEARCH,
+            3,
+            4,
+            434.0,
+            "the GPU demo on an H100, 2026-12-07: 7 servers in 7 min 14 s, warm as sweeper starts them",
+        ),
         assumptions=(
-            "fresh start: the GPU demo's measured phases on an H100 (2026-12-06): imports 23 s, engine start "
-            "24 s, engine init 29.6 s (its compiles averaged in), api ready 8.6 s: 85.2 s",
-            "warm start: imports 2 s and the engine's start 3 s, the medians of 9 pairs through sweeper's "
-            "launcher on an H100 (2026-12-07; 21 s and 21 s fresh beside them), the other phases as fresh "
-            "(--warm-phases)",
+            "fresh start: the GPU demo's measured phases on an H100 (2026-12-07, 6 servers): imports 22.5 s, "
+            "engine start 21 s, weights 2 s, compile 2 s from the cache or 17 s cold, CUDA graphs 2 s, KV cache "
+            "and warm-up 1.5 s, api ready 3.8 s: 54.8 s (69.8 s cold)",
+            "warm start: imports 2 s, the engine's start 2 s and api ready 1.6 s, the medians of 6 warm servers "
+            "beside those, the other phases as fresh (--warm-phases); a process's first warm server waits for its "
+            "launcher's imports (about 19 s, then 19-27 s of its engine's launcher), which this leaves out",
             "measuring: PPL 3 s (a configuration's first server), bridge 2 s, a TPS run 1.5 s (the h200 setting)",
             "noise: the h200 setting's between 0.12, within 0.07, drift 0.05/sqrt(h); "
             "a warm server reads as a fresh one (warm_start.py's question)",
@@ -929,12 +942,6 @@ START_SETTINGS["a10g-e4b-close"] = dataclasses.replace(
     speeds=(1.06, 1.03),
 )
 MODES = (WarmStarts.OFF, WarmStarts.SEARCH, WarmStarts.ALL)
-
-
-def starts_warm(mode: WarmStarts, role: str) -> bool:
-    """Does a server of a trial with ``role`` start warm under ``mode``? (``ServerEvaluator``'s rule
-    for a first start: the night has no failed starts, and a retried one is always fresh.)"""
-    return mode is WarmStarts.ALL or (mode is WarmStarts.SEARCH and not is_confirmation(role))
 
 
 BASE_KEY = 0  # the base's compile key, shared by every configuration that brings no new one
@@ -1113,13 +1120,32 @@ class StartNight:
 
 
 def composition_seconds(setting: StartSetting, mode: WarmStarts, searched: int, race: int) -> float:
-    """GPU seconds of a night of ``searched`` trials (each a configuration new to it: its PPL, a cold
-    compile) and ``race`` race servers (compiled configurations), under ``mode``."""
-    search = setting.warm if starts_warm(mode, "sampled") else setting.fresh
-    racing = setting.warm if starts_warm(mode, confirmation_role(1, 1)) else setting.fresh
+    """GPU seconds of a night of ``searched`` trials, the base's first (each a configuration new to
+    it: its PPL, a cold compile), and ``race`` race servers (compiled configurations), under ``mode``."""
+
+    def start(role: str, *, compiled: bool) -> float:
+        return (setting.warm if starts_warm(mode, role) else setting.fresh).seconds(compiled=compiled)
+
     measure = setting.bridge_s + setting.run_s
-    return searched * (search.seconds(compiled=False) + setting.ppl_s + measure) + race * (
-        racing.seconds(compiled=True) + measure
+    first = start("baseline", compiled=False) + setting.ppl_s + measure
+    search = start("sampled", compiled=False) + setting.ppl_s + measure
+    return first + (searched - 1) * search + race * (start(confirmation_role(1, 1), compiled=True) + measure)
+
+
+def measured_line(setting: StartSetting, measured: tuple[WarmStarts, int, int, float, str]) -> str:
+    """A measured night's servers at ``setting``'s phases in every mode, beside the time it took."""
+    measured_mode, searched, race, seconds, what = measured
+    fresh = composition_seconds(setting, WarmStarts.OFF, searched, race)
+    parts = []
+    for mode in MODES:
+        t = composition_seconds(setting, mode, searched, race)
+        label = "fresh" if mode is WarmStarts.OFF else f"{mode.value.upper()}"
+        notes = ([] if mode is WarmStarts.OFF else [f"{t / fresh:.2f}"]) + (
+            [f"measured {_duration(seconds)}"] if mode is measured_mode else []
+        )
+        parts.append(f"{label} {_duration(t)}" + (f" ({'; '.join(notes)})" if notes else ""))
+    return f"the measured night's servers ({searched} searched, {race} race; {what}) at these phases: " + ", ".join(
+        parts
     )
 
 
@@ -1225,22 +1251,12 @@ def run_starts(settings: Sequence[StartSetting], studies: int, seed: int) -> Non
         print()
         print(phase_table(setting))
         if setting.measured is not None:
-            searched, race, seconds, what = setting.measured
-            fresh = composition_seconds(setting, WarmStarts.OFF, searched, race)
-            others = ", ".join(
-                f"{mode.value.upper()} {_duration(t)} ({t / fresh:.2f})"
-                for mode in MODES[1:]
-                for t in [composition_seconds(setting, mode, searched, race)]
-            )
-            print(
-                f"\nthe measured night's servers ({searched} searched, {race} race; {what}) at these phases: "
-                f"fresh {_duration(fresh)} (measured {_duration(seconds)}), {others}"
-            )
+            print("\n" + measured_line(setting, setting.measured))
         print()
         print(start_table(results))
     print(
-        "\nfresh: every server a new process; SEARCH: searched trials warm, race servers (whose readings make the "
-        "claim) fresh; ALL: every server warm. regret: 1 - the morning answer's true TPS over the best feasible "
+        "\nfresh: every server a new process; SEARCH: searched trials warm, the base's trial and the race servers "
+        "(whose readings make the claim) fresh; ALL: every server warm. regret: 1 - the morning answer's true TPS over the best feasible "
         "configuration's (the landscape's fastest); claim width: the morning claim's high / low - 1 (nights whose answer "
         "is not the base); confirmed: races ending 'faster' with a truly faster configuration"
     )

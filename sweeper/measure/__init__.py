@@ -27,7 +27,7 @@ from sweeper.measure._phases import (
     start_seconds,
     time_by_phase,
 )
-from sweeper.measure._server_evaluator import ServerEvaluator
+from sweeper.measure._server_evaluator import ServerEvaluator, starts_warm
 
 __all__ = [
     "PHASE_LABELS",
@@ -44,6 +44,7 @@ __all__ = [
     "EvalSettings",
     "Measure",
     "ServerEvaluator",
+    "starts_warm",
     "ServerHooks",
     "evaluate",
     "load_eval_data",

@@ -102,6 +102,16 @@ def trial_limit_s(settings: EvalSettings, data: EvalData, warmup: WarmupSettings
     return limit
 
 
+def starts_warm(warm_starts: WarmStarts, role: str, attempt: int = 1) -> bool:
+    """Does the server of a trial with ``role`` start warm? A retried start (``attempt`` > 1) is
+    always fresh, and under ``WarmStarts.SEARCH`` so is every server whose reading a claim may rest
+    on: the base manifest's own trial and the race servers."""
+    if attempt > 1 or warm_starts is WarmStarts.OFF:
+        return False
+    claimed = is_confirmation(role) or is_baseline(role)
+    return warm_starts is WarmStarts.ALL or not claimed
+
+
 class ServerEvaluator:
     """Measures one configuration per call with a fresh server."""
 
@@ -224,13 +234,7 @@ class ServerEvaluator:
         return self.compile_cache.env_for(manifest.env, context.overrides, manifest.serve, folder)
 
     def _warm(self, context: EvaluationContext, attempt: int) -> bool:
-        """Does this trial's server start warm? A retried start is always fresh, and under
-        ``WarmStarts.SEARCH`` so is every server whose reading a claim may rest on: the base
-        manifest's own trial and the race servers."""
-        if attempt > 1 or self.warm_starts is WarmStarts.OFF:
-            return False
-        claimed = is_confirmation(context.role) or is_baseline(context.role)
-        return self.warm_starts is WarmStarts.ALL or not claimed
+        return starts_warm(self.warm_starts, context.role, attempt)
 
     def _ppl_settings(self, context: EvaluationContext) -> PplSettings | None:
         if self.settings.ppl is None or context.known_ppl is not None:
