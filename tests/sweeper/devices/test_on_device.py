@@ -89,6 +89,7 @@ def test_held_gpu_memory_fails_the_trial_before_any_server_starts(demo, tmp_path
         evaluator = ServerEvaluator(Manifest.load(demo.manifest), settings, run_dir=tmp_path, device=slot)
         context = SimpleNamespace(
             number=7,
+            role="sampled",
             overrides={},
             known_ppl=None,
             ppl_cap=None,
