@@ -1139,7 +1139,7 @@ def measured_line(setting: StartSetting, measured: tuple[WarmStarts, int, int, f
     parts = []
     for mode in MODES:
         t = composition_seconds(setting, mode, searched, race)
-        label = "fresh" if mode is WarmStarts.OFF else f"{mode.value.upper()}"
+        label = "fresh" if mode is WarmStarts.OFF else mode.value.upper()
         notes = ([] if mode is WarmStarts.OFF else [f"{t / fresh:.2f}"]) + (
             [f"measured {_duration(seconds)}"] if mode is measured_mode else []
         )
