@@ -363,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=40, help="searched trials per run (default 40)")
     parser.add_argument("--noises", default="0.01,0.05,0.1", help="TPS noises to run (default 0.01,0.05,0.1)")
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"default {','.join(FAMILIES)}")
-    parser.add_argument("--enqueue", default="no,yes", help="known configs first: no, yes or both (default)")
+    parser.add_argument(
+        "--enqueue", default="no,yes", help="known configs first: no, yes, or both (the default, also written no,yes)"
+    )
     parser.add_argument("--sampler", default="guided", help="guided (default), gp, tpe, random")
     parser.add_argument("--quick", action="store_true", help="5 %% noise only, 4 seeds a cell, cap 30")
     parser.add_argument("--records", help="write one JSON line per run (with its trials) to this file")
@@ -377,7 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown or any(n not in ppl_noise for n in noises):
         parser.error(f"families from {FAMILIES}, noises from {sorted(ppl_noise)}")
-    enqueue = [e == "yes" for e in args.enqueue.split(",") if e]
+    choices = {"no": [False], "yes": [True], "both": [False, True]}
+    enqueue = []
+    for word in (e.strip() for e in args.enqueue.split(",") if e.strip()):
+        if word not in choices:
+            parser.error(f"--enqueue: {word!r} is not one of no, yes, both")
+        enqueue += [e for e in choices[word] if e not in enqueue]
     cells = [
         Cell(family=f, enqueue=e, noise=n, ppl_noise=ppl_noise[n], sampler=args.sampler)
         for n in noises

@@ -128,3 +128,22 @@ def test_the_windows_runs_dwelt_at_are_told_apart_by_the_truth(bench) -> None:
         "5% TPS noise, 2 runs dwelling over 8 searched trials at one window: "
         "a configuration within 1 % there in 1, nothing within 1 % in 1, PPL over the cap in 0"
     )
+
+
+def test_enqueue_both_shows_the_cells_with_and_without_known_configurations(bench, tmp_path, capsys) -> None:
+    """``--enqueue both`` (the help's word) ran the cells without known configurations only."""
+    lines = []
+    for enqueue in (False, True):
+        cell = bench.Cell(family="challenge", enqueue=enqueue, noise=0.05, ppl_noise=0.01)
+        outcome = bench.Outcome(searched=7, races=2, dwell=3, dwell_window=256, windows=3, seconds=1.0)
+        lines.append(json.dumps(bench._record(cell, 0, outcome)))
+    records = tmp_path / "runs.jsonl"
+    records.write_text("\n".join(lines) + "\n")
+    for words, shown in (("both", ["no", "yes"]), ("no,yes", ["no", "yes"]), ("yes", ["yes"]), ("no", ["no"])):
+        assert bench.main(["--from-records", str(records), "--families", "challenge", "--enqueue", words]) == 0
+        rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 5% / 0.01 | challenge |")]
+        assert [row.split(" | ")[2] for row in rows] == shown, words
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--from-records", str(records), "--enqueue", "always"])
+    assert stopped.value.code == 2
+    assert "--enqueue: 'always' is not one of no, yes, both" in capsys.readouterr().err
