@@ -12,7 +12,9 @@ interact with it, so every trial says something about them.
   it is known to the parameter's resolution, then the smallest feasible
   window. Readings of one window are pooled and judged against the reading
   noise at ``READING_CONFIDENCE`` (feasible, infeasible or uncertain); an
-  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times.
+  uncertain window is read again up to ``MAX_UNCERTAIN_READINGS`` times, and
+  the one just past the boundary again now and then while the speed search
+  dwells there (``EDGE_DWELL``).
 * **the speed settings**: a small design around each knob's middle, then
   the best untried settings by a surrogate of log TPS (a ridge regression,
   and a Gaussian process on what it leaves over), within ``TRUST_RADIUS`` of

@@ -40,6 +40,7 @@ class WindowReadings:
     mean: float
     count: int
     half_width: float  # of the one-sided bound at READING_CONFIDENCE
+    standard_error: float  # of the mean: the pooled reading noise over the square root of count
     state: WindowState
 
 
@@ -82,14 +83,17 @@ def pool_window_readings(boundary: Parameter, observations: Sequence[Observation
     pooled = {}
     for u, gates in readings.items():
         mean = sum(gates) / len(gates)
-        half = quantile * sd / math.sqrt(len(gates)) if sd else 0.0
+        standard_error = sd / math.sqrt(len(gates))
+        half = quantile * standard_error if sd else 0.0
         if not math.isfinite(mean) or mean - half > 0:
             state = WindowState.INFEASIBLE
         elif mean + half <= 0:
             state = WindowState.FEASIBLE
         else:
             state = WindowState.UNCERTAIN
-        pooled[u] = WindowReadings(value=values[u], mean=mean, count=len(gates), half_width=half, state=state)
+        pooled[u] = WindowReadings(
+            value=values[u], mean=mean, count=len(gates), half_width=half, standard_error=standard_error, state=state
+        )
     return pooled
 
 

@@ -24,6 +24,7 @@ from sweeper.study import (
     is_confirmation,
     run_study,
 )
+from sweeper.study._boundary_search import EDGE_DWELL
 from sweeper.study._guided import READING_CONFIDENCE
 from sweeper.study._sampling import observations
 
@@ -71,6 +72,47 @@ def test_a_decided_failing_edge_is_not_read_again() -> None:
     readings = {512: [-0.12], 300: [-0.05, -0.04, -0.06], 292: [0.08], 128: [0.30]}
     assert _states(readings)[292] == "infeasible"
     assert plan.next_window(_history(readings)) == 300
+
+
+def test_an_uncertain_failing_edge_is_read_again_as_the_boundary_is_searched() -> None:
+    """One reading just over the cap closed the bracket a resolution from the boundary's window:
+    while the readings cannot tell that window from passing, it gets one more reading for every
+    EDGE_DWELL searched trials at the boundary's window since its last, and none while a race's
+    servers are what read the boundary's window."""
+    plan = GuidedPlan(SPACE)
+    # in trial order: the safe end, a failing probe, the boundary's window twice, the edge once
+    # (just over the cap), then the boundary's window again
+    order = [(512, -0.12), (128, 0.30), (300, -0.045), (300, -0.035), (292, 0.002)]
+    history = [_read(n, w, g) for n, (w, g) in enumerate(order)]
+    readings: dict[int, list[float]] = {}
+    for w, g in order:
+        readings.setdefault(w, []).append(g)
+    assert _states(readings)[292] == "uncertain" and _states(readings)[300] == "feasible"
+    gates = [-0.04, -0.05, -0.035, -0.045, -0.04, -0.05]
+    for i, gate in enumerate(gates[: EDGE_DWELL - 1]):
+        history.append(_read(len(history), 300, gate))
+        assert plan.next_window(history) == 300, i
+    # a race's servers at the boundary's window are not the search dwelling there
+    races = [dataclasses.replace(_read(len(history) + i, 300, -0.04), searched=False) for i in range(4)]
+    assert plan.next_window(history + races) == 300
+    history.append(_read(len(history), 300, gates[EDGE_DWELL - 1]))
+    assert plan.next_window(history) == 292
+    assert plan.next_window(history, pending=[{"window": 292}]) == 300  # being read: not twice at once
+    # read again and passing, well under the cap: the bracket opens and the probe goes on below
+    history.append(_read(len(history), 292, -0.03))
+    readings[292].append(-0.03)
+    assert _states({**readings, 300: [g for w, g in order if w == 300] + gates})[292] == "feasible"
+    assert plan.next_window(history) not in (292, 300) and plan.next_window(history) < 292
+    # shown failing (over the cap by more than the noise), or not shown failing but over it by more
+    # than a standard error of its mean: never read again, however long the dwell
+    for edge in (0.08, 0.008):
+        failing = [_read(n, w, edge if w == 292 else g) for n, (w, g) in enumerate(order)]
+        failing += [_read(len(failing) + i, 300, gates[i % len(gates)]) for i in range(3 * EDGE_DWELL)]
+        at = {w: [o.gate for o in failing if o.params["window"] == w] for w in (512, 128, 300, 292)}
+        dof = len(at[300]) - 1
+        standard_error = float(np.std(at[300], ddof=1))  # of one reading: only W300 was read twice
+        assert _states(at)[292] == ("infeasible" if edge == 0.08 else "uncertain") and edge > standard_error
+        assert dof > 1 and plan.next_window(failing) == 300
 
 
 class _Noisy:
