@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -365,11 +366,19 @@ def draw_slice(model: SliceModel) -> Figure:
     return fig
 
 
+NOTE_WIDTH = 80  # characters a line of a figure's note holds at its font size in 7 inches
+
+
 def draw_importance(model: ImportanceModel) -> Figure:
     names = list(model.names)
-    fig = new_figure(7.0, 1.2 + 0.5 * max(1, len(names)))
+    drawn = model.note is None and bool(names)
+    # a note in place of the bars is wrapped to the figure's width: one long line was cut off at
+    # both edges, and the layout gave up on the axes (matplotlib warned "axes sizes collapsed")
+    note = textwrap.fill(f"parameter importance: {model.note or ''}", NOTE_WIDTH) if not drawn else ""
+    rows = len(names) if drawn else note.count("\n") + 1
+    fig = new_figure(7.0, 1.2 + 0.5 * max(1, rows))
     ax = fig.add_subplot()
-    if model.note is None and names:
+    if drawn:
         height = 0.38
         for bars in model.bars:
             positions = [i + bars.offset * height for i in range(len(names))]
@@ -378,8 +387,7 @@ def draw_importance(model: ImportanceModel) -> Figure:
         ax.legend(fontsize=8)
         ax.set_xlabel("importance (share of variance)")
     else:
-        text = f"parameter importance: {model.note or ''}"
-        ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     ax.set_title(model.title)
     return fig
