@@ -103,12 +103,9 @@ class BoundarySearch:
         if lo.count >= MAX_EDGE_READINGS or lo.mean > lo.standard_error:
             return None
         name = self.boundary.name
-        last = max(o.number for o in observations if name in o.params and self._oriented(o.params[name]) == lo_u)
-        since = sum(
-            1
-            for o in observations
-            if o.searched and o.number > last and name in o.params and self._oriented(o.params[name]) == hi
-        )
+        at = [(o, self._oriented(o.params[name])) for o in observations if name in o.params]
+        last = max(o.number for o, u in at if abs(u - lo_u) < 1e-12)
+        since = sum(1 for o, u in at if o.searched and o.number > last and abs(u - hi) < 1e-12)
         since += sum(abs(q - hi) < 1e-12 for q in pending)
         return lo.value if since >= EDGE_DWELL else None
 
