@@ -95,7 +95,7 @@ class BoundarySearch:
         if lo.state is not WindowState.UNCERTAIN:
             return None
         pending = [self._oriented(q) for q in pending_q]
-        if any(abs(q - lo_u) < 1e-12 for q in pending):
+        if any(_same_window(q, lo_u) for q in pending):
             return None
         # only while the readings leave it a fair chance of passing: their mean at most one
         # standard error over the cap (a window truly 1.3 reading SDs under it, what 1 % of TPS
@@ -104,9 +104,9 @@ class BoundarySearch:
             return None
         name = self.boundary.name
         at = [(o, self._oriented(o.params[name])) for o in observations if name in o.params]
-        last = max(o.number for o, u in at if abs(u - lo_u) < 1e-12)
-        since = sum(1 for o, u in at if o.searched and o.number > last and abs(u - hi) < 1e-12)
-        since += sum(abs(q - hi) < 1e-12 for q in pending)
+        last = max(o.number for o, u in at if _same_window(u, lo_u))
+        since = sum(1 for o, u in at if o.searched and o.number > last and _same_window(u, hi))
+        since += sum(_same_window(q, hi) for q in pending)
         return lo.value if since >= EDGE_DWELL else None
 
     def _nothing_passes(
@@ -147,7 +147,7 @@ class BoundarySearch:
             if r.state is WindowState.UNCERTAIN
             and r.mean <= 0
             and u < hi
-            and r.count + sum(abs(q - u) < 1e-12 for q in pending) < MAX_UNCERTAIN_READINGS
+            and r.count + sum(_same_window(q, u) for q in pending) < MAX_UNCERTAIN_READINGS
         ]
         return pooled[min(candidates)].value if candidates else None
 
@@ -204,6 +204,12 @@ class BoundarySearch:
             _, high = b.bounds
             return math.log(1 + (b.step or 1) / high) if b.kind == "int" else 1e-6
         return float(b.step or (1 if b.kind == "int" else 1e-6))
+
+
+def _same_window(u: float, v: float) -> bool:
+    """Whether two oriented coordinates are one window (a pending value and a measured one
+    reach them by different arithmetic)."""
+    return abs(u - v) < 1e-12
 
 
 def _root_estimate(gates: Mapping[float, float], hi: float, lo: float | None) -> float | None:
